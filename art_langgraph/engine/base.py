@@ -1,0 +1,123 @@
+"""The inference engine contract: token ids in, token ids out.
+
+An `InferenceEngine` takes prompt token ids and `SamplingParams` and returns the
+completion token ids with the log-probability of each sampled token and a finish
+reason. It also serves LoRA adapters by name. Chat templates, tool-call parsing and
+HTTP live at the edges (`engine/chat_format.py`, `backend/server.py`), never here.
+
+Log-probabilities are those of the model's raw distribution (temperature 1, before
+top-p and before any grammar mask), as vLLM reports them by default: that is what a
+trainer recomputes, so the importance ratio compares like with like.
+
+Left out: the implementations (`engine/torch_engine.py`; a vLLM engine comes later).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+from art_langgraph.errors import UsageError
+
+__all__ = ["GenerateResult", "InferenceEngine", "SamplingParams", "TokenEvent"]
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one completion."""
+
+    max_tokens: int = 256
+    """Most tokens to generate (>= 1). The server clamps it to the context that is left."""
+    temperature: float = 1.0
+    """Softmax temperature, >= 0. 0 means greedy (argmax)."""
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens whose probability sums to top_p, in (0, 1]."""
+    stop: tuple[str, ...] = ()
+    """Strings that end the completion when they appear in its text (kept in the token ids, cut from the text)."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Token ids that end the completion besides the model's end-of-sequence ids (kept in the ids)."""
+    ignore_eos: bool = False
+    """Keep going past end-of-sequence tokens until max_tokens (for benchmarks)."""
+    seed: int | None = None
+    """Seed for this request's sampler; None draws from the engine's generator."""
+    top_logprobs: int = 0
+    """How many most-likely alternatives to report at each position (0-20)."""
+    grammar: str | None = None
+    """An llguidance grammar (from `engine.constrained`) the completion must match; None for free text."""
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise UsageError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise UsageError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise UsageError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.top_logprobs <= 20:
+            raise UsageError(f"top_logprobs must be in [0, 20], got {self.top_logprobs}")
+
+
+@dataclass
+class TokenEvent:
+    """One sampled token, as streamed."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] | None = None
+    """(token id, logprob) of the most likely alternatives, when asked for."""
+
+
+@dataclass
+class GenerateResult:
+    """One finished completion."""
+
+    prompt_token_ids: list[int]
+    completion_token_ids: list[int]
+    logprobs: list[float]
+    """Log-probability of each completion token under the raw model distribution."""
+    finish_reason: FinishReason
+    stop_reason: str | int | None = None
+    """The stop string or token id that ended the completion, if any."""
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+    adapter: str | None = None
+    """The adapter that served it (None: the base model)."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds spent queued, in prefill and in decode."""
+
+
+@runtime_checkable
+class InferenceEngine(Protocol):
+    """What the server needs from an engine."""
+
+    context_length: int
+    """Most tokens (prompt + completion) one sequence may hold."""
+
+    async def generate(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, adapter: str | None = None
+    ) -> GenerateResult:
+        """Generate one completion; concurrent calls are batched by the engine."""
+        ...
+
+    def stream(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, adapter: str | None = None
+    ) -> AsyncIterator[TokenEvent | GenerateResult]:
+        """Yield each token as it is sampled, then the GenerateResult."""
+        ...
+
+    async def load_adapter(self, name: str, path: str) -> None:
+        """Load (or replace) the LoRA adapter `name` from a peft folder."""
+        ...
+
+    async def unload_adapter(self, name: str) -> None:
+        """Drop the adapter `name`; requests for it fail afterwards."""
+        ...
+
+    def list_adapters(self) -> list[str]:
+        """Names of the adapters loaded now."""
+        ...
+
+    async def close(self) -> None:
+        """Stop the engine; pending requests end with finish_reason 'abort'."""
+        ...

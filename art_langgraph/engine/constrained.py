@@ -1,0 +1,112 @@
+"""Constrained decoding with llguidance: JSON schemas and forced tool calls.
+
+`GrammarCompiler` turns a JSON schema (for `response_format`) or a set of tools (for
+`tool_choice="required"` or a named function) into an llguidance grammar string, and
+makes a fresh `LLMatcher` per request. Whitespace in JSON is not flexible: a random
+or weak model given the freedom pads forever.
+
+The engine asks each matcher for the allowed-token bitmask before it samples, and
+feeds it the sampled token after. Left out: speculative/fast-forward tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import torch
+
+from art_langgraph.errors import UsageError
+
+__all__ = ["GrammarCompiler"]
+
+_JSON_DEFAULTS = {"whitespace_flexible": False}
+
+
+class GrammarCompiler:
+    """Compiles grammars for one tokenizer and makes matchers."""
+
+    def __init__(self, hf_tokenizer: Any, vocab_size: int) -> None:
+        import llguidance.hf
+
+        self.ll_tokenizer = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab_size)
+        self.vocab_size = vocab_size
+
+    def json_schema(self, schema: dict[str, Any]) -> str:
+        """A grammar for one JSON value matching `schema`."""
+        import llguidance
+
+        return self._checked(llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=_JSON_DEFAULTS))
+
+    def json_object(self) -> str:
+        """A grammar for any JSON object (`response_format={"type": "json_object"}`)."""
+        return self.json_schema({"type": "object"})
+
+    def tool_calls(self, tools: list[dict[str, Any]], *, parallel: bool = True) -> str:
+        """A grammar for one (or, with `parallel`, several) `<tool_call>{json}</tool_call>` blocks.
+
+        Each block's JSON is `{"name": <one of the tools>, "arguments": <its parameters>}`.
+        """
+        import llguidance
+
+        if not tools:
+            raise UsageError("a forced tool call needs at least one tool")
+        options = []
+        for tool in tools:
+            fn = tool.get("function", tool)
+            params = fn.get("parameters") or {"type": "object"}
+            options.append(
+                {
+                    "type": "object",
+                    "properties": {"name": {"const": fn["name"]}, "arguments": params},
+                    "required": ["name", "arguments"],
+                    "additionalProperties": False,
+                }
+            )
+        schema = options[0] if len(options) == 1 else {"anyOf": options}
+        schema = {**schema, "x-guidance": _JSON_DEFAULTS}
+        open_, close = json.dumps("<tool_call>\n"), json.dumps("\n</tool_call>")
+        rep = ' ("\\n" call)*' if parallel else ""
+        lark = f"start: call{rep}\ncall: {open_} body {close}\nbody: %json {json.dumps(schema)}\n"
+        return self._checked(llguidance.LLMatcher.grammar_from_lark(lark))
+
+    def matcher(self, grammar: str) -> Any:
+        """A fresh matcher for one request."""
+        import llguidance
+
+        m = llguidance.LLMatcher(self.ll_tokenizer, grammar, log_level=1)
+        if m.is_error():
+            raise UsageError(f"invalid grammar: {m.get_error()}")
+        return m
+
+    def _checked(self, grammar: str) -> str:
+        import llguidance
+
+        ok, is_error, messages = _validate(llguidance, self.ll_tokenizer, grammar)
+        if not ok or is_error:
+            raise UsageError(f"cannot compile the constraint: {'; '.join(messages)}")
+        return grammar
+
+    def allocate_bitmask(self, rows: int) -> torch.Tensor:
+        import llguidance.torch
+
+        return llguidance.torch.allocate_token_bitmask(rows, self.vocab_size)
+
+    @staticmethod
+    def mask_logits(logits: torch.Tensor, matchers: list[tuple[int, Any]], bitmask: torch.Tensor) -> None:
+        """In place: forbid, in each listed row of logits (B, V), the tokens its matcher rejects."""
+        import llguidance.torch
+
+        for j, (_row, m) in enumerate(matchers):
+            llguidance.torch.fill_next_token_bitmask(m, bitmask, j)
+        rows = torch.tensor([r for r, _ in matchers], device=logits.device)
+        sub = logits[rows].float().cpu()  # (k, V)
+        llguidance.torch.apply_token_bitmask_inplace(sub, bitmask[: len(matchers)])
+        logits[rows] = sub.to(logits.dtype).to(logits.device)
+
+
+def _validate(llguidance: Any, tokenizer: Any, grammar: str) -> tuple[bool, bool, list[str]]:
+    m = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+    if m.is_error():
+        return False, True, [m.get_error()]
+    return True, False, []

@@ -1,0 +1,542 @@
+"""The torch engine: transformers + peft, continuous batching, several LoRA adapters.
+
+One worker thread owns the model. Requests from any event loop are queued; at every
+step the worker admits new requests (a batched, left-padded prefill whose KV cache is
+merged into the running batch), then runs one decode forward for every active
+sequence, samples a token per row (each row with its own temperature, top-p, seed,
+grammar and adapter), and retires the rows that finished. Rows of one batch may use
+different LoRA adapters (peft's mixed-adapter batches). `scheduling="dynamic"` admits
+new requests only when the batch has drained, for comparison (see bench/).
+
+Adapter loads and unloads run on the worker thread between two steps, so a swap never
+races a forward pass, and an adapter that is replaced is freed only once no running
+sequence uses it.
+
+Runs on CUDA when present (bf16) and on the CPU otherwise (fp32). Left out: paged
+attention, prefix caching and chunked prefill; vLLM is the engine for those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from art_langgraph.engine.base import GenerateResult, SamplingParams, TokenEvent
+from art_langgraph.engine.constrained import GrammarCompiler
+from art_langgraph.engine.sampling import raw_logprobs, sample_rows
+from art_langgraph.errors import InfrastructureError, UsageError
+
+__all__ = ["TorchEngine", "TorchEngineConfig"]
+
+log = logging.getLogger(__name__)
+
+_BASE = "__base__"  # peft's name for "no adapter" in a mixed batch
+
+
+@dataclass(frozen=True)
+class TorchEngineConfig:
+    """Settings of the torch engine."""
+
+    max_batch_size: int = 64
+    """Most sequences decoded together; more wait in the queue."""
+    scheduling: Literal["continuous", "dynamic"] = "continuous"
+    """continuous: new requests join the running batch at the next step.
+    dynamic: new requests wait until the running batch has finished."""
+    device: str | None = None
+    """"cuda", "cpu", ...; None picks CUDA when present."""
+    dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    """Weights dtype; None: bfloat16 on CUDA, float32 on the CPU."""
+    seed: int = 0
+    """Seed of the generator shared by requests that carry no seed."""
+    admit_wait_s: float = 0.002
+    """When idle, how long to wait for more arrivals before a prefill (seconds)."""
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    adapter_name: str | None
+    adapter_key: str
+    emit: Callable[[TokenEvent | GenerateResult | BaseException], None]
+    stream: bool
+    generator: torch.Generator | None = None
+    matcher: Any = None
+    completion: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top: list[list[tuple[int, float]]] | None = None
+    cancelled: bool = False
+    t_submit: float = field(default_factory=time.perf_counter)
+    t_start: float = 0.0
+    t_first: float = 0.0
+
+
+class TorchEngine:
+    """An `InferenceEngine` on transformers + peft. Build it with `from_pretrained`."""
+
+    def __init__(self, model: Any, tokenizer: Any, config: TorchEngineConfig | None = None) -> None:
+        self.config = config or TorchEngineConfig()
+        self.tokenizer = tokenizer
+        self.base_model = model
+        self.model = model  # becomes a PeftModel with the first adapter
+        self.device = next(model.parameters()).device
+        self.context_length = int(
+            getattr(model.config, "max_position_embeddings", None) or tokenizer.model_max_length
+        )
+        self.vocab_size = int(model.config.vocab_size)
+        eos = model.generation_config.eos_token_id if model.generation_config else None
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if tokenizer.eos_token_id is not None:
+            eos_ids.add(tokenizer.eos_token_id)
+        self.eos_token_ids = frozenset(int(i) for i in eos_ids)
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = int(pad if pad is not None else next(iter(self.eos_token_ids), 0))
+        self.grammars = GrammarCompiler(tokenizer, self.vocab_size)
+        self._adapters: dict[str, str] = {}  # user name -> peft key
+        self._retired: set[str] = set()  # peft keys to delete once unused
+        self._keys = itertools.count(1)
+        self._generator = torch.Generator(device="cpu").manual_seed(self.config.seed)
+        self._inbox: queue.Queue[Any] = queue.Queue()
+        self._closing = False
+        self._rows: list[_Request] = []
+        self._cache: Any = None
+        self._mask: torch.Tensor | None = None  # (B, T) 1 for real tokens
+        self._next: torch.Tensor | None = None  # (B,) token to feed next
+        self._pos: torch.Tensor | None = None  # (B,) its position
+        self.steps = 0
+        """Decode steps run so far (for tests and metrics)."""
+        self._thread = threading.Thread(target=self._run, name="art-torch-engine", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def from_pretrained(
+        cls, base_model: str, config: TorchEngineConfig | None = None, cache_dir: Path | None = None
+    ) -> TorchEngine:
+        """Load a HF id, a local folder, or a preset name (`"tiny"`)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        from art_langgraph.presets import resolve_preset
+
+        config = config or TorchEngineConfig()
+        path = resolve_preset(base_model, cache_dir)
+        device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype_name = config.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+        hf_logging.disable_progress_bar()
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype_name))
+        model.to(device).eval()
+        engine = cls(model, tokenizer, config)
+        engine.model_path = path
+        return engine
+
+    model_path: str = ""
+    """The folder or id the weights came from."""
+
+    # ---------------------------------------------------------------- public
+    async def generate(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, adapter: str | None = None
+    ) -> GenerateResult:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[GenerateResult] = loop.create_future()
+
+        def emit(item: TokenEvent | GenerateResult | BaseException) -> None:
+            if isinstance(item, TokenEvent):
+                return
+            loop.call_soon_threadsafe(_settle, fut, item)
+
+        req = self._submit(prompt_ids, sampling, adapter, emit, stream=False)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            req.cancelled = True
+            raise
+
+    async def stream(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, adapter: str | None = None
+    ) -> AsyncIterator[TokenEvent | GenerateResult]:
+        loop = asyncio.get_running_loop()
+        q: asyncio.Queue[TokenEvent | GenerateResult | BaseException] = asyncio.Queue()
+
+        def emit(item: TokenEvent | GenerateResult | BaseException) -> None:
+            loop.call_soon_threadsafe(q.put_nowait, item)
+
+        req = self._submit(prompt_ids, sampling, adapter, emit, stream=True)
+        try:
+            while True:
+                item = await q.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if isinstance(item, GenerateResult):
+                    return
+        finally:
+            req.cancelled = True
+
+    async def load_adapter(self, name: str, path: str) -> None:
+        if not (Path(path) / "adapter_config.json").is_file():
+            raise UsageError(f"{path!r} is not a peft adapter folder (no adapter_config.json)")
+        await self._command(lambda: self._load_adapter(name, path))
+
+    async def unload_adapter(self, name: str) -> None:
+        await self._command(lambda: self._unload_adapter(name))
+
+    def list_adapters(self) -> list[str]:
+        return sorted(self._adapters)
+
+    async def close(self) -> None:
+        self._closing = True
+        self._inbox.put(None)
+        await asyncio.to_thread(self._thread.join, 30)
+
+    def close_sync(self) -> None:
+        self._closing = True
+        self._inbox.put(None)
+        self._thread.join(30)
+
+    @property
+    def active(self) -> int:
+        """Sequences being decoded now."""
+        return len(self._rows)
+
+    # ------------------------------------------------------------- internals
+    def _submit(self, prompt_ids, sampling, adapter, emit, *, stream) -> _Request:
+        if self._closing:
+            raise InfrastructureError("the engine is closed")
+        prompt = [int(i) for i in prompt_ids]
+        if not prompt:
+            raise UsageError("the prompt is empty")
+        if max(prompt) >= self.vocab_size or min(prompt) < 0:
+            raise UsageError(f"prompt token ids must be in [0, {self.vocab_size})")
+        if len(prompt) >= self.context_length:
+            from art_langgraph.errors import ContextLengthError
+
+            raise ContextLengthError(len(prompt), None, self.context_length)
+        key = _BASE
+        if adapter is not None:
+            if adapter not in self._adapters:
+                raise UsageError(f"no adapter named {adapter!r} is loaded; loaded: {self.list_adapters()}")
+            key = self._adapters[adapter]
+        req = _Request(prompt, sampling, adapter, key, emit, stream)
+        if sampling.seed is not None:
+            req.generator = torch.Generator(device="cpu").manual_seed(sampling.seed)
+        if sampling.grammar is not None:
+            req.matcher = self.grammars.matcher(sampling.grammar)
+        self._inbox.put(req)
+        return req
+
+    async def _command(self, fn: Callable[[], None]) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def done(result: Any) -> None:
+            loop.call_soon_threadsafe(_settle, fut, result)
+
+        self._inbox.put(("cmd", fn, done))
+        await fut
+
+    def _run(self) -> None:
+        torch.set_grad_enabled(False)
+        while not self._closing:
+            try:
+                new = self._take_inbox(block=not self._rows)
+                if new:
+                    self._prefill(new)
+                if self._rows:
+                    self._decode()
+                self._free_retired()
+            except Exception as exc:  # a bug or an OOM: fail the batch, keep serving
+                log.exception("engine step failed")
+                for r in self._rows:
+                    r.emit(InfrastructureError(f"engine step failed: {exc!r}"))
+                self._reset_batch()
+        for r in self._rows:
+            r.emit(self._result(r, "abort"))
+        while not self._inbox.empty():
+            item = self._inbox.get_nowait()
+            if isinstance(item, _Request):
+                item.emit(self._result(item, "abort"))
+
+    def _take_inbox(self, *, block: bool) -> list[_Request]:
+        new: list[_Request] = []
+        room = self.config.max_batch_size - len(self._rows)
+        if self.config.scheduling == "dynamic" and self._rows:
+            room = 0
+        deadline = None
+        while True:
+            try:
+                if block and not new:
+                    item = self._inbox.get(timeout=0.5)
+                elif deadline is not None:
+                    item = self._inbox.get(timeout=max(0.0, deadline - time.perf_counter()))
+                else:
+                    item = self._inbox.get_nowait()
+            except queue.Empty:
+                if block and not new and not self._closing:
+                    continue
+                break
+            if item is None:
+                break
+            if isinstance(item, tuple):
+                _, fn, done = item
+                try:
+                    fn()
+                    done(None)
+                except Exception as exc:
+                    done(exc)
+                continue
+            if item.cancelled:
+                continue
+            if room <= len(new):
+                self._inbox.put(item)  # no room: it waits for the next step
+                break
+            item.t_start = time.perf_counter()
+            new.append(item)
+            if block and deadline is None:
+                deadline = time.perf_counter() + self.config.admit_wait_s
+        return new
+
+    def _forward(self, input_ids, mask, pos, cache, keys: list[str]) -> torch.Tensor:
+        kwargs: dict[str, Any] = {}
+        if self.model is not self.base_model:
+            kwargs["adapter_names"] = keys
+        t = cache.get_seq_length()
+        q = input_ids.shape[1]
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=cache,
+            cache_position=torch.arange(t, t + q, device=self.device),
+            use_cache=True,
+            logits_to_keep=1,
+            **kwargs,
+        )
+        return out.logits[:, -1, :]  # (B, V)
+
+    def _prefill(self, new: list[_Request]) -> None:
+        from transformers import DynamicCache
+
+        width = max(len(r.prompt_ids) for r in new)
+        ids = torch.full((len(new), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(new), width), dtype=torch.long)
+        for i, r in enumerate(new):
+            n = len(r.prompt_ids)
+            ids[i, width - n :] = torch.tensor(r.prompt_ids)
+            mask[i, width - n :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, T)
+        cache = DynamicCache(config=self.model.config)
+        logits = self._forward(ids, mask, pos, cache, [r.adapter_key for r in new])
+        now = time.perf_counter()
+        for r in new:
+            r.t_first = now
+        tokens = self._sample(new, logits)
+        nxt = tokens.to(self.device)
+        last = pos[:, -1] + 1
+        self._merge(new, cache, mask, nxt, last)
+        self._retire_finished()
+
+    def _decode(self) -> None:
+        assert self._mask is not None and self._next is not None and self._pos is not None
+        b = len(self._rows)
+        self._mask = torch.cat([self._mask, torch.ones((b, 1), dtype=torch.long, device=self.device)], 1)
+        logits = self._forward(
+            self._next.unsqueeze(1),
+            self._mask,
+            self._pos.unsqueeze(1),
+            self._cache,
+            [r.adapter_key for r in self._rows],
+        )
+        self._next = self._sample(self._rows, logits).to(self.device)
+        self._pos = self._pos + 1
+        self.steps += 1
+        self._retire_finished()
+
+    def _sample(self, rows: list[_Request], logits: torch.Tensor) -> torch.Tensor:
+        """Pick one token per row, record it and its logprob; returns (B,) ids on the CPU."""
+        logits = logits.float()
+        lp = raw_logprobs(logits)  # (B, V), before grammar masks
+        constrained = [(i, r.matcher) for i, r in enumerate(rows) if r.matcher is not None]
+        for i, r in enumerate(rows):
+            if r.sampling.ignore_eos:
+                logits[i, list(self.eos_token_ids)] = float("-inf")
+        if constrained:
+            bitmask = self.grammars.allocate_bitmask(len(constrained))
+            self.grammars.mask_logits(logits, constrained, bitmask)
+        temp = torch.tensor([r.sampling.temperature for r in rows], device=logits.device)
+        top_p = torch.tensor([r.sampling.top_p for r in rows], device=logits.device)
+        tokens = sample_rows(logits, temp, top_p, [r.generator for r in rows], self._generator)
+        tokens = tokens.cpu()
+        chosen = lp.gather(1, tokens.to(lp.device).unsqueeze(1)).squeeze(1).cpu()  # (B,)
+        k = max(r.sampling.top_logprobs for r in rows)
+        top_v = top_i = None
+        if k:
+            top_v, top_i = (t.cpu() for t in lp.topk(k, dim=-1))
+        for i, r in enumerate(rows):
+            tok, logprob = int(tokens[i]), float(chosen[i])
+            r.completion.append(tok)
+            r.logprobs.append(logprob)
+            top = None
+            if r.sampling.top_logprobs and top_v is not None and top_i is not None:
+                n = r.sampling.top_logprobs
+                top = list(zip(top_i[i, :n].tolist(), top_v[i, :n].tolist(), strict=True))
+                r.top = r.top if r.top is not None else []
+                r.top.append(top)
+            if r.matcher is not None and not r.matcher.is_stopped():
+                if not r.matcher.consume_token(tok):
+                    log.warning("grammar rejected token %d: %s", tok, r.matcher.get_error())
+            if r.stream:
+                r.emit(TokenEvent(tok, logprob, top))
+        return tokens
+
+    def _finish_reason(self, r: _Request) -> tuple[str, str | int | None] | None:
+        if r.cancelled:
+            return "abort", None
+        tok = r.completion[-1]
+        s = r.sampling
+        if not s.ignore_eos and tok in self.eos_token_ids:
+            return "stop", tok
+        if tok in s.stop_token_ids:
+            return "stop", tok
+        if s.stop:
+            longest = max(len(x) for x in s.stop)
+            tail = self.tokenizer.decode(r.completion[-(longest + 4) :], skip_special_tokens=True)
+            for x in s.stop:
+                if x in tail:
+                    return "stop", x
+        if r.matcher is not None and r.matcher.is_stopped():
+            return "stop", None
+        if len(r.completion) >= s.max_tokens:
+            return "length", None
+        if len(r.prompt_ids) + len(r.completion) >= self.context_length:
+            return "length", None
+        return None
+
+    def _result(self, r: _Request, reason: str, stop: str | int | None = None) -> GenerateResult:
+        now = time.perf_counter()
+        return GenerateResult(
+            prompt_token_ids=r.prompt_ids,
+            completion_token_ids=list(r.completion),
+            logprobs=list(r.logprobs),
+            finish_reason=reason,  # type: ignore[arg-type]
+            stop_reason=stop,
+            top_logprobs=r.top,
+            adapter=r.adapter_name,
+            timings={
+                "queued_s": max(0.0, r.t_start - r.t_submit),
+                "prefill_s": max(0.0, r.t_first - r.t_start),
+                "decode_s": max(0.0, now - r.t_first),
+            },
+        )
+
+    def _retire_finished(self) -> None:
+        keep: list[int] = []
+        for i, r in enumerate(self._rows):
+            done = self._finish_reason(r)
+            if done is None:
+                keep.append(i)
+            else:
+                r.emit(self._result(r, done[0], done[1]))
+        if len(keep) == len(self._rows):
+            return
+        if not keep:
+            self._reset_batch()
+            return
+        idx = torch.tensor(keep, device=self.device)
+        self._rows = [self._rows[i] for i in keep]
+        self._cache.batch_select_indices(idx)
+        assert self._mask is not None and self._next is not None and self._pos is not None
+        self._mask, self._next, self._pos = self._mask[idx], self._next[idx], self._pos[idx]
+        # Drop the left columns that no remaining row uses.
+        used = self._mask.any(dim=0).nonzero()
+        lead = int(used[0]) if len(used) else 0
+        if lead:
+            self._mask = self._mask[:, lead:]
+            for layer in self._cache.layers:
+                layer.keys = layer.keys[:, :, lead:]
+                layer.values = layer.values[:, :, lead:]
+
+    def _merge(self, new: list[_Request], cache: Any, mask: torch.Tensor, nxt, pos) -> None:
+        if not self._rows:
+            self._rows, self._cache, self._mask, self._next, self._pos = list(new), cache, mask, nxt, pos
+            return
+        assert self._mask is not None and self._next is not None and self._pos is not None
+        t_old, t_new = self._mask.shape[1], mask.shape[1]
+        width = max(t_old, t_new)
+        for old_l, new_l in zip(self._cache.layers, cache.layers, strict=True):
+            old_l.keys = torch.cat([_pad_left(old_l.keys, width), _pad_left(new_l.keys, width)], 0)
+            old_l.values = torch.cat([_pad_left(old_l.values, width), _pad_left(new_l.values, width)], 0)
+        self._mask = torch.cat([_pad_left_2d(self._mask, width), _pad_left_2d(mask, width)], 0)
+        self._next = torch.cat([self._next, nxt])
+        self._pos = torch.cat([self._pos, pos])
+        self._rows = self._rows + list(new)
+
+    def _reset_batch(self) -> None:
+        self._rows, self._cache, self._mask, self._next, self._pos = [], None, None, None, None
+
+    # ---------------------------------------------------------------- adapters
+    def _load_adapter(self, name: str, path: str) -> None:
+        from peft import PeftModel
+
+        key = f"a{next(self._keys)}"
+        try:
+            if self.model is self.base_model:
+                self.model = PeftModel.from_pretrained(self.base_model, path, adapter_name=key)
+                self.model.eval()
+            else:
+                self.model.load_adapter(path, adapter_name=key, is_trainable=False)
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise UsageError(f"cannot load adapter {name!r} from {path}: {exc}") from exc
+        old = self._adapters.get(name)
+        self._adapters[name] = key
+        if old is not None:
+            self._retired.add(old)
+
+    def _unload_adapter(self, name: str) -> None:
+        if name not in self._adapters:
+            raise UsageError(f"no adapter named {name!r} is loaded")
+        self._retired.add(self._adapters.pop(name))
+        self._free_retired()
+
+    def _free_retired(self) -> None:
+        if not self._retired:
+            return
+        in_use = {r.adapter_key for r in self._rows}
+        for key in list(self._retired - in_use):
+            with contextlib.suppress(Exception):
+                self.model.delete_adapter(key)
+            self._retired.discard(key)
+
+
+def _pad_left(x: torch.Tensor, width: int) -> torch.Tensor:
+    """(B, H, T, D) -> (B, H, width, D), zeros on the left."""
+    extra = width - x.shape[2]
+    return x if extra == 0 else torch.nn.functional.pad(x, (0, 0, extra, 0))
+
+
+def _pad_left_2d(x: torch.Tensor, width: int) -> torch.Tensor:
+    """(B, T) -> (B, width), zeros on the left."""
+    extra = width - x.shape[1]
+    return x if extra == 0 else torch.nn.functional.pad(x, (extra, 0))
+
+
+def _settle(fut: asyncio.Future[Any], item: Any) -> None:
+    if fut.done():
+        return
+    if isinstance(item, BaseException):
+        fut.set_exception(item)
+    else:
+        fut.set_result(item)

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Creates or updates the project's virtual environment in .venv (or $ART_VENV).
+# torch is pinned through constraints.txt so pip takes the CPU build that lies on
+# this kind of machine instead of pulling CUDA packages. Re-runs are cheap: the
+# install is skipped while pyproject.toml and constraints.txt are unchanged.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${ART_VENV:-$root/.venv}"
+py="${PYTHON:-python3}"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating $venv" >&2
+  "$py" -m venv "$venv"
+fi
+stamp="$venv/.art-setup-stamp"
+want="$(cat "$root/pyproject.toml" "$root/constraints.txt" | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: installing the project and its dev tools into $venv" >&2
+  "$venv/bin/python" -m pip install -q --upgrade pip >&2
+  "$venv/bin/python" -m pip install -q -c "$root/constraints.txt" -e "$root[dev]" >&2
+  echo "$want" > "$stamp"
+fi

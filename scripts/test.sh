@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test command: sets up .venv, then runs lint, format check, the type checker and
+# the whole test suite (slow tests included). Extra arguments go to pytest.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$root/scripts/setup.sh"
+venv="${ART_VENV:-$root/.venv}"
+cd "$root"
+"$venv/bin/ruff" check .
+"$venv/bin/ruff" format --check .
+"$venv/bin/mypy"
+set +e
+"$venv/bin/python" -m pytest "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "test: pytest collected no tests; that is a failure" >&2
+  exit 1
+fi
+exit "$rc"
