@@ -1,0 +1,51 @@
+"""art_langgraph: train the LLM inside a LangGraph app with GRPO on a LoRA adapter.
+
+The public surface, in ART's vocabulary. Subpackages hold the rest:
+`art_langgraph.engine` (token-in/token-out inference), `art_langgraph.backend` (the
+OpenAI-compatible server), `art_langgraph.presets` (the offline tiny model).
+"""
+
+from art_langgraph.errors import (
+    ArtError,
+    ContextLengthError,
+    InfrastructureError,
+    MissingExtraError,
+    ModelBehaviorError,
+    NonFiniteRewardError,
+    UnknownModelError,
+    UsageError,
+)
+from art_langgraph.trajectory import (
+    ExceptionInfo,
+    LLMCall,
+    ToolCall,
+    ToolEvent,
+    Trajectory,
+    TrajectoryGroup,
+    append_jsonl,
+    read_jsonl,
+    write_jsonl,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArtError",
+    "ContextLengthError",
+    "ExceptionInfo",
+    "InfrastructureError",
+    "LLMCall",
+    "MissingExtraError",
+    "ModelBehaviorError",
+    "NonFiniteRewardError",
+    "ToolCall",
+    "ToolEvent",
+    "Trajectory",
+    "TrajectoryGroup",
+    "UnknownModelError",
+    "UsageError",
+    "__version__",
+    "append_jsonl",
+    "read_jsonl",
+    "write_jsonl",
+]

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from numbers import Integral, Real
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self, TypeVar
+from typing import Annotated, Any, Literal, Self, TypeVar, overload
 
 from pydantic import (
     BaseModel,
@@ -555,9 +555,13 @@ def append_jsonl(path: str | os.PathLike[str], item: BaseModel) -> None:
         os.fsync(f.fileno())
 
 
-def read_jsonl(path: str | os.PathLike[str], kind: type[_M] = Trajectory) -> list[_M]:  # type: ignore[assignment]
+@overload
+def read_jsonl(path: str | os.PathLike[str]) -> list[Trajectory]: ...
+@overload
+def read_jsonl(path: str | os.PathLike[str], kind: type[_M]) -> list[_M]: ...
+def read_jsonl(path: str | os.PathLike[str], kind: type[Any] = Trajectory) -> list[Any]:
     """Read every record of a JSON-lines file as `kind` (blank lines skipped)."""
-    records: list[_M] = []
+    records: list[Any] = []
     with open(path, encoding="utf-8", newline="\n") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():

@@ -120,8 +120,10 @@ def rich_trajectory() -> Trajectory:
         started_at=datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC),
     )
     t = Trajectory(
-        messages=call.to_messages()
-        + [{"role": "tool", "tool_call_id": "call_1", "content": "☕ Café Ñandú\nline 2"}],
+        messages=[
+            *call.to_messages(),
+            {"role": "tool", "tool_call_id": "call_1", "content": "☕ Café Ñandú\nline 2"},
+        ],
         reward=0.1,
         metrics={"correct": True, "turns": 2, "score": 0.30000000000000004},
         metadata={"scenario": {"id": "s-1", "split": "train"}, "tags": ["x", "ÿ"]},

@@ -1,0 +1,15 @@
+"""The backend: the OpenAI-compatible server, its model registry and how to start it."""
+
+from art_langgraph.backend.registry import ModelRegistry, Served
+from art_langgraph.backend.runner import ServerHandle, check_bind, serve, start_server
+from art_langgraph.backend.server import create_app
+
+__all__ = [
+    "ModelRegistry",
+    "Served",
+    "ServerHandle",
+    "check_bind",
+    "create_app",
+    "serve",
+    "start_server",
+]

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from art_langgraph.errors import UsageError
+
+if TYPE_CHECKING:
+    from art_langgraph.engine.constrained import GrammarCompiler
 
 __all__ = ["GenerateResult", "InferenceEngine", "SamplingParams", "TokenEvent"]
 
@@ -93,6 +96,10 @@ class InferenceEngine(Protocol):
 
     context_length: int
     """Most tokens (prompt + completion) one sequence may hold."""
+    tokenizer: Any
+    """The HF tokenizer whose ids the engine speaks (chat templates are applied outside)."""
+    grammars: GrammarCompiler
+    """Compiles constraints (JSON schemas, forced tool calls) into grammars for `SamplingParams`."""
 
     async def generate(
         self, prompt_ids: Sequence[int], sampling: SamplingParams, adapter: str | None = None

@@ -31,12 +31,21 @@ class GrammarCompiler:
 
         self.ll_tokenizer = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab_size)
         self.vocab_size = vocab_size
+        added = set(hf_tokenizer.get_added_vocab())
+        # Where the tool-call markers are single tokens (Qwen2.5, the tiny preset), the
+        # grammar names those tokens, so a forced call samples the ids `encode` gives.
+        self._open = '<tool_call> "\\n"' if "<tool_call>" in added else json.dumps("<tool_call>\n")
+        self._close = (
+            '"\\n" </tool_call>' if "</tool_call>" in added else json.dumps("\n</tool_call>")
+        )
 
     def json_schema(self, schema: dict[str, Any]) -> str:
         """A grammar for one JSON value matching `schema`."""
         import llguidance
 
-        return self._checked(llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=_JSON_DEFAULTS))
+        return self._checked(
+            llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=_JSON_DEFAULTS)  # type: ignore[arg-type]
+        )
 
     def json_object(self) -> str:
         """A grammar for any JSON object (`response_format={"type": "json_object"}`)."""
@@ -65,9 +74,8 @@ class GrammarCompiler:
             )
         schema = options[0] if len(options) == 1 else {"anyOf": options}
         schema = {**schema, "x-guidance": _JSON_DEFAULTS}
-        open_, close = json.dumps("<tool_call>\n"), json.dumps("\n</tool_call>")
         rep = ' ("\\n" call)*' if parallel else ""
-        lark = f"start: call{rep}\ncall: {open_} body {close}\nbody: %json {json.dumps(schema)}\n"
+        lark = f"start: call{rep}\ncall: {self._open} body {self._close}\nbody: %json {json.dumps(schema)}\n"
         return self._checked(llguidance.LLMatcher.grammar_from_lark(lark))
 
     def matcher(self, grammar: str) -> Any:
@@ -93,7 +101,9 @@ class GrammarCompiler:
         return llguidance.torch.allocate_token_bitmask(rows, self.vocab_size)
 
     @staticmethod
-    def mask_logits(logits: torch.Tensor, matchers: list[tuple[int, Any]], bitmask: torch.Tensor) -> None:
+    def mask_logits(
+        logits: torch.Tensor, matchers: list[tuple[int, Any]], bitmask: torch.Tensor
+    ) -> None:
         """In place: forbid, in each listed row of logits (B, V), the tokens its matcher rejects."""
         import llguidance.torch
 

@@ -137,7 +137,7 @@ class TorchEngine:
         hf_logging.disable_progress_bar()
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype_name))
-        model.to(device).eval()
+        model = model.to(device).eval()  # type: ignore[arg-type]
         engine = cls(model, tokenizer, config)
         engine.model_path = path
         return engine
@@ -227,7 +227,9 @@ class TorchEngine:
         key = _BASE
         if adapter is not None:
             if adapter not in self._adapters:
-                raise UsageError(f"no adapter named {adapter!r} is loaded; loaded: {self.list_adapters()}")
+                raise UsageError(
+                    f"no adapter named {adapter!r} is loaded; loaded: {self.list_adapters()}"
+                )
             key = self._adapters[adapter]
         req = _Request(prompt, sampling, adapter, key, emit, stream)
         if sampling.seed is not None:
@@ -352,7 +354,9 @@ class TorchEngine:
     def _decode(self) -> None:
         assert self._mask is not None and self._next is not None and self._pos is not None
         b = len(self._rows)
-        self._mask = torch.cat([self._mask, torch.ones((b, 1), dtype=torch.long, device=self.device)], 1)
+        self._mask = torch.cat(
+            [self._mask, torch.ones((b, 1), dtype=torch.long, device=self.device)], 1
+        )
         logits = self._forward(
             self._next.unsqueeze(1),
             self._mask,
@@ -395,9 +399,9 @@ class TorchEngine:
                 top = list(zip(top_i[i, :n].tolist(), top_v[i, :n].tolist(), strict=True))
                 r.top = r.top if r.top is not None else []
                 r.top.append(top)
-            if r.matcher is not None and not r.matcher.is_stopped():
-                if not r.matcher.consume_token(tok):
-                    log.warning("grammar rejected token %d: %s", tok, r.matcher.get_error())
+            matcher = r.matcher
+            if matcher is not None and not matcher.is_stopped() and not matcher.consume_token(tok):
+                log.warning("grammar rejected token %d: %s", tok, r.matcher.get_error())
             if r.stream:
                 r.emit(TokenEvent(tok, logprob, top))
         return tokens
@@ -471,14 +475,22 @@ class TorchEngine:
 
     def _merge(self, new: list[_Request], cache: Any, mask: torch.Tensor, nxt, pos) -> None:
         if not self._rows:
-            self._rows, self._cache, self._mask, self._next, self._pos = list(new), cache, mask, nxt, pos
+            self._rows, self._cache, self._mask, self._next, self._pos = (
+                list(new),
+                cache,
+                mask,
+                nxt,
+                pos,
+            )
             return
         assert self._mask is not None and self._next is not None and self._pos is not None
         t_old, t_new = self._mask.shape[1], mask.shape[1]
         width = max(t_old, t_new)
         for old_l, new_l in zip(self._cache.layers, cache.layers, strict=True):
             old_l.keys = torch.cat([_pad_left(old_l.keys, width), _pad_left(new_l.keys, width)], 0)
-            old_l.values = torch.cat([_pad_left(old_l.values, width), _pad_left(new_l.values, width)], 0)
+            old_l.values = torch.cat(
+                [_pad_left(old_l.values, width), _pad_left(new_l.values, width)], 0
+            )
         self._mask = torch.cat([_pad_left_2d(self._mask, width), _pad_left_2d(mask, width)], 0)
         self._next = torch.cat([self._next, nxt])
         self._pos = torch.cat([self._pos, pos])

@@ -1,0 +1,93 @@
+"""Which model names the server answers to, and which adapter serves each step.
+
+A served name maps steps to engine adapters: the base model is step 0 of its own name
+(and of any trainable model that has not trained yet). A request names `name` (the
+latest step) or `name@step` (pinned); the response's `model` field is always
+`name@step`, so a caller can tell which weights answered.
+
+Left out: persistence (checkpoints on disk are the trainer's business).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from art_langgraph.errors import UnknownModelError, UsageError
+
+__all__ = ["ModelRegistry", "Served"]
+
+
+@dataclass(frozen=True)
+class Served:
+    """The answer to "who serves this model string"."""
+
+    name: str
+    step: int
+    adapter: str | None
+    """Engine adapter name; None for the base model."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}@{self.step}"
+
+
+class ModelRegistry:
+    """Thread-safe map of served names to {step: adapter}."""
+
+    def __init__(self, base_name: str) -> None:
+        self.base_name = base_name
+        self._steps: dict[str, dict[int, str | None]] = {base_name: {0: None}}
+        self._lock = threading.Lock()
+
+    def add_model(self, name: str) -> None:
+        """Serve `name` at step 0 with the base weights (a model that has not trained yet)."""
+        _check_name(name)
+        with self._lock:
+            self._steps.setdefault(name, {0: None})
+
+    def set_step(self, name: str, step: int, adapter: str | None) -> None:
+        """Serve `name@step` with the engine adapter `adapter`; it becomes the latest if newest."""
+        _check_name(name)
+        if step < 0:
+            raise UsageError(f"step must be >= 0, got {step}")
+        with self._lock:
+            self._steps.setdefault(name, {})[step] = adapter
+
+    def drop_step(self, name: str, step: int) -> None:
+        with self._lock:
+            self._steps.get(name, {}).pop(step, None)
+
+    def resolve(self, model: str) -> Served:
+        """`name` -> latest step; `name@step` -> that step. Raises UnknownModelError."""
+        name, _, step_s = model.rpartition("@") if "@" in model else (model, "", "")
+        with self._lock:
+            steps = self._steps.get(name)
+            if not steps:
+                raise UnknownModelError(model, self._labels())
+            if step_s == "":
+                step = max(steps)
+            else:
+                try:
+                    step = int(step_s)
+                except ValueError:
+                    raise UnknownModelError(model, self._labels()) from None
+                if step not in steps:
+                    raise UnknownModelError(model, self._labels())
+            return Served(name, step, steps[step])
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._steps)
+
+    def labels(self) -> list[str]:
+        with self._lock:
+            return self._labels()
+
+    def _labels(self) -> list[str]:
+        return [f"{n}@{s}" for n, steps in sorted(self._steps.items()) for s in sorted(steps)]
+
+
+def _check_name(name: str) -> None:
+    if not name or "@" in name:
+        raise UsageError(f"invalid model name {name!r}: it must be non-empty and hold no '@'")

@@ -1,0 +1,70 @@
+"""The `art-langgraph` command line.
+
+    art-langgraph serve --base-model tiny [--host 127.0.0.1] [--port 8000] [--api-key K]
+
+`serve` starts the OpenAI-compatible server on the torch engine. The API key may also
+come from `$ART_API_KEY`. Left out: training commands (they come with the trainer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from art_langgraph.errors import UsageError
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="art-langgraph", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API")
+    s.add_argument(
+        "--base-model",
+        default="tiny",
+        help="a preset ('tiny'), a HF id or a local folder (default: tiny)",
+    )
+    s.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; others need --api-key)",
+    )
+    s.add_argument(
+        "--port", type=int, default=8000, help="port to bind (default 8000; 0 picks a free one)"
+    )
+    s.add_argument(
+        "--api-key",
+        default=os.environ.get("ART_API_KEY"),
+        help="require 'Authorization: Bearer KEY' (default: $ART_API_KEY)",
+    )
+    s.add_argument(
+        "--served-name", default=None, help="the model name clients use (default: the base model)"
+    )
+    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        from art_langgraph.backend.runner import serve
+
+        try:
+            serve(
+                args.base_model,
+                host=args.host,
+                port=args.port,
+                api_key=args.api_key,
+                served_name=args.served_name,
+                log_level=args.log_level,
+            )
+        except UsageError as exc:
+            print(f"art-langgraph: error: {exc}", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
