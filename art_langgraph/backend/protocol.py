@@ -61,6 +61,9 @@ class ChatCompletionRequest(BaseModel):
     stream_options: StreamOptions | None = None
     return_token_ids: bool = False
     """vLLM extension: add `prompt_token_ids` (top level) and `token_ids` (per choice)."""
+    structured_outputs: dict[str, Any] | None = None
+    """vLLM extension: constrain the completion with one of `{"json": schema}`, `{"regex": r}`,
+    `{"grammar": lark}` (llguidance Lark) or `{"choice": [strings]}`."""
     ignore_eos: bool = False
     """vLLM extension: keep generating past end-of-sequence (benchmarks)."""
 
@@ -86,6 +89,16 @@ class ChatCompletionRequest(BaseModel):
             js = v.get("json_schema")
             if not isinstance(js, dict) or not isinstance(js.get("schema", {}), dict):
                 raise ValueError("response_format.json_schema.schema must be an object")
+        return v
+
+    @field_validator("structured_outputs")
+    @classmethod
+    def _structured(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is None:
+            return None
+        keys = [k for k in ("json", "regex", "grammar", "choice") if v.get(k) is not None]
+        if len(keys) != 1:
+            raise ValueError("structured_outputs takes exactly one of json, regex, grammar, choice")
         return v
 
     def completion_limit(self) -> int | None:

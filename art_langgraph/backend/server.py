@@ -210,8 +210,13 @@ def create_app(
         req: ChatCompletionRequest, mode: str, tools: list[dict[str, Any]] | None
     ) -> str | None:
         rf = req.response_format or {}
-        if mode in ("required", "named") and rf.get("type", "text") != "text":
-            raise UsageError("response_format and a forced tool_choice cannot be combined")
+        forced = mode in ("required", "named")
+        if sum([forced, rf.get("type", "text") != "text", req.structured_outputs is not None]) > 1:
+            raise UsageError(
+                "use one constraint at a time: response_format, structured_outputs or a forced tool_choice"
+            )
+        if so := req.structured_outputs:
+            return engine.grammars.structured(so)
         if rf.get("type") == "json_schema":
             return engine.grammars.json_schema(rf["json_schema"].get("schema", {}))
         if rf.get("type") == "json_object":

@@ -78,6 +78,22 @@ class GrammarCompiler:
         lark = f"start: call{rep}\ncall: {self._open} body {self._close}\nbody: %json {json.dumps(schema)}\n"
         return self._checked(llguidance.LLMatcher.grammar_from_lark(lark))
 
+    def structured(self, spec: dict[str, Any]) -> str:
+        """vLLM's `structured_outputs`: one of json (a schema), regex, grammar (Lark), choice."""
+        import llguidance
+
+        if (schema := spec.get("json")) is not None:
+            return self.json_schema(schema if isinstance(schema, dict) else json.loads(schema))
+        if (regex := spec.get("regex")) is not None:
+            return self._checked(llguidance.LLMatcher.grammar_from_regex(str(regex)))
+        if (lark := spec.get("grammar")) is not None:
+            return self._checked(llguidance.LLMatcher.grammar_from_lark(str(lark)))
+        choices = spec.get("choice") or []
+        if not choices or not all(isinstance(c, str) for c in choices):
+            raise UsageError("structured_outputs.choice must be a non-empty list of strings")
+        lark = "start: " + " | ".join(json.dumps(c) for c in choices) + "\n"
+        return self._checked(llguidance.LLMatcher.grammar_from_lark(lark))
+
     def matcher(self, grammar: str) -> Any:
         """A fresh matcher for one request."""
         import llguidance

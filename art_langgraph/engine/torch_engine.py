@@ -252,6 +252,7 @@ class TorchEngine:
     def _run(self) -> None:
         torch.set_grad_enabled(False)
         while not self._closing:
+            new: list[_Request] = []
             try:
                 new = self._take_inbox(block=not self._rows)
                 if new:
@@ -261,7 +262,8 @@ class TorchEngine:
                 self._free_retired()
             except Exception as exc:  # a bug or an OOM: fail the batch, keep serving
                 log.exception("engine step failed")
-                for r in self._rows:
+                failed = {id(r): r for r in [*self._rows, *new]}
+                for r in failed.values():
                     r.emit(InfrastructureError(f"engine step failed: {exc!r}"))
                 self._reset_batch()
         for r in self._rows:
@@ -503,6 +505,7 @@ class TorchEngine:
     def _load_adapter(self, name: str, path: str) -> None:
         from peft import PeftModel
 
+        _check_adapter_fits(self.base_model, name, path)
         key = f"a{next(self._keys)}"
         try:
             if self.model is self.base_model:
@@ -511,6 +514,8 @@ class TorchEngine:
             else:
                 self.model.load_adapter(path, adapter_name=key, is_trainable=False)
         except (RuntimeError, ValueError, KeyError) as exc:
+            if self.model is not self.base_model and key in self.model.peft_config:
+                self._delete_keys([key])
             raise UsageError(f"cannot load adapter {name!r} from {path}: {exc}") from exc
         old = self._adapters.get(name)
         self._adapters[name] = key
@@ -527,10 +532,52 @@ class TorchEngine:
         if not self._retired:
             return
         in_use = {r.adapter_key for r in self._rows}
-        for key in list(self._retired - in_use):
+        free = list(self._retired - in_use)
+        self._retired.difference_update(free)
+        self._delete_keys(free)
+
+    def _delete_keys(self, keys: list[str]) -> None:
+        if not keys or self.model is self.base_model:
+            return
+        left = set(self.model.peft_config) - set(keys)
+        if not left:
+            # peft keeps pointing at a deleted active adapter: go back to the plain model.
+            self.base_model = self.model.unload()
+            self.model = self.base_model
+            return
+        for key in keys:
             with contextlib.suppress(Exception):
                 self.model.delete_adapter(key)
-            self._retired.discard(key)
+        if self.model.active_adapter not in self.model.peft_config:
+            self.model.set_adapter(sorted(left)[0])
+
+
+def _check_adapter_fits(model: Any, name: str, path: str) -> None:
+    """Refuse, before touching the model, an adapter whose LoRA shapes do not fit it."""
+    from safetensors import safe_open
+
+    files = list(Path(path).glob("adapter_model.safetensors"))
+    if not files:
+        return  # a .bin adapter: peft checks it (we never unpickle it ourselves)
+    modules = dict(model.named_modules())
+    with safe_open(str(files[0]), framework="pt") as f:
+        for k in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
+            if ".lora_A." not in k and ".lora_B." not in k:
+                continue
+            target = k.split(".lora_")[0].removeprefix("base_model.model.")
+            module = modules.get(target)
+            shape = f.get_slice(k).get_shape()
+            if module is None or not hasattr(module, "in_features"):
+                raise UsageError(
+                    f"adapter {name!r} targets {target!r}, which this base model does not have"
+                )
+            want = module.in_features if ".lora_A." in k else module.out_features
+            got = shape[1] if ".lora_A." in k else shape[0]
+            if got != want:
+                raise UsageError(
+                    f"adapter {name!r} does not fit this base model: {target} has {want} "
+                    f"features, the adapter has {got} (was it trained on another base model?)"
+                )
 
 
 def _pad_left(x: torch.Tensor, width: int) -> torch.Tensor:

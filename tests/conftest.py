@@ -1,0 +1,70 @@
+"""Shared fixtures: one tiny engine per test session, a real server on a free loopback port.
+
+The tiny preset builds offline into the user cache (~/.cache/art_langgraph) once;
+`lora_adapter` writes a real peft adapter (non-zero LoRA weights, so it changes the
+outputs) into a temp folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from art_langgraph.backend import ModelRegistry, ServerHandle, start_server
+from art_langgraph.engine import TorchEngine
+from art_langgraph.presets import build_tiny
+
+API_KEY = "test-key-123"
+
+
+@pytest.fixture(scope="session")
+def tiny_path() -> Path:
+    return build_tiny()
+
+
+@pytest.fixture(scope="session")
+def engine(tiny_path: Path) -> Iterator[TorchEngine]:
+    eng = TorchEngine.from_pretrained(str(tiny_path))
+    yield eng
+    eng.close_sync()
+
+
+@pytest.fixture(scope="session")
+def registry() -> ModelRegistry:
+    return ModelRegistry("tiny")
+
+
+@pytest.fixture(scope="session")
+def server(engine: TorchEngine, registry: ModelRegistry) -> Iterator[ServerHandle]:
+    with start_server(engine, registry) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="session")
+def keyed_server(engine: TorchEngine, registry: ModelRegistry) -> Iterator[ServerHandle]:
+    with start_server(engine, registry, api_key=API_KEY) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="session")
+def lora_adapter(tiny_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A peft LoRA adapter for the tiny model with random, non-zero weights."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_path)
+    cfg = LoraConfig(
+        r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "up_proj"], init_lora_weights=False
+    )
+    torch.manual_seed(1)
+    peft_model = get_peft_model(base, cfg)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_" in name:
+                p.mul_(8.0)  # strong enough that greedy outputs change
+    out = tmp_path_factory.mktemp("adapter")
+    peft_model.save_pretrained(out)
+    return out

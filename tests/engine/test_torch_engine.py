@@ -1,0 +1,231 @@
+"""The torch engine on the tiny model: batching is exact, logprobs are right, adapters route."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from art_langgraph.engine import GenerateResult, SamplingParams, TokenEvent, TorchEngine
+from art_langgraph.errors import ContextLengthError, UsageError
+from art_langgraph.presets import TinySpec, build_tiny
+
+
+def _prompt(engine: TorchEngine, text: str) -> list[int]:
+    rendered = engine.tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+    )
+    return engine.tokenizer.encode(rendered, add_special_tokens=False)
+
+
+def _base(engine: TorchEngine):  # type: ignore[no-untyped-def]
+    """The model with every adapter off (a plain model before the first adapter)."""
+    if engine.model is engine.base_model:
+        return contextlib.nullcontext(engine.model)
+    return _disabled(engine)
+
+
+@contextlib.contextmanager
+def _disabled(engine: TorchEngine):  # type: ignore[no-untyped-def]
+    with engine.model.disable_adapter():
+        yield engine.model
+
+
+def _greedy_reference(engine: TorchEngine, ids: list[int], n: int) -> list[int]:
+    with _base(engine) as model, torch.inference_mode():
+        out = model.generate(
+            input_ids=torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+        )
+    return out[0, len(ids) :].tolist()
+
+
+async def test_concurrent_greedy_equals_generate_row_by_row(engine: TorchEngine) -> None:
+    prompts = [_prompt(engine, "word " * k) for k in (1, 5, 17, 40)]
+    greedy = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+
+    # stagger arrivals so later requests join a running batch (continuous batching)
+    async def late(i: int, p: list[int]) -> GenerateResult:
+        await asyncio.sleep(0.01 * i)
+        return await engine.generate(p, greedy)
+
+    results = await asyncio.gather(*(late(i, p) for i, p in enumerate(prompts)))
+    for p, r in zip(prompts, results, strict=True):
+        assert r.completion_token_ids == _greedy_reference(engine, p, 12)
+        assert r.finish_reason == "length" and len(r.logprobs) == 12
+
+
+async def test_logprobs_match_a_teacher_forced_forward(engine: TorchEngine) -> None:
+    prompt = _prompt(engine, "tell me something")
+    r = await engine.generate(
+        prompt, SamplingParams(max_tokens=16, temperature=1.0, seed=3, ignore_eos=True)
+    )
+    full = torch.tensor([prompt + r.completion_token_ids])
+    with _base(engine) as model, torch.inference_mode():
+        logits = model(full).logits[0, len(prompt) - 1 : -1].float()  # (T, V)
+    want = torch.log_softmax(logits, -1).gather(1, torch.tensor(r.completion_token_ids)[:, None])[
+        :, 0
+    ]
+    assert torch.allclose(torch.tensor(r.logprobs), want, atol=1e-4)
+
+
+async def test_seed_reproduces_and_differs(engine: TorchEngine) -> None:
+    p = _prompt(engine, "seeded")
+    runs = await asyncio.gather(
+        *(engine.generate(p, SamplingParams(max_tokens=20, seed=s)) for s in (11, 11, 12))
+    )
+    assert runs[0].completion_token_ids == runs[1].completion_token_ids
+    assert runs[0].completion_token_ids != runs[2].completion_token_ids
+
+
+async def test_stops(engine: TorchEngine) -> None:
+    p = _prompt(engine, "stop test")
+    first = await engine.generate(p, SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
+    tok = first.completion_token_ids[2]
+    by_id = await engine.generate(
+        p, SamplingParams(max_tokens=8, temperature=0, stop_token_ids=(tok,))
+    )
+    assert by_id.finish_reason == "stop" and by_id.stop_reason == tok
+    assert (
+        by_id.completion_token_ids
+        == first.completion_token_ids[: first.completion_token_ids.index(tok) + 1]
+    )
+    text = engine.tokenizer.decode(first.completion_token_ids, skip_special_tokens=True)
+    needle = text[len(text) // 2 : len(text) // 2 + 2]
+    by_str = await engine.generate(
+        p, SamplingParams(max_tokens=8, temperature=0, stop=(needle,), ignore_eos=True)
+    )
+    assert by_str.finish_reason == "stop" and by_str.stop_reason == needle
+    assert needle in engine.tokenizer.decode(by_str.completion_token_ids, skip_special_tokens=True)
+
+
+async def test_stream_yields_each_token_then_the_result(engine: TorchEngine) -> None:
+    p = _prompt(engine, "stream")
+    items = [
+        x async for x in engine.stream(p, SamplingParams(max_tokens=6, seed=1, ignore_eos=True))
+    ]
+    assert [type(x) for x in items] == [TokenEvent] * 6 + [GenerateResult]
+    result = items[-1]
+    assert isinstance(result, GenerateResult)
+    assert [
+        x.token_id for x in items[:-1] if isinstance(x, TokenEvent)
+    ] == result.completion_token_ids
+
+
+async def test_json_schema_grammar(engine: TorchEngine) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "ok": {"type": "boolean"},
+            "n": {"type": "integer", "minimum": 0, "maximum": 99},
+        },
+        "required": ["ok", "n"],
+        "additionalProperties": False,
+    }
+    g = engine.grammars.json_schema(schema)
+    rs = await asyncio.gather(
+        *(
+            engine.generate(
+                _prompt(engine, "json"), SamplingParams(max_tokens=40, seed=s, grammar=g)
+            )
+            for s in range(4)
+        )
+    )
+    for r in rs:
+        obj = json.loads(engine.tokenizer.decode(r.completion_token_ids, skip_special_tokens=True))
+        assert set(obj) == {"ok", "n"} and isinstance(obj["ok"], bool) and 0 <= obj["n"] <= 99
+        assert r.finish_reason == "stop"
+
+
+async def test_bad_requests(engine: TorchEngine) -> None:
+    with pytest.raises(ContextLengthError, match=str(engine.context_length)):
+        await engine.generate([5] * engine.context_length, SamplingParams(max_tokens=1))
+    with pytest.raises(UsageError, match="empty"):
+        await engine.generate([], SamplingParams())
+    with pytest.raises(UsageError, match="token ids"):
+        await engine.generate([10**6], SamplingParams())
+    with pytest.raises(UsageError, match="no adapter"):
+        await engine.generate([5, 6], SamplingParams(), adapter="nope")
+    with pytest.raises(UsageError):
+        SamplingParams(temperature=-1)
+
+
+async def test_cancelled_request_does_not_disturb_the_others(engine: TorchEngine) -> None:
+    p = _prompt(engine, "cancel")
+    doomed = asyncio.create_task(
+        engine.generate(p, SamplingParams(max_tokens=2000, ignore_eos=True))
+    )
+    kept = asyncio.create_task(
+        engine.generate(p, SamplingParams(max_tokens=10, temperature=0, ignore_eos=True))
+    )
+    await asyncio.sleep(0.05)
+    doomed.cancel()
+    r = await kept
+    assert r.completion_token_ids == _greedy_reference(engine, p, 10)
+    for _ in range(200):
+        if engine.active == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert engine.active == 0
+
+
+async def test_adapters_route_per_row_in_one_batch(engine: TorchEngine, lora_adapter: Path) -> None:
+    await engine.load_adapter("lora-a", str(lora_adapter))
+    assert "lora-a" in engine.list_adapters()
+    p = _prompt(engine, "adapter test")
+    greedy = SamplingParams(max_tokens=10, temperature=0, ignore_eos=True)
+    alone_base = await engine.generate(p, greedy)
+    alone_lora = await engine.generate(p, greedy, adapter="lora-a")
+    assert alone_base.completion_token_ids != alone_lora.completion_token_ids
+    assert alone_base.completion_token_ids == _greedy_reference(engine, p, 10)
+    with torch.inference_mode():
+        engine.model.set_adapter(engine._adapters["lora-a"])
+        ref = engine.model.generate(
+            input_ids=torch.tensor([p]), max_new_tokens=10, min_new_tokens=10, do_sample=False
+        )
+    assert alone_lora.completion_token_ids == ref[0, len(p) :].tolist()
+    mixed = await asyncio.gather(
+        *(engine.generate(p, greedy, adapter=a) for a in (None, "lora-a", None, "lora-a"))
+    )
+    assert [m.completion_token_ids for m in mixed] == [
+        alone_base.completion_token_ids,
+        alone_lora.completion_token_ids,
+    ] * 2
+    assert mixed[1].adapter == "lora-a"
+    # replacing an adapter under the same name swaps what serves it
+    await engine.load_adapter("lora-a", str(lora_adapter))
+    again = await engine.generate(p, greedy, adapter="lora-a")
+    assert again.completion_token_ids == alone_lora.completion_token_ids
+    await engine.unload_adapter("lora-a")
+    with pytest.raises(UsageError, match="no adapter"):
+        await engine.generate(p, greedy, adapter="lora-a")
+
+
+async def test_adapter_errors(engine: TorchEngine, tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="not a peft adapter"):
+        await engine.load_adapter("x", str(tmp_path))
+    with pytest.raises(UsageError, match="no adapter named"):
+        await engine.unload_adapter("never-loaded")
+    # an adapter trained on another base model (other shapes) is refused with a clear error
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    other = build_tiny(
+        tmp_path / "cache", TinySpec(hidden_size=32, intermediate_size=64, num_hidden_layers=2)
+    )
+    m = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(other), LoraConfig(r=4, target_modules=["q_proj"])
+    )
+    m.save_pretrained(tmp_path / "other")
+    with pytest.raises(UsageError, match="does not fit this base model"):
+        await engine.load_adapter("other", str(tmp_path / "other"))
+    assert "other" not in engine.list_adapters()
+    r = await engine.generate([5, 6, 7], SamplingParams(max_tokens=3))
+    assert len(r.completion_token_ids) >= 1
