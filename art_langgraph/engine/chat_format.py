@@ -107,7 +107,7 @@ def render_prompt(
     text = tokenizer.apply_chat_template(
         messages, tools=tools or None, add_generation_prompt=True, tokenize=False
     )
-    return list(tokenizer.encode(text, add_special_tokens=False))
+    return list(tokenizer.encode(text, add_special_tokens=False, verbose=False))
 
 
 @dataclass

@@ -18,7 +18,7 @@ import torch
 
 from art_langgraph.errors import UsageError
 
-__all__ = ["GrammarCompiler"]
+__all__ = ["GrammarCompiler", "unpack_bitmask"]
 
 _JSON_DEFAULTS = {"whitespace_flexible": False}
 
@@ -111,6 +111,13 @@ class GrammarCompiler:
             raise UsageError(f"cannot compile the constraint: {'; '.join(messages)}")
         return grammar
 
+    def warm_up(self) -> None:
+        """Pay llguidance's one-time per-tokenizer set-up (~1 s) before the first request does."""
+        import llguidance.torch
+
+        m = self.matcher(self.json_object())
+        llguidance.torch.fill_next_token_bitmask(m, self.allocate_bitmask(1), 0)
+
     def allocate_bitmask(self, rows: int) -> torch.Tensor:
         import llguidance.torch
 
@@ -125,10 +132,23 @@ class GrammarCompiler:
 
         for j, (_row, m) in enumerate(matchers):
             llguidance.torch.fill_next_token_bitmask(m, bitmask, j)
+        # Not llguidance's apply_token_bitmask_inplace: it is torch.compile'd, which costs
+        # seconds on first use and recompiles for every new number of rows.
+        allowed = unpack_bitmask(bitmask[: len(matchers)], logits.shape[-1]).to(
+            logits.device
+        )  # (k, V)
         rows = torch.tensor([r for r, _ in matchers], device=logits.device)
-        sub = logits[rows].float().cpu()  # (k, V)
-        llguidance.torch.apply_token_bitmask_inplace(sub, bitmask[: len(matchers)])
-        logits[rows] = sub.to(logits.dtype).to(logits.device)
+        logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
+
+
+_BITS = torch.arange(32, dtype=torch.int32)
+
+
+def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """llguidance's packed mask (k, ceil(V/32)) int32 -> allowed (k, V) bool; bit j of word w is token 32w+j."""
+    k, words = bitmask.shape
+    bits = (bitmask.unsqueeze(-1) >> _BITS) & 1  # (k, W, 32)
+    return bits.bool().reshape(k, words * 32)[:, :vocab_size]
 
 
 def _validate(llguidance: Any, tokenizer: Any, grammar: str) -> tuple[bool, bool, list[str]]:

@@ -251,6 +251,10 @@ class TorchEngine:
 
     def _run(self) -> None:
         torch.set_grad_enabled(False)
+        try:
+            self.grammars.warm_up()
+        except Exception:  # constrained requests will report their own errors
+            log.exception("grammar warm-up failed")
         while not self._closing:
             new: list[_Request] = []
             try:

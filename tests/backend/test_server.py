@@ -1,0 +1,372 @@
+"""The real server on a free loopback port, driven by the real `openai` client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from openai import AsyncOpenAI
+
+from art_langgraph.backend import ModelRegistry, ServerHandle, start_server
+from art_langgraph.engine import TorchEngine
+from art_langgraph.errors import UsageError
+from tests.conftest import API_KEY
+
+USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 16}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer", "minimum": 0, "maximum": 999},
+                "b": {"type": "integer", "minimum": 0, "maximum": 999},
+            },
+            "required": ["a", "b"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+@pytest.fixture
+def client(server: ServerHandle) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+
+
+async def test_plain_chat_with_token_ids_and_logprobs(
+    client: AsyncOpenAI, engine: TorchEngine
+) -> None:
+    r = await client.chat.completions.create(
+        model="tiny",
+        messages=USER,
+        max_tokens=12,
+        logprobs=True,
+        top_logprobs=3,
+        seed=1,
+        extra_body={"return_token_ids": True},
+    )
+    assert r.model == "tiny@0"
+    choice = r.choices[0]
+    prompt_ids = r.model_extra["prompt_token_ids"]  # type: ignore[index]
+    token_ids = choice.model_extra["token_ids"]  # type: ignore[index]
+    rendered = engine.tokenizer.apply_chat_template(
+        USER, add_generation_prompt=True, tokenize=False
+    )
+    assert prompt_ids == engine.tokenizer.encode(rendered, add_special_tokens=False)
+    assert r.usage is not None and r.usage.prompt_tokens == len(prompt_ids)
+    assert r.usage.completion_tokens == len(token_ids) <= 12
+    assert choice.logprobs is not None and choice.logprobs.content is not None
+    assert len(choice.logprobs.content) == len(token_ids)
+    assert all(len(x.top_logprobs) == 3 for x in choice.logprobs.content)
+    assert all(x.top_logprobs[0].logprob >= x.logprob - 1e-6 for x in choice.logprobs.content)
+    text = engine.tokenizer.decode(token_ids, skip_special_tokens=True)
+    assert choice.message.content == text
+    assert choice.finish_reason in ("stop", "length")
+
+
+async def test_seeded_requests_repeat_and_n_gives_distinct_choices(client: AsyncOpenAI) -> None:
+    kw = {"model": "tiny", "messages": USER, "max_tokens": 16, "seed": 42}
+    a, b = await asyncio.gather(
+        client.chat.completions.create(**kw), client.chat.completions.create(**kw)
+    )
+    assert a.choices[0].message.content == b.choices[0].message.content
+    many = await client.chat.completions.create(**kw, n=4)
+    assert [c.index for c in many.choices] == [0, 1, 2, 3]
+    assert many.choices[0].message.content == a.choices[0].message.content  # choice i uses seed + i
+    assert len({c.message.content for c in many.choices}) > 1
+
+
+async def test_required_tool_choice_returns_openai_tool_calls(client: AsyncOpenAI) -> None:
+    r = await client.chat.completions.create(
+        model="tiny",
+        messages=USER,
+        tools=[WEATHER, ADD],
+        tool_choice="required",
+        max_tokens=80,
+        seed=3,
+    )
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    calls = choice.message.tool_calls or []
+    assert calls and all(c.function.name in ("get_weather", "add") for c in calls)
+    for c in calls:
+        args = json.loads(c.function.arguments)
+        assert set(args) == ({"city"} if c.function.name == "get_weather" else {"a", "b"})
+
+
+async def test_named_tool_choice_and_a_multi_turn_tool_conversation(client: AsyncOpenAI) -> None:
+    r = await client.chat.completions.create(
+        model="tiny",
+        messages=USER,
+        tools=[WEATHER, ADD],
+        tool_choice={"type": "function", "function": {"name": "add"}},
+        max_tokens=60,
+        seed=4,
+    )
+    calls = r.choices[0].message.tool_calls or []
+    assert len(calls) == 1 and calls[0].function.name == "add"
+    convo = [
+        *USER,
+        r.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": calls[0].id, "content": "5"},
+    ]
+    r2 = await client.chat.completions.create(
+        model="tiny", messages=convo, tools=[WEATHER, ADD], max_tokens=10
+    )
+    assert r2.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+async def test_malformed_tool_call_comes_back_as_content(client: AsyncOpenAI) -> None:
+    # Force the model to write a broken tool call; the server must hand it back as text.
+    broken = (
+        'start: <tool_call> "\\n{\\"name\\": \\"add\\", \\"arguments\\": {oops\\n" </tool_call>'
+    )
+    r = await client.chat.completions.create(
+        model="tiny",
+        messages=USER,
+        tools=[ADD],
+        max_tokens=40,
+        extra_body={"structured_outputs": {"grammar": broken}},
+    )
+    msg = r.choices[0].message
+    assert msg.tool_calls is None and r.choices[0].finish_reason == "stop"
+    assert msg.content == '<tool_call>\n{"name": "add", "arguments": {oops\n</tool_call>'
+
+
+async def test_json_schema_response_format(client: AsyncOpenAI) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "answer": {"type": "string", "maxLength": 20},
+            "confident": {"type": "boolean"},
+        },
+        "required": ["answer", "confident"],
+        "additionalProperties": False,
+    }
+    r = await client.chat.completions.create(
+        model="tiny",
+        messages=USER,
+        max_tokens=60,
+        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
+    )
+    obj = json.loads(r.choices[0].message.content or "")
+    assert set(obj) == {"answer", "confident"} and isinstance(obj["confident"], bool)
+    r = await client.chat.completions.create(
+        model="tiny", messages=USER, max_tokens=60, response_format={"type": "json_object"}, seed=2
+    )
+    if r.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(r.choices[0].message.content or ""), dict)
+
+
+async def test_stop_strings_cut_the_text(client: AsyncOpenAI) -> None:
+    full = await client.chat.completions.create(
+        model="tiny", messages=USER, max_tokens=20, temperature=0
+    )
+    text = full.choices[0].message.content or ""
+    stop = text[8:10]
+    cut = await client.chat.completions.create(
+        model="tiny", messages=USER, max_tokens=20, temperature=0, stop=[stop]
+    )
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].message.content == text[: text.index(stop)]
+
+
+async def test_streaming_matches_the_plain_response(client: AsyncOpenAI) -> None:
+    kw = {"model": "tiny", "messages": USER, "max_tokens": 24, "seed": 9}
+    plain = await client.chat.completions.create(**kw, extra_body={"return_token_ids": True})
+    stream = await client.chat.completions.create(
+        **kw,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"return_token_ids": True},
+    )
+    text, ids, finish, usage, models = "", [], None, None, set()
+    async for chunk in stream:
+        models.add(chunk.model)
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            text += c.delta.content or ""
+            ids += (c.model_extra or {}).get("token_ids") or []
+            finish = c.finish_reason or finish
+    assert text == plain.choices[0].message.content
+    assert ids == plain.choices[0].model_extra["token_ids"]  # type: ignore[index]
+    assert finish == plain.choices[0].finish_reason
+    assert usage is not None and usage.completion_tokens == len(ids)
+    assert models == {"tiny@0"}
+
+
+async def test_streaming_tool_calls(client: AsyncOpenAI) -> None:
+    stream = await client.chat.completions.create(
+        model="tiny",
+        messages=USER,
+        tools=[ADD],
+        tool_choice="required",
+        max_tokens=60,
+        seed=5,
+        stream=True,
+    )
+    calls, content, finish = [], "", None
+    async for chunk in stream:
+        for c in chunk.choices:
+            content += c.delta.content or ""
+            calls += c.delta.tool_calls or []
+            finish = c.finish_reason or finish
+    assert finish == "tool_calls" and content == ""
+    assert calls and calls[0].function is not None and calls[0].function.name == "add"
+    assert set(json.loads(calls[0].function.arguments or "")) == {"a", "b"}
+
+
+async def test_64_concurrent_requests_are_all_answered(client: AsyncOpenAI) -> None:
+    async def one(i: int) -> str:
+        r = await client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": f"request {i}"}],
+            max_tokens=16,
+            seed=i,
+        )
+        return r.choices[0].message.content or ""
+
+    answers = await asyncio.gather(*(one(i) for i in range(64)))
+    assert len(answers) == 64
+    again = await one(7)
+    assert again == answers[7]  # batching did not change a seeded answer
+
+
+async def test_adapter_steps_route_by_name_and_pin(
+    client: AsyncOpenAI, engine: TorchEngine, registry: ModelRegistry, lora_adapter: Path
+) -> None:
+    await engine.load_adapter("agent@1", str(lora_adapter))
+    registry.add_model("agent")
+    registry.set_step("agent", 1, "agent@1")
+    kw = {"messages": USER, "max_tokens": 10, "temperature": 0, "extra_body": {"ignore_eos": True}}
+    latest = await client.chat.completions.create(model="agent", **kw)
+    pinned0 = await client.chat.completions.create(model="agent@0", **kw)
+    base = await client.chat.completions.create(model="tiny", **kw)
+    assert (latest.model, pinned0.model, base.model) == ("agent@1", "agent@0", "tiny@0")
+    assert pinned0.choices[0].message.content == base.choices[0].message.content
+    assert latest.choices[0].message.content != base.choices[0].message.content
+    listed = {m.id for m in (await client.models.list()).data}
+    assert {"tiny", "agent", "agent@0", "agent@1"} <= listed
+    with pytest.raises(openai.NotFoundError, match="agent@7"):
+        await client.chat.completions.create(model="agent@7", **kw)
+    registry.drop_step("agent", 1)
+    await engine.unload_adapter("agent@1")
+    after = await client.chat.completions.create(model="agent", **kw)
+    assert after.model == "agent@0"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        ({"model": "nope", "messages": USER}, 404, "nope"),
+        ({"model": "tiny", "messages": []}, 400, "messages"),
+        ({"model": "tiny", "messages": [{"role": "wizard", "content": "x"}]}, 400, "role"),
+        ({"model": "tiny", "messages": USER, "temperature": 7}, 400, "temperature"),
+        ({"model": "tiny", "messages": USER, "n": 0}, 400, "n"),
+        ({"model": "tiny", "messages": USER, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
+        ({"model": "tiny", "messages": USER, "tools": [{"type": "function"}]}, 400, "tools[0]"),
+        (
+            {
+                "model": "tiny",
+                "messages": USER,
+                "tools": [ADD],
+                "tool_choice": {"type": "function", "function": {"name": "zz"}},
+            },
+            400,
+            "zz",
+        ),
+        (
+            {"model": "tiny", "messages": USER, "response_format": {"type": "xml"}},
+            400,
+            "response_format",
+        ),
+        (
+            {
+                "model": "tiny",
+                "messages": USER,
+                "response_format": {"type": "json_object"},
+                "tools": [ADD],
+                "tool_choice": "required",
+            },
+            400,
+            "one constraint",
+        ),
+        (
+            {"model": "tiny", "messages": USER, "max_tokens": 100000},
+            400,
+            "maximum context length is 4096",
+        ),
+        ({"messages": USER}, 400, "model"),
+    ],
+)
+async def test_bad_requests_get_openai_errors(
+    server: ServerHandle, body: dict, status: int, needle: str
+) -> None:
+    async with httpx.AsyncClient() as http:
+        r = await http.post(f"{server.base_url}/chat/completions", json=body)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert needle in err["message"] and err["type"] in ("invalid_request_error",)
+
+
+async def test_prompt_longer_than_the_context_names_both_lengths(client: AsyncOpenAI) -> None:
+    long = [{"role": "user", "content": "word " * 5000}]
+    with pytest.raises(openai.BadRequestError) as info:
+        await client.chat.completions.create(model="tiny", messages=long, max_tokens=5)
+    msg = str(info.value)
+    assert "maximum context length is 4096 tokens" in msg
+    assert re.search(r"the prompt has \d{5} tokens", msg)
+
+
+async def test_malformed_json_body(server: ServerHandle) -> None:
+    async with httpx.AsyncClient() as http:
+        r = await http.post(
+            f"{server.base_url}/chat/completions",
+            content=b"{not json",
+            headers={"content-type": "application/json"},
+        )
+        assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+        r = await http.post(f"{server.base_url}/chat/completions", json=[1, 2])
+        assert r.status_code == 400
+        health = await http.get(server.base_url.removesuffix("/v1") + "/health")
+        assert health.json()["status"] == "ok"
+
+
+async def test_api_key_is_enforced(keyed_server: ServerHandle) -> None:
+    bad = AsyncOpenAI(base_url=keyed_server.base_url, api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        await bad.chat.completions.create(model="tiny", messages=USER, max_tokens=2)
+    with pytest.raises(openai.AuthenticationError):
+        await bad.models.list()
+    good = AsyncOpenAI(base_url=keyed_server.base_url, api_key=API_KEY, max_retries=0)
+    r = await good.chat.completions.create(model="tiny", messages=USER, max_tokens=2)
+    assert r.choices[0].message is not None
+
+
+def test_non_loopback_bind_needs_an_api_key(engine: TorchEngine) -> None:
+    with pytest.raises(UsageError, match="without an API key"):
+        start_server(engine, ModelRegistry("tiny"), host="0.0.0.0")
+    with pytest.raises(UsageError, match="without an API key"):
+        start_server(engine, ModelRegistry("tiny"), host="192.168.1.20")
