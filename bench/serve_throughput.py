@@ -54,6 +54,8 @@ from typing import Any
 
 import torch
 
+from bench.readme import update_readme
+
 RESULTS = Path(__file__).resolve().parent / "results" / "serve_throughput.json"
 
 WORDS = (
@@ -382,6 +384,10 @@ def main(argv: list[str] | None = None) -> None:
         print(line)
     write_json(args.out, result)
     print(f"saved {args.out}")
+    if args.out == RESULTS:
+        block = "\n".join([result["header"], "", result["markdown"], "", *result["target_lines"]])
+        if update_readme("serve_throughput", block):
+            print("updated README.md")
 
 
 if __name__ == "__main__":

@@ -370,3 +370,28 @@ def test_non_loopback_bind_needs_an_api_key(engine: TorchEngine) -> None:
         start_server(engine, ModelRegistry("tiny"), host="0.0.0.0")
     with pytest.raises(UsageError, match="without an API key"):
         start_server(engine, ModelRegistry("tiny"), host="192.168.1.20")
+
+
+async def test_a_served_call_records_token_exactly(client: AsyncOpenAI, tmp_path: Path) -> None:
+    from art_langgraph import LLMCall, Trajectory, read_jsonl, write_jsonl
+
+    kwargs = {
+        "model": "tiny",
+        "messages": USER,
+        "tools": [ADD],
+        "tool_choice": "required",
+        "max_tokens": 40,
+        "seed": 8,
+        "logprobs": True,
+        "extra_body": {"return_token_ids": True},
+    }
+    r = await client.chat.completions.create(**kwargs)  # type: ignore[call-overload]
+    call = LLMCall.from_openai(kwargs, r)
+    assert call.prompt_token_ids == r.model_extra["prompt_token_ids"]  # type: ignore[index]
+    assert call.completion_token_ids == r.choices[0].model_extra["token_ids"]  # type: ignore[index]
+    assert call.logprobs is not None and len(call.logprobs) == len(call.completion_token_ids or [])
+    assert (call.model, call.adapter_step, call.finish_reason) == ("tiny@0", 0, "tool_calls")
+    traj = Trajectory(messages=call.to_messages(), calls=[call], reward=1.0)
+    write_jsonl(tmp_path / "t.jsonl", [traj])
+    (back,) = read_jsonl(tmp_path / "t.jsonl")
+    assert back.model_dump(mode="json") == traj.model_dump(mode="json")
