@@ -68,3 +68,19 @@ def lora_adapter(tiny_path: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     out = tmp_path_factory.mktemp("adapter")
     peft_model.save_pretrained(out)
     return out
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip `gpu` tests cleanly without CUDA, and `vllm` tests without a vLLM server binary."""
+    import shutil
+
+    import torch
+
+    no_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    no_vllm = pytest.mark.skip(reason="needs vLLM (`vllm` on PATH or $ART_VLLM_PYTHON)")
+    has_vllm = bool(shutil.which("vllm")) or bool(__import__("os").environ.get("ART_VLLM_PYTHON"))
+    for item in items:
+        if "gpu" in item.keywords and not torch.cuda.is_available():
+            item.add_marker(no_gpu)
+        if "vllm" in item.keywords and not has_vllm:
+            item.add_marker(no_vllm)
