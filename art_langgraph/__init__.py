@@ -5,6 +5,7 @@ The public surface, in ART's vocabulary. Subpackages hold the rest:
 OpenAI-compatible server), `art_langgraph.presets` (the offline tiny model).
 """
 
+from art_langgraph.backend.local import LocalBackend
 from art_langgraph.errors import (
     ArtError,
     ContextLengthError,
@@ -15,6 +16,8 @@ from art_langgraph.errors import (
     UnknownModelError,
     UsageError,
 )
+from art_langgraph.model import Model, TrainableModel, TrainResult
+from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.trajectory import (
     ExceptionInfo,
     LLMCall,
@@ -35,11 +38,17 @@ __all__ = [
     "ExceptionInfo",
     "InfrastructureError",
     "LLMCall",
+    "LocalBackend",
     "MissingExtraError",
+    "Model",
     "ModelBehaviorError",
+    "ModelConfig",
     "NonFiniteRewardError",
     "ToolCall",
     "ToolEvent",
+    "TrainConfig",
+    "TrainResult",
+    "TrainableModel",
     "Trajectory",
     "TrajectoryGroup",
     "UnknownModelError",

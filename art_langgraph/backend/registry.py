@@ -26,6 +26,8 @@ class Served:
     step: int
     adapter: str | None
     """Engine adapter name; None for the base model."""
+    path: str | None = None
+    """Where the adapter lives on disk, so a server can load it on demand."""
 
     @property
     def label(self) -> str:
@@ -37,22 +39,38 @@ class ModelRegistry:
 
     def __init__(self, base_name: str) -> None:
         self.base_name = base_name
-        self._steps: dict[str, dict[int, str | None]] = {base_name: {0: None}}
+        self._steps: dict[str, dict[int, tuple[str | None, str | None]]] = {
+            base_name: {0: (None, None)}
+        }
+        self._paused: set[str] = set()
         self._lock = threading.Lock()
 
     def add_model(self, name: str) -> None:
         """Serve `name` at step 0 with the base weights (a model that has not trained yet)."""
         _check_name(name)
         with self._lock:
-            self._steps.setdefault(name, {0: None})
+            self._steps.setdefault(name, {0: (None, None)})
 
-    def set_step(self, name: str, step: int, adapter: str | None) -> None:
-        """Serve `name@step` with the engine adapter `adapter`; it becomes the latest if newest."""
+    def set_step(self, name: str, step: int, adapter: str | None, path: str | None = None) -> None:
+        """Serve `name@step` with the engine adapter `adapter` (loadable from `path`); newest is latest."""
         _check_name(name)
         if step < 0:
             raise UsageError(f"step must be >= 0, got {step}")
         with self._lock:
-            self._steps.setdefault(name, {})[step] = adapter
+            self._steps.setdefault(name, {})[step] = (adapter, path)
+
+    def pause(self, name: str) -> None:
+        """Requests for `name` (latest) wait until `resume(name)`; pinned steps are served."""
+        with self._lock:
+            self._paused.add(name)
+
+    def resume(self, name: str) -> None:
+        with self._lock:
+            self._paused.discard(name)
+
+    def is_paused(self, model: str) -> bool:
+        """True while a request for `model` must wait (it names a paused model, unpinned)."""
+        return "@" not in model and model in self._paused
 
     def drop_step(self, name: str, step: int) -> None:
         with self._lock:
@@ -74,7 +92,8 @@ class ModelRegistry:
                     raise UnknownModelError(model, self._labels()) from None
                 if step not in steps:
                     raise UnknownModelError(model, self._labels())
-            return Served(name, step, steps[step])
+            adapter, path = steps[step]
+            return Served(name, step, adapter, path)
 
     def names(self) -> list[str]:
         with self._lock:

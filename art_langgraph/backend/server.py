@@ -157,7 +157,17 @@ def create_app(
             req = ChatCompletionRequest.model_validate(body)
         except ValidationError as exc:
             raise RequestValidationError(exc.errors()) from None
+        while registry.is_paused(req.model):  # a step is training: wait for it (ART's semantics)
+            await asyncio.sleep(0.005)
         plan = _plan(req)
+        adapter = plan.served.adapter
+        if adapter is not None and plan.served.path and adapter not in engine.list_adapters():
+            try:
+                await engine.load_adapter(adapter, plan.served.path)
+            except UsageError as exc:
+                raise _HTTPError(
+                    500, f"cannot load {plan.served.label}: {exc}", "server_error"
+                ) from None
         if req.stream:
             return StreamingResponse(_stream(plan), media_type="text/event-stream")
         try:

@@ -549,11 +549,13 @@ class TorchEngine:
             self.base_model = self.model.unload()
             self.model = self.base_model
             return
+        if self.model.active_adapter in keys:
+            self.model.set_adapter(
+                sorted(left)[0]
+            )  # rows pick adapters by name; this is peft's default
         for key in keys:
             with contextlib.suppress(Exception):
                 self.model.delete_adapter(key)
-        if self.model.active_adapter not in self.model.peft_config:
-            self.model.set_adapter(sorted(left)[0])
 
 
 def _check_adapter_fits(model: Any, name: str, path: str) -> None:

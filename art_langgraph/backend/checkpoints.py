@@ -1,0 +1,172 @@
+"""A model's folder on disk: checkpoints, metrics history and trajectories, all written atomically.
+
+Layout (ART's):
+
+    {path}/{project}/models/{name}/
+        checkpoints/{step:04d}/     peft adapter + optimizer state + checkpoint.json (written last)
+        history.jsonl               one line of metrics per step (and per logged split)
+        trajectories/{split}/{step:04d}.jsonl
+
+A checkpoint is built in a hidden temp folder beside its final place and renamed into
+place only when complete, so a process killed mid-write leaves the previous
+checkpoint intact and no half-written one. A folder that has no valid
+`checkpoint.json` (a copy gone wrong, a disk error) is never loaded and never
+deleted: it is renamed aside with a warning. Every path handed out stays inside the
+model's folder.
+
+Left out: remote storage (S3 and the like).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from art_langgraph.errors import UsageError
+
+__all__ = ["CheckpointStore"]
+
+log = logging.getLogger(__name__)
+
+MARKER = "checkpoint.json"
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class CheckpointStore:
+    """The on-disk state of one model."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).resolve()
+        self.checkpoints = self.root / "checkpoints"
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        self.history_file = self.root / "history.jsonl"
+        self.set_aside = self._sweep()
+
+    # ----------------------------------------------------------------- paths
+    def _inside(self, p: Path) -> Path:
+        p = p.resolve()
+        if p != self.root and self.root not in p.parents:
+            raise UsageError(f"{p} is outside the model's folder {self.root}")
+        return p
+
+    def path(self, step: int) -> Path:
+        if not isinstance(step, int) or step < 0:
+            raise UsageError(f"a checkpoint step is an int >= 0, got {step!r}")
+        return self._inside(self.checkpoints / f"{step:04d}")
+
+    def trajectories_path(self, split: str, step: int) -> Path:
+        if not split.replace("_", "").replace("-", "").isalnum():
+            raise UsageError(f"split names are letters, digits, '-' and '_'; got {split!r}")
+        path = self._inside(self.root / "trajectories" / split / f"{step:04d}.jsonl")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    # ------------------------------------------------------------- checkpoints
+    def _sweep(self) -> list[str]:
+        """Remove leftover temp folders; set aside folders without a valid marker."""
+        aside = []
+        for p in self.checkpoints.iterdir():
+            if p.name.startswith(".tmp-"):
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.is_dir() and p.name.isdigit() and self._meta(p) is None:
+                dest = p.with_name(f"{p.name}.invalid-{int(time.time())}")
+                log.warning("checkpoint %s has no valid %s; set aside as %s", p, MARKER, dest.name)
+                p.rename(dest)
+                aside.append(dest.name)
+        return aside
+
+    @staticmethod
+    def _meta(p: Path) -> dict[str, Any] | None:
+        try:
+            meta = json.loads((p / MARKER).read_text())
+        except (OSError, ValueError):
+            return None
+        return meta if isinstance(meta, dict) and meta.get("step") == int(p.name) else None
+
+    def steps(self) -> list[int]:
+        """Steps with a complete checkpoint, ascending."""
+        return sorted(
+            int(p.name)
+            for p in self.checkpoints.iterdir()
+            if p.name.isdigit() and self._meta(p) is not None
+        )
+
+    def latest(self) -> int | None:
+        s = self.steps()
+        return s[-1] if s else None
+
+    def meta(self, step: int) -> dict[str, Any]:
+        m = self._meta(self.path(step))
+        if m is None:
+            raise UsageError(f"no complete checkpoint for step {step} in {self.checkpoints}")
+        return m
+
+    def write(self, step: int, fill: Callable[[Path], None], meta: dict[str, Any]) -> Path:
+        """Build checkpoint `step` with `fill(tmp_folder)`, then rename it into place."""
+        final = self.path(step)
+        if final.exists():
+            raise UsageError(f"checkpoint {step} already exists at {final}")
+        tmp = self._inside(self.checkpoints / f".tmp-{step:04d}-{uuid.uuid4().hex[:8]}")
+        tmp.mkdir()
+        try:
+            fill(tmp)
+            marker = {"step": step, "created_at": time.time(), **meta}
+            (tmp / MARKER).write_text(json.dumps(marker, indent=2))
+            for f in tmp.iterdir():
+                if f.is_file():
+                    with open(f, "rb") as fh:
+                        os.fsync(fh.fileno())
+            _fsync_dir(tmp)
+            os.rename(tmp, final)
+            _fsync_dir(self.checkpoints)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
+
+    def delete(self, steps: list[int]) -> None:
+        for s in steps:
+            p = self.path(s)
+            # rename first, so a crash mid-delete never leaves a half checkpoint under its name
+            doomed = p.with_name(f".tmp-delete-{p.name}-{uuid.uuid4().hex[:8]}")
+            if p.exists():
+                os.rename(p, doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
+
+    # ----------------------------------------------------------------- history
+    def append_history(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, allow_nan=True) + "\n"
+        with open(self.history_file, "a") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def history(self) -> list[dict[str, Any]]:
+        if not self.history_file.exists():
+            return []
+        out = []
+        for line in self.history_file.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                log.warning("skipping a torn line in %s", self.history_file)  # a kill mid-append
+        return out

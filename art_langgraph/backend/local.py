@@ -1,0 +1,363 @@
+"""`LocalBackend`: the engine, the server and the trainer, embedded in the user's process.
+
+`await model.register(backend)` starts (once) a torch engine for the base model and
+the OpenAI-compatible server on 127.0.0.1, then resumes the model from its last
+complete checkpoint if its folder has one. `model.train(groups)`:
+
+1. checks the groups (no pending rollouts; empty, zero-variance and too-stale groups
+   are skipped and counted), computes advantages per group, and writes the
+   trajectories to `trajectories/train/{step:04d}.jsonl` *before* training;
+2. tensorizes token-exactly and runs one GRPO optimizer step in a worker thread
+   (the event loop stays free); with nothing trainable the step still advances and
+   the checkpoint is carried forward, and the metrics say why;
+3. writes checkpoint N+1 atomically, loads it into the engine and makes it the
+   latest step, so the next request for `name` is served by N+1 (`model` says so).
+
+While a step trains, requests for the model's latest step wait (ART's semantics)
+unless `ModelConfig.serve_during_training` is set; pinned steps are always served.
+
+One backend serves one base model. Left out: a child-process trainer and vLLM (next).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from art_langgraph.backend.checkpoints import CheckpointStore
+from art_langgraph.backend.registry import ModelRegistry
+from art_langgraph.backend.runner import ServerHandle, start_server
+from art_langgraph.errors import UsageError
+from art_langgraph.model import Model, TrainableModel, TrainResult
+from art_langgraph.training.advantages import compute_advantages, is_zero_variance
+from art_langgraph.training.config import TrainConfig
+from art_langgraph.training.sft import sft_sequences
+from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, build_sequences
+from art_langgraph.training.trainer import LoRATrainer, ProgressFn
+from art_langgraph.trajectory import Trajectory, TrajectoryGroup, write_jsonl
+
+__all__ = ["LocalBackend"]
+
+
+@dataclass
+class _Run:
+    model: Model
+    store: CheckpointStore
+    step: int = 0
+    trainer: LoRATrainer | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    loaded: list[int] = field(default_factory=list)
+    """Steps whose adapter the engine holds now, oldest first."""
+
+
+class LocalBackend:
+    """Engine + server + trainer in this process. Use `async with LocalBackend() as backend:`."""
+
+    def __init__(
+        self,
+        path: str | Path = ".art",
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        engine_config: Any = None,
+        device: str | None = None,
+        max_loaded_adapters: int = 4,
+    ) -> None:
+        """`path`: where models live on disk. `max_loaded_adapters`: steps kept in the engine's
+        memory per model; older pinned steps are loaded from disk on demand."""
+        self.path = Path(path).resolve()
+        self.host, self.port, self.api_key = host, port, api_key
+        self.engine_config, self.device = engine_config, device
+        self.max_loaded_adapters = max_loaded_adapters
+        self.engine: Any = None
+        self.registry: ModelRegistry | None = None
+        self.server: ServerHandle | None = None
+        self._base_model: str | None = None
+        self._base_path: str | None = None
+        self._runs: dict[str, _Run] = {}
+
+    async def __aenter__(self) -> LocalBackend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop the server and the engine. Checkpoints are already on disk."""
+        if self.server is not None:
+            await asyncio.to_thread(self.server.stop)
+            self.server = None
+        if self.engine is not None:
+            await self.engine.close()
+            self.engine = None
+
+    # ---------------------------------------------------------------- register
+    async def register(self, model: Model) -> None:
+        if self._base_model is not None and model.base_model != self._base_model:
+            raise UsageError(
+                f"this backend serves {self._base_model!r}; model {model.name!r} wants {model.base_model!r}: "
+                "use one LocalBackend per base model"
+            )
+        if self.engine is None:
+            await asyncio.to_thread(self._start, model.base_model)
+        assert self.registry is not None and self.server is not None
+        store = CheckpointStore(self.path / model.project / "models" / model.name)
+        run = _Run(model, store)
+        self._runs[model.name] = run
+        self.registry.add_model(model.name)
+        for step in store.steps():
+            self.registry.set_step(
+                model.name, step, _adapter(model.name, step), str(store.path(step))
+            )
+        latest = store.latest()
+        if latest is not None and model.trainable:
+            run.step = latest
+            await self._load(run, latest)
+        model.inference_base_url = self.server.base_url
+        model.inference_api_key = self.api_key or "local"
+
+    def _start(self, base_model: str) -> None:
+        from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
+        from art_langgraph.presets import resolve_preset
+
+        self._base_path = resolve_preset(base_model)
+        cfg = self.engine_config or TorchEngineConfig(device=self.device)
+        self.engine = TorchEngine.from_pretrained(self._base_path, cfg)
+        self.registry = ModelRegistry(base_model)
+        self.server = start_server(
+            self.engine, self.registry, host=self.host, port=self.port, api_key=self.api_key
+        )
+        self._base_model = base_model
+
+    def _run(self, model: Model) -> _Run:
+        run = self._runs.get(model.name)
+        if run is None or (run.model is not model and run.model.project != model.project):
+            raise UsageError(f"model {model.name!r} is not registered with this backend")
+        return run
+
+    async def _load(self, run: _Run, step: int) -> None:
+        """Load checkpoint `step` into the engine, make it latest, and unload old steps."""
+        assert self.registry is not None
+        name = run.model.name
+        path = str(run.store.path(step))
+        await self.engine.load_adapter(_adapter(name, step), path)
+        self.registry.set_step(name, step, _adapter(name, step), path)
+        run.loaded.append(step)
+        while len(run.loaded) > self.max_loaded_adapters:
+            old = run.loaded.pop(0)
+            await self.engine.unload_adapter(_adapter(name, old))
+
+    def _trainer(self, run: _Run) -> LoRATrainer:
+        if run.trainer is None:
+            assert self._base_path is not None and isinstance(run.model, TrainableModel)
+            run.trainer = LoRATrainer(self._base_path, run.model.config, self.device)
+            if run.step > 0:
+                run.trainer.load(run.store.path(run.step))
+        return run.trainer
+
+    # ------------------------------------------------------------------- train
+    async def _get_step(self, model: Model) -> int:
+        return self._run(model).step
+
+    async def _train(
+        self,
+        model: TrainableModel,
+        groups: list[TrajectoryGroup],
+        config: TrainConfig,
+        progress: ProgressFn | None,
+    ) -> TrainResult:
+        run = self._run(model)
+        async with run.lock:
+            new_step = run.step + 1
+            seqs, metrics = self._prepare(run, groups, config, new_step)
+            write_jsonl(run.store.trajectories_path("train", new_step), groups)
+            return await self._commit(
+                run, new_step, config, metrics, lambda t: _rl(t, seqs, config, progress)
+            )
+
+    def _prepare(
+        self, run: _Run, groups: list[TrajectoryGroup], config: TrainConfig, new_step: int
+    ) -> tuple[list[TrainSequence], dict[str, float]]:
+        tok = self.engine.tokenizer
+        counts = {"groups": 0, "empty_groups": 0, "zero_variance_groups": 0, "stale_groups": 0}
+        stats = TensorizeStats()
+        seqs: list[TrainSequence] = []
+        rewards: list[float] = []
+        for i, group in enumerate(groups):
+            if not isinstance(group, TrajectoryGroup):
+                raise UsageError(f"groups[{i}] is a {type(group).__name__}, not a TrajectoryGroup")
+            if group.pending:
+                raise UsageError(f"groups[{i}] still holds unfinished rollouts: gather it first")
+            counts["groups"] += 1
+            trajs = list(group)
+            if not trajs:
+                counts["empty_groups"] += 1
+                continue
+            r = group.rewards()
+            rewards += r
+            if (
+                config.max_staleness is not None
+                and _stalest(trajs) < new_step - 1 - config.max_staleness
+            ):
+                counts["stale_groups"] += 1
+                continue
+            if is_zero_variance(r):
+                counts["zero_variance_groups"] += 1
+                continue
+            for traj, adv in zip(trajs, compute_advantages(r, config.scale_rewards), strict=True):
+                s, st = build_sequences(
+                    traj,
+                    adv,
+                    max_seq_length=config.max_seq_length,
+                    tokenizer=tok,
+                    allow_retokenize=config.allow_retokenize,
+                )
+                seqs += s
+                stats.add(st)
+        metrics: dict[str, float] = {k: float(v) for k, v in counts.items()}
+        metrics.update({f"tensorize/{k}": float(v) for k, v in vars(stats).items()})
+        if rewards:
+            metrics["reward"] = statistics.fmean(rewards)
+            metrics["reward_std"] = statistics.pstdev(rewards)
+        metrics["trajectories"] = float(len(rewards))
+        metrics["nothing_trainable"] = float(not seqs)
+        return seqs, metrics
+
+    async def _commit(
+        self, run: _Run, new_step: int, config: TrainConfig, metrics: dict[str, float], work: Any
+    ) -> TrainResult:
+        """Train (in a thread), checkpoint atomically, swap the adapter in; the step advances."""
+        assert self.registry is not None
+        name = run.model.name
+        paused = not (
+            isinstance(run.model, TrainableModel) and run.model.config.serve_during_training
+        )
+        if paused:
+            self.registry.pause(name)
+        t0 = time.perf_counter()
+        try:
+            trainer = await asyncio.to_thread(self._trainer, run)
+            metrics.update(await asyncio.to_thread(work, trainer))
+            meta = {"base_model": run.model.base_model, "metrics": _finite(metrics)}
+            await asyncio.to_thread(run.store.write, new_step, trainer.save, meta)
+            t_swap = time.perf_counter()
+            await self._load(run, new_step)
+            run.step = new_step
+            metrics["swap_seconds"] = time.perf_counter() - t_swap
+        finally:
+            if paused:
+                self.registry.resume(name)
+        metrics["step_seconds"] = time.perf_counter() - t0
+        run.store.append_history(
+            {"step": new_step, "split": "train", "time": time.time(), **_finite(metrics)}
+        )
+        return TrainResult(step=new_step, metrics=metrics)
+
+    async def _train_sft(
+        self,
+        model: TrainableModel,
+        items: list[Any],
+        config: TrainConfig,
+        epochs: int,
+        batch_size: int,
+    ) -> TrainResult:
+        if epochs < 1 or batch_size < 1:
+            raise UsageError(f"epochs and batch_size must be >= 1, got {epochs} and {batch_size}")
+        run = self._run(model)
+        async with run.lock:
+            seqs, stats = sft_sequences(self.engine.tokenizer, items, config.max_seq_length)
+            if not seqs:
+                raise UsageError("train_sft got nothing to train on")
+            metrics: dict[str, float] = {f"tensorize/{k}": float(v) for k, v in vars(stats).items()}
+
+            def work(trainer: LoRATrainer) -> dict[str, float]:
+                losses = []
+                for _ in range(epochs):
+                    for i in range(0, len(seqs), batch_size):
+                        losses.append(trainer.sft_step(seqs[i : i + batch_size], config)["loss"])
+                return {
+                    "sft_loss_first": losses[0],
+                    "sft_loss_last": losses[-1],
+                    "sft_steps": float(len(losses)),
+                }
+
+            return await self._commit(run, run.step + 1, config, metrics, work)
+
+    # --------------------------------------------------------------------- log
+    async def _log(self, model: Model, items: list[Any], split: str) -> None:
+        run = self._run(model)
+        groups = [g if isinstance(g, TrajectoryGroup) else TrajectoryGroup([g]) for g in items]
+        if any(not isinstance(t, Trajectory) for g in groups for t in g):
+            raise UsageError("log takes TrajectoryGroups or Trajectories")
+        write_jsonl(run.store.trajectories_path(split, run.step), groups)
+        rewards = [t.reward for g in groups for t in g]
+        record: dict[str, Any] = {
+            "step": run.step,
+            "split": split,
+            "time": time.time(),
+            "trajectories": len(rewards),
+        }
+        if rewards:
+            record["reward"] = statistics.fmean(rewards)
+        run.store.append_history(record)
+
+    async def _delete_checkpoints(self, model: Model, metric: str, keep_last: int) -> list[int]:
+        run = self._run(model)
+        if keep_last < 1:
+            raise UsageError(
+                f"keep_last must be >= 1 (the latest checkpoint is always kept), got {keep_last}"
+            )
+        async with run.lock:
+            steps = run.store.steps()
+            keep = set(steps[-keep_last:])
+            split, _, key = metric.partition("/")
+            scored = [
+                (h[key], h["step"])
+                for h in run.store.history()
+                if h.get("split") == split
+                and isinstance(h.get(key), int | float)
+                and h["step"] in steps
+            ]
+            if scored:
+                keep.add(max(scored)[1])
+            doomed = [s for s in steps if s not in keep]
+            assert self.registry is not None
+            for s in doomed:
+                self.registry.drop_step(model.name, s)
+                if s in run.loaded:
+                    run.loaded.remove(s)
+                    await self.engine.unload_adapter(_adapter(model.name, s))
+            run.store.delete(doomed)
+            return doomed
+
+
+def _rl(
+    trainer: LoRATrainer,
+    seqs: list[TrainSequence],
+    config: TrainConfig,
+    progress: ProgressFn | None,
+) -> dict[str, float]:
+    if not seqs:
+        return {}  # nothing trainable: the adapter is carried forward unchanged
+    return trainer.rl_step(seqs, config, progress)
+
+
+def _adapter(name: str, step: int) -> str:
+    return f"{name}@{step}"
+
+
+def _stalest(trajs: list[Trajectory]) -> int:
+    steps = [
+        c.adapter_step for t in trajs for c in t.calls if c.trainable and c.adapter_step is not None
+    ]
+    return min(steps) if steps else 10**9
+
+
+def _finite(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in metrics.items() if isinstance(v, int | float) and math.isfinite(v)}

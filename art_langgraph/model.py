@@ -1,0 +1,141 @@
+"""`Model` (inference only) and `TrainableModel` (a LoRA adapter trained with GRPO), ART's names.
+
+A model is registered with a backend (`await model.register(backend)`), which serves
+it over an OpenAI-compatible endpoint: `model.openai_client()` points at it, and the
+served name is `model.name` (the latest step) or `f"{model.name}@{step}"` (pinned).
+`TrainableModel.train(groups)` runs one GRPO step and returns the new step; the
+backend swaps the new adapter in before `train` returns.
+
+Left out: remote backends (a `RemoteBackend` would implement the same `_`-methods).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from art_langgraph.errors import UsageError
+from art_langgraph.training.config import ModelConfig, TrainConfig
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+    from art_langgraph.backend.local import LocalBackend
+    from art_langgraph.training.trainer import ProgressFn
+    from art_langgraph.trajectory import Trajectory, TrajectoryGroup
+
+__all__ = ["Model", "TrainResult", "TrainableModel"]
+
+
+class TrainResult(BaseModel):
+    """What one `train` / `train_sft` call did."""
+
+    step: int
+    """The step now served (the new checkpoint)."""
+    metrics: dict[str, float] = Field(default_factory=dict)
+    """Rewards, loss, clip fraction, sampler/trainer mismatch, counts of skipped groups, timings."""
+
+
+class Model(BaseModel):
+    """A model served by a backend, for inference (evaluation, a judge, a baseline)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: str = Field(description="The served name; no '@' (that separates the step).")
+    project: str = Field(description="Groups models on disk: {path}/{project}/models/{name}.")
+    base_model: str = Field(description="A preset ('tiny'), a HF id or a local folder.")
+    inference_base_url: str | None = Field(
+        None, description="Set by register: the OpenAI base URL."
+    )
+    inference_api_key: str | None = Field(
+        None, description="Set by register: the key for that URL."
+    )
+    _backend: LocalBackend | None = PrivateAttr(default=None)
+
+    def model_post_init(self, _: Any) -> None:
+        if not self.name or "@" in self.name or "/" in self.name:
+            raise UsageError(f"model name {self.name!r} must be non-empty, without '@' or '/'")
+        if not self.project or "/" in self.project or self.project.startswith("."):
+            raise UsageError(f"project {self.project!r} must be a plain folder name")
+
+    @property
+    def trainable(self) -> bool:
+        return False
+
+    async def register(self, backend: LocalBackend) -> None:
+        """Serve this model on `backend` (resuming from its checkpoints, if any)."""
+        await backend.register(self)
+        self._backend = backend
+
+    def backend(self) -> LocalBackend:
+        if self._backend is None:
+            raise UsageError(
+                f"model {self.name!r} is not registered: await model.register(backend) first"
+            )
+        return self._backend
+
+    def openai_client(self, **kwargs: Any) -> AsyncOpenAI:
+        """An AsyncOpenAI client pointed at the backend (kwargs go to the client)."""
+        from openai import AsyncOpenAI
+
+        self.backend()
+        return AsyncOpenAI(
+            base_url=self.inference_base_url, api_key=self.inference_api_key or "local", **kwargs
+        )
+
+    def inference_name(self, step: int | None = None) -> str:
+        """The model string for requests: latest, or pinned to `step`."""
+        return self.name if step is None else f"{self.name}@{step}"
+
+    async def get_step(self) -> int:
+        """The step served as latest (0 before any training)."""
+        return await self.backend()._get_step(self)
+
+    async def log(
+        self, groups: Iterable[TrajectoryGroup] | Iterable[Trajectory], split: str = "val"
+    ) -> None:
+        """Save trajectories under `split` for the current step and record their reward in history."""
+        await self.backend()._log(self, list(groups), split)
+
+
+class TrainableModel(Model):
+    """A model whose LoRA adapter trains with GRPO on the backend."""
+
+    config: ModelConfig = Field(
+        default_factory=ModelConfig, description="The LoRA adapter and run settings."
+    )
+
+    @property
+    def trainable(self) -> bool:
+        return True
+
+    async def train(
+        self,
+        groups: Iterable[TrajectoryGroup],
+        config: TrainConfig | None = None,
+        *,
+        progress: ProgressFn | None = None,
+    ) -> TrainResult:
+        """One GRPO step on `groups`; returns once step N+1 is saved and served."""
+        return await self.backend()._train(self, list(groups), config or TrainConfig(), progress)
+
+    async def train_sft(
+        self,
+        items: Iterable[Trajectory] | Iterable[list[dict[str, Any]]],
+        config: TrainConfig | None = None,
+        *,
+        epochs: int = 1,
+        batch_size: int = 8,
+    ) -> TrainResult:
+        """Supervised warm start on trajectories or conversations; one checkpoint at the end."""
+        return await self.backend()._train_sft(
+            self, list(items), config or TrainConfig(), epochs, batch_size
+        )
+
+    async def delete_checkpoints(
+        self, best_checkpoint_metric: str = "val/reward", keep_last: int = 1
+    ) -> list[int]:
+        """Keep the latest `keep_last` checkpoints and the best by `best_checkpoint_metric`; returns deleted steps."""
+        return await self.backend()._delete_checkpoints(self, best_checkpoint_metric, keep_last)

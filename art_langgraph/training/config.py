@@ -1,0 +1,173 @@
+"""Training settings: `TrainConfig` (one RL step) and `ModelConfig` (the LoRA adapter and its run).
+
+Every field is documented in place with its unit, default, range and, for a choice, all
+its options; the CLI and the README read these descriptions. Contradictory settings
+are rejected at construction with a message that shows the values and the fix.
+
+Left out: vLLM engine settings (they belong to the vLLM backend) and schedules for
+the learning rate (one step per `train()` call, so a caller varies it per call).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["ModelConfig", "TrainConfig"]
+
+
+class TrainConfig(BaseModel):
+    """How one `model.train(groups)` call turns trajectory groups into one optimizer step."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    learning_rate: float = Field(
+        5e-6, gt=0, description="AdamW learning rate. Default 5e-6 (ART's); tiny models take ~1e-3."
+    )
+    beta: float = Field(
+        0.0,
+        ge=0,
+        description="Weight of the KL penalty to the base model (adapter disabled), k3 estimator. "
+        "0 (default) skips the reference forward pass entirely.",
+    )
+    scale_rewards: bool = Field(
+        True,
+        description="Divide each group's centred rewards by their population std (+1e-6), as ART and the "
+        "GRPO paper do. False keeps only the centring (Dr. GRPO).",
+    )
+    epsilon: float = Field(
+        0.2,
+        gt=0,
+        lt=1,
+        description="Lower clip range of the importance ratio: clip at 1 - epsilon. In (0, 1).",
+    )
+    epsilon_high: float | None = Field(
+        None,
+        gt=0,
+        description="Upper clip range: clip at 1 + epsilon_high. None (default) uses epsilon. "
+        "DAPO's clip-higher uses 0.28. For CISPO this is the only bound unless cispo_clip_low is set.",
+    )
+    policy_loss: Literal["ppo", "cispo"] = Field(
+        "ppo",
+        description="ppo: PPO-clipped surrogate (GRPO). cispo: clipped importance-sampling weight times "
+        "the log-probability (MiniMax-M1), which keeps a gradient on every token.",
+    )
+    importance_sampling_level: Literal["token", "sequence"] = Field(
+        "token",
+        description="token: one ratio per token (GRPO). sequence: the geometric mean ratio of each "
+        "sequence, applied to all of its tokens (GSPO).",
+    )
+    loss_normalization: Literal["token_mean", "sequence_mean", "constant"] = Field(
+        "token_mean",
+        description="token_mean: sum over all trainable tokens of the step / their count (DAPO). "
+        "sequence_mean: mean within each sequence, then over sequences (GRPO paper). "
+        "constant: sum / loss_constant (Dr. GRPO).",
+    )
+    loss_constant: float | None = Field(
+        None,
+        gt=0,
+        description="The divisor for loss_normalization='constant' (e.g. max completion tokens × sequences).",
+    )
+    truncated_is_cap: float | None = Field(
+        None,
+        ge=1,
+        description="Truncated importance sampling (sampler/trainer mismatch correction): when set, the "
+        "clipped ratio is taken against the trainer's own logprobs and each token is weighted by "
+        "min(exp(trainer - sampler), cap). None (default): the ratio is taken against the sampler's "
+        "recorded logprobs, as ART does. Typical cap: 2.",
+    )
+    max_grad_norm: float | None = Field(
+        1.0, gt=0, description="Clip the global gradient norm to this. None: no clipping."
+    )
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    adam_betas: tuple[float, float] = Field(
+        (0.9, 0.99), description="AdamW (beta1, beta2); each in [0, 1)."
+    )
+    max_seq_length: int = Field(
+        4096,
+        ge=8,
+        description="Longest training sequence in tokens; longer ones are truncated (kept from the start) "
+        "and counted in metrics as `truncated_sequences`.",
+    )
+    pack_sequences: bool = Field(
+        True,
+        description="Pack several sequences into one row of up to max_seq_length tokens (block-diagonal "
+        "attention, positions restart per sequence). False: one sequence per padded row.",
+    )
+    micro_batch_tokens: int = Field(
+        16384,
+        ge=8,
+        description="Tokens per forward/backward pass (rows × row length); gradients accumulate "
+        "across micro-batches into one optimizer step. Lower it if memory runs out.",
+    )
+    allow_retokenize: bool = Field(
+        False,
+        description="Calls recorded without token ids (another provider) are re-rendered with the chat "
+        "template and tokenized. Off by default: that is where retokenization drift comes from.",
+    )
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="Reject groups with a call served by an adapter more than this many steps behind "
+        "the step being trained (when serving continues during training). None: no bound.",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        if self.loss_normalization == "constant" and self.loss_constant is None:
+            raise ValueError(
+                "loss_normalization='constant' needs loss_constant (e.g. max completion tokens × "
+                "sequences per step); got loss_constant=None"
+            )
+        if self.loss_constant is not None and self.loss_normalization != "constant":
+            raise ValueError(
+                f"loss_constant={self.loss_constant} is only used with loss_normalization='constant', "
+                f"but loss_normalization={self.loss_normalization!r}: drop one"
+            )
+        if self.policy_loss == "cispo" and self.importance_sampling_level == "sequence":
+            raise ValueError(
+                "policy_loss='cispo' weights each token by its own ratio; importance_sampling_level="
+                "'sequence' contradicts it: use 'token' with cispo, or policy_loss='ppo' for GSPO"
+            )
+        b1, b2 = self.adam_betas
+        if not (0 <= b1 < 1 and 0 <= b2 < 1):
+            raise ValueError(f"adam_betas must each be in [0, 1), got {self.adam_betas}")
+        return self
+
+    @property
+    def clip_high(self) -> float:
+        """The upper clip range actually used (epsilon_high, or epsilon)."""
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+
+class ModelConfig(BaseModel):
+    """The LoRA adapter of a TrainableModel and how its run behaves."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lora_r: int = Field(8, ge=1, description="LoRA rank. Default 8 (ART's).")
+    lora_alpha: int = Field(
+        16, ge=1, description="LoRA alpha; the update is scaled by alpha / r. Default 16 (ART's)."
+    )
+    lora_dropout: float = Field(
+        0.0, ge=0, lt=1, description="Dropout on the LoRA input during training."
+    )
+    target_modules: tuple[str, ...] = Field(
+        ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+        min_length=1,
+        description="Module names that get LoRA adapters. Default: all attention and MLP projections (ART's).",
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute activations in the backward pass to save memory."
+    )
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="Trainer weights dtype. auto: bfloat16 on CUDA, float32 on the CPU."
+    )
+    serve_during_training: bool = Field(
+        False,
+        description="False (default, ART's semantics): requests for the model wait while a step trains "
+        "and are then served by the new step. True: step N keeps serving during training; each call "
+        "records its step and TrainConfig.max_staleness bounds how old a group may be.",
+    )
+    seed: int = Field(0, description="Seed for the LoRA initialisation.")

@@ -1,0 +1,72 @@
+"""Supervised warm start: conversations or trajectories -> sequences with the assistant tokens trained.
+
+A conversation (OpenAI-format messages, optionally `{"messages": [...], "tools": [...]}`)
+is rendered with the chat template and `return_assistant_tokens_mask=True`, so only
+what the assistant wrote (its content, tool calls and end-of-turn token) is trained;
+the template must mark assistant turns with `{% generation %}` (the tiny preset and
+Qwen-style templates do). A `Trajectory` is trained on the exact ids its calls
+recorded, through the same tensorization as RL.
+
+Left out: loss on the prompt, and templates without generation markers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from art_langgraph.engine.chat_format import normalize_messages
+from art_langgraph.errors import UsageError
+from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, build_sequences
+from art_langgraph.trajectory import Trajectory
+
+__all__ = ["sft_sequences"]
+
+
+def _conversation(tokenizer: Any, item: Any, index: int, max_seq_length: int) -> TrainSequence:
+    if isinstance(item, dict):
+        messages, tools = item.get("messages"), item.get("tools")
+    else:
+        messages, tools = item, None
+    if not isinstance(messages, list) or not messages:
+        raise UsageError(f"SFT item {index} is not a conversation (a list of messages)")
+    out = tokenizer.apply_chat_template(
+        normalize_messages(messages),
+        tools=tools,
+        return_assistant_tokens_mask=True,
+        return_dict=True,
+    )
+    ids, mask = list(out["input_ids"]), [bool(m) for m in out["assistant_masks"]]
+    if not any(mask):
+        raise UsageError(
+            f"SFT item {index} has no assistant tokens to train (no assistant turn, or a chat template "
+            "without {% generation %} markers)"
+        )
+    seq = TrainSequence(
+        ids[:max_seq_length],
+        mask[:max_seq_length],
+        [float("nan")] * min(len(ids), max_seq_length),
+        1.0,
+    )
+    seq.truncated = len(ids) > max_seq_length
+    return seq
+
+
+def sft_sequences(
+    tokenizer: Any, items: list[Any], max_seq_length: int
+) -> tuple[list[TrainSequence], TensorizeStats]:
+    """Training sequences for SFT from trajectories and/or conversations."""
+    seqs: list[TrainSequence] = []
+    stats = TensorizeStats()
+    for i, item in enumerate(items):
+        if isinstance(item, Trajectory):
+            s, st = build_sequences(
+                item, 1.0, max_seq_length=max_seq_length, tokenizer=tokenizer, allow_retokenize=True
+            )
+            seqs += s
+            stats.add(st)
+        else:
+            seq = _conversation(tokenizer, item, i, max_seq_length)
+            stats.truncated_sequences += seq.truncated
+            stats.sequences += 1
+            seqs.append(seq)
+    return seqs, stats

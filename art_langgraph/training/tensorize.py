@@ -1,0 +1,270 @@
+"""Token-in/token-out tensorization: trajectories -> training sequences -> packed micro-batches.
+
+A trajectory's trainable `LLMCall`s become sequences of the exact ids the engine saw
+and sampled, never a re-rendered template. A call whose prompt extends the current
+sequence (previous prompts + completions) token-exactly is merged into it: the new
+prompt suffix (tool results, user turns) is masked out and the completion is trained.
+Where the prefix breaks (a template that re-renders history differently, a forced
+tool call re-serialized, a summarised context), a new sequence starts and shares the
+trajectory's advantage. Calls recorded without token ids (another provider) are
+re-rendered and tokenized only when `allow_retokenize` is set; otherwise the error
+names the trajectory. Sequences over `max_seq_length` are cut and counted.
+
+Packing puts several sequences in one row (first-fit decreasing) with a block-diagonal
+causal mask and positions that restart per sequence, so rows carry little padding.
+
+Left out: splitting one sequence across rows (a sequence longer than a row is cut).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from art_langgraph.errors import UsageError
+from art_langgraph.trajectory import LLMCall, Trajectory
+
+__all__ = [
+    "MicroBatch",
+    "TensorizeStats",
+    "TrainSequence",
+    "build_sequences",
+    "micro_batches",
+    "pack_rows",
+]
+
+
+@dataclass
+class TrainSequence:
+    """One training sequence: ids, which of them were sampled, and the sampler's logprobs."""
+
+    tokens: list[int]
+    trainable: list[bool]
+    """True where the token was sampled by the model (a completion token)."""
+    sampler_logprobs: list[float]
+    """The sampler's logprob of each token; NaN where unknown or not trainable."""
+    advantage: float
+    trajectory_id: str = ""
+    truncated: bool = False
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def num_trainable(self) -> int:
+        return sum(self.trainable)
+
+    def extend(
+        self, ids: Sequence[int], trainable: bool, logprobs: Sequence[float] | None = None
+    ) -> None:
+        self.tokens.extend(ids)
+        self.trainable.extend([trainable] * len(ids))
+        if logprobs is None:
+            self.sampler_logprobs.extend([math.nan] * len(ids))
+        else:
+            self.sampler_logprobs.extend(float(x) for x in logprobs)
+
+
+@dataclass
+class TensorizeStats:
+    """Counts of what tensorization did, reported in the step's metrics."""
+
+    trajectories: int = 0
+    calls: int = 0
+    sequences: int = 0
+    merged_calls: int = 0
+    """Calls appended to the previous call's sequence (their prompt extended it token-exactly)."""
+    prefix_breaks: int = 0
+    """Calls that started a new sequence although the trajectory had one already."""
+    truncated_sequences: int = 0
+    retokenized_calls: int = 0
+    untrainable_trajectories: int = 0
+    """Trajectories left with no trainable token (skipped)."""
+
+    def add(self, other: TensorizeStats) -> None:
+        for k, v in vars(other).items():
+            setattr(self, k, getattr(self, k) + v)
+
+
+def _call_ids(
+    call: LLMCall, traj: Trajectory, tokenizer: Any, allow_retokenize: bool, stats: TensorizeStats
+) -> tuple[list[int], list[int], list[float] | None]:
+    if call.prompt_token_ids is not None and call.completion_token_ids is not None:
+        return list(call.prompt_token_ids), list(call.completion_token_ids), call.logprobs
+    if not allow_retokenize:
+        raise UsageError(
+            f"trajectory {traj.id!r} has a trainable call ({call.id}) without token ids (recorded from "
+            "another provider?); set TrainConfig(allow_retokenize=True) to re-render it with the chat "
+            "template, or mark the call trainable=False"
+        )
+    if tokenizer is None:
+        raise UsageError("retokenizing needs the model's tokenizer")
+    from art_langgraph.engine.chat_format import normalize_messages, render_prompt
+
+    messages = normalize_messages(call.messages)
+    prompt = render_prompt(tokenizer, messages, call.tools)
+    full_text = tokenizer.apply_chat_template(
+        [*messages, *normalize_messages([call.response_message])],
+        tools=call.tools or None,
+        tokenize=False,
+    )
+    full = list(tokenizer.encode(full_text, add_special_tokens=False))
+    if full[: len(prompt)] != prompt:
+        raise UsageError(
+            f"trajectory {traj.id!r}: the chat template does not render call {call.id} as a prefix extension"
+        )
+    completion = full[len(prompt) :]
+    eos = tokenizer.eos_token_id
+    if eos in completion:
+        completion = completion[: len(completion) - completion[::-1].index(eos)]
+    stats.retokenized_calls += 1
+    return prompt, completion, None
+
+
+def build_sequences(
+    traj: Trajectory,
+    advantage: float,
+    *,
+    max_seq_length: int,
+    tokenizer: Any = None,
+    allow_retokenize: bool = False,
+) -> tuple[list[TrainSequence], TensorizeStats]:
+    """The training sequences of one trajectory (see the module doc)."""
+    stats = TensorizeStats(trajectories=1)
+    seqs: list[TrainSequence] = []
+    current: TrainSequence | None = None
+    for call in traj.calls:
+        if not call.trainable:
+            continue
+        stats.calls += 1
+        prompt, completion, lps = _call_ids(call, traj, tokenizer, allow_retokenize, stats)
+        if current is not None and prompt[: len(current)] == current.tokens:
+            current.extend(prompt[len(current) :], False)
+            stats.merged_calls += 1
+        else:
+            if current is not None:
+                seqs.append(current)
+                stats.prefix_breaks += 1
+            current = TrainSequence([], [], [], advantage, traj.id)
+            current.extend(prompt, False)
+        current.extend(completion, True, lps)
+    if current is not None:
+        seqs.append(current)
+    out = []
+    for s in seqs:
+        if len(s) > max_seq_length:
+            s.tokens, s.trainable = s.tokens[:max_seq_length], s.trainable[:max_seq_length]
+            s.sampler_logprobs = s.sampler_logprobs[:max_seq_length]
+            s.truncated = True
+            stats.truncated_sequences += 1
+        if s.num_trainable:
+            out.append(s)
+    if not out:
+        stats.untrainable_trajectories += 1
+    stats.sequences = len(out)
+    return out, stats
+
+
+def pack_rows(lengths: Sequence[int], row_length: int) -> list[list[int]]:
+    """First-fit decreasing: indices of sequences grouped into rows of at most row_length tokens."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in order:
+        n = lengths[i]
+        if n > row_length:
+            raise UsageError(f"sequence {i} has {n} tokens, more than a row ({row_length})")
+        for r, free in enumerate(room):
+            if n <= free:
+                rows[r].append(i)
+                room[r] -= n
+                break
+        else:
+            rows.append([i])
+            room.append(row_length - n)
+    return rows
+
+
+@dataclass
+class MicroBatch:
+    """Rows for one forward/backward pass. Targets are shifted: position t predicts token t."""
+
+    input_ids: torch.Tensor  # (R, L)
+    position_ids: torch.Tensor  # (R, L)
+    attention_mask: (
+        torch.Tensor
+    )  # (R, 1, L, L) bool block-diagonal causal (packed) or (R, L) (padded)
+    target_mask: torch.Tensor  # (R, L) bool: token t is trainable
+    sampler_logprobs: torch.Tensor  # (R, L) float, NaN where unknown
+    advantages: torch.Tensor  # (R, L) float
+    seq_ids: torch.Tensor  # (R, L) long: 0..S-1 within this micro-batch, -1 on padding
+    num_sequences: int
+    real_tokens: int
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def _collate(seqs: list[TrainSequence], rows: list[list[int]], packed: bool) -> MicroBatch:
+    length = max(sum(len(seqs[i]) for i in row) for row in rows)
+    r = len(rows)
+    ids = torch.zeros((r, length), dtype=torch.long)
+    pos = torch.zeros((r, length), dtype=torch.long)
+    target = torch.zeros((r, length), dtype=torch.bool)
+    lps = torch.full((r, length), math.nan)
+    adv = torch.zeros((r, length))
+    sid = torch.full((r, length), -1, dtype=torch.long)
+    k = 0
+    for ri, row in enumerate(rows):
+        at = 0
+        for i in row:
+            s, n = seqs[i], len(seqs[i])
+            ids[ri, at : at + n] = torch.tensor(s.tokens)
+            pos[ri, at : at + n] = torch.arange(n)
+            target[ri, at : at + n] = torch.tensor(s.trainable)
+            lps[ri, at : at + n] = torch.tensor(s.sampler_logprobs)
+            adv[ri, at : at + n] = s.advantage
+            sid[ri, at : at + n] = k
+            k += 1
+            at += n
+    real = int((sid >= 0).sum())
+    if packed:
+        causal = torch.tril(torch.ones((length, length), dtype=torch.bool))
+        same = sid.unsqueeze(2) == sid.unsqueeze(1)  # (R, L, L)
+        valid = (sid >= 0).unsqueeze(2)
+        mask = (causal & same & valid).unsqueeze(1)  # (R, 1, L, L)
+        # Padding rows attend to themselves so no softmax row is empty.
+        eye = torch.eye(length, dtype=torch.bool).expand(r, 1, length, length)
+        mask = mask | (eye & ~valid.unsqueeze(1))
+    else:
+        mask = (sid >= 0).long()
+    return MicroBatch(
+        ids, pos, mask, target, lps, adv, sid, k, real, {"padding_waste": 1 - real / (r * length)}
+    )
+
+
+def micro_batches(
+    seqs: list[TrainSequence], *, row_length: int, micro_batch_tokens: int, pack: bool
+) -> Iterator[MicroBatch]:
+    """Rows of sequences (packed or one per row), grouped into micro-batches of ~micro_batch_tokens."""
+    if not seqs:
+        return
+    lengths = [len(s) for s in seqs]
+    if pack:
+        rows = pack_rows(lengths, row_length)
+    else:
+        rows = [[i] for i in sorted(range(len(seqs)), key=lambda i: -lengths[i])]
+    batch: list[list[int]] = []
+    width = 0
+    for row in rows:
+        n = sum(lengths[i] for i in row)
+        wider = max(width, n)
+        if batch and wider * (len(batch) + 1) > micro_batch_tokens:
+            yield _collate(seqs, batch, pack)
+            batch, wider = [], n
+        batch.append(row)
+        width = wider
+    if batch:
+        yield _collate(seqs, batch, pack)

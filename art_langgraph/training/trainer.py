@@ -1,0 +1,266 @@
+"""The LoRA GRPO trainer: one optimizer step from training sequences, and its state on disk.
+
+`LoRATrainer` owns a peft model (its own copy of the base weights, trainable LoRA
+adapter on top) and an AdamW optimizer over the adapter. `rl_step` runs the micro-
+batches of one step (gradients accumulate, so every normalization is exact over the
+whole step), clips the gradient and steps the optimizer once. `sft_step` does the same
+with a plain next-token loss on the trainable tokens.
+
+State on disk is safetensors and JSON only (never a pickle): the peft adapter, the
+optimizer's moment tensors and step counts in `optimizer.safetensors`, its param
+groups in `optimizer.json`.
+
+Left out: chunked log-softmax for very large vocabularies, FSDP/multi-GPU, and
+sharing base weights with the inference engine (the trainer holds its own copy).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from art_langgraph.training import loss as L
+from art_langgraph.training.config import ModelConfig, TrainConfig
+from art_langgraph.training.tensorize import MicroBatch, TrainSequence, micro_batches
+
+__all__ = ["LoRATrainer", "ProgressFn"]
+
+ProgressFn = Callable[[str, dict[str, Any]], None]
+"""Called as progress(stage, info) with stage in {"micro_batch", "optimizer_step"}."""
+
+
+class LoRATrainer:
+    """A trainable LoRA adapter over a base model, with its optimizer."""
+
+    def __init__(self, base_path: str, config: ModelConfig, device: str | None = None) -> None:
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        self.config = config
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        name = (
+            config.dtype
+            if config.dtype != "auto"
+            else ("bfloat16" if self.device.type == "cuda" else "float32")
+        )
+        self.dtype = getattr(torch, name)
+        self.tokenizer = AutoTokenizer.from_pretrained(base_path)
+        base = AutoModelForCausalLM.from_pretrained(base_path, dtype=self.dtype).to(self.device)  # type: ignore[arg-type]
+        if config.gradient_checkpointing:
+            base.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+            base.enable_input_require_grads()
+        lora = LoraConfig(
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=config.lora_dropout,
+            target_modules=list(config.target_modules),
+            task_type="CAUSAL_LM",
+        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            self.model = get_peft_model(base, lora)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=5e-6, betas=(0.9, 0.99), weight_decay=0.0
+        )
+
+    # ------------------------------------------------------------------ steps
+    def _configure(self, lr: float, betas: tuple[float, float], weight_decay: float) -> None:
+        for g in self.optimizer.param_groups:
+            g["lr"], g["betas"], g["weight_decay"] = lr, betas, weight_decay
+
+    def _logprobs(self, mb: MicroBatch) -> torch.Tensor:
+        """Log-probability of every token given its prefix. Returns (R, L); column 0 is 0."""
+        dev = self.device
+        out = self.model(
+            input_ids=mb.input_ids.to(dev),
+            attention_mask=mb.attention_mask.to(dev),
+            position_ids=mb.position_ids.to(dev),
+            use_cache=False,
+        )
+        logits = out.logits[:, :-1].float()  # (R, L-1, V)
+        lp = (
+            torch.log_softmax(logits, dim=-1)
+            .gather(-1, mb.input_ids[:, 1:].to(dev).unsqueeze(-1))
+            .squeeze(-1)
+        )
+        return torch.nn.functional.pad(lp, (1, 0))  # (R, L)
+
+    def rl_step(
+        self, seqs: list[TrainSequence], config: TrainConfig, progress: ProgressFn | None = None
+    ) -> dict[str, float]:
+        """One GRPO optimizer step over `seqs`; returns metrics."""
+        t0 = time.perf_counter()
+        self.model.train()
+        self._configure(config.learning_rate, config.adam_betas, config.weight_decay)
+        self.optimizer.zero_grad(set_to_none=True)
+        n_total = sum(s.num_trainable for s in seqs)
+        s_total = len(seqs)
+        acc: dict[str, float] = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0}
+        mismatch: list[tuple[torch.Tensor, torch.Tensor]] = []
+        real = cells = 0
+        batches = micro_batches(
+            seqs,
+            row_length=config.max_seq_length,
+            micro_batch_tokens=config.micro_batch_tokens,
+            pack=config.pack_sequences,
+        )
+        for k, mb in enumerate(batches):
+            dev = self.device
+            mask = mb.target_mask.to(dev)
+            new_lp = self._logprobs(mb)[mask]  # (N,)
+            sampler = mb.sampler_logprobs.to(dev)[mask]  # (N,)
+            known = ~torch.isnan(sampler)
+            sampler = torch.where(known, sampler, new_lp.detach())
+            adv = mb.advantages.to(dev)[mask]  # (N,)
+            sid = mb.seq_ids.to(dev)[mask]  # (N,)
+            n_mb = int(mask.sum())
+            mismatch.append((new_lp.detach()[known], sampler[known]))
+            if config.truncated_is_cap is not None:
+                old = new_lp.detach()
+                weight = L.truncated_is_weights(new_lp.detach(), sampler, config.truncated_is_cap)
+            else:
+                old, weight = sampler, None
+            if config.importance_sampling_level == "sequence":
+                ratio = L.sequence_ratio(new_lp, old, sid, mb.num_sequences)
+            else:
+                ratio = L.token_ratio(new_lp, old)
+            if config.policy_loss == "cispo":
+                per_tok = L.cispo_loss(ratio, new_lp, adv, config.clip_high)
+            else:
+                per_tok = L.ppo_clip_loss(ratio, adv, config.epsilon, config.clip_high)
+            clipped = ((ratio < 1 - config.epsilon) | (ratio > 1 + config.clip_high)).float()
+            if weight is not None:
+                per_tok = per_tok * weight
+            policy_tok = per_tok
+            if config.beta > 0:
+                with torch.no_grad(), self.model.disable_adapter():
+                    ref = self._logprobs(mb)[mask]
+                kl = L.kl_k3(new_lp, ref)
+                per_tok = per_tok + config.beta * kl
+                acc["kl"] += float(kl.detach().sum())
+            scale = {
+                "token_mean": n_mb / n_total,
+                "sequence_mean": mb.num_sequences / s_total,
+                "constant": 1.0,
+            }[config.loss_normalization]
+            loss = (
+                L.aggregate(
+                    per_tok, sid, mb.num_sequences, config.loss_normalization, config.loss_constant
+                )
+                * scale
+            )
+            loss.backward()
+            acc["loss"] += float(loss.detach())
+            acc["policy_loss"] += (
+                float(L.aggregate(policy_tok.detach(), sid, mb.num_sequences, "token_mean"))
+                * n_mb
+                / n_total
+            )
+            acc["clip_fraction"] += float(clipped.sum())
+            real += mb.real_tokens
+            cells += mb.input_ids.numel()
+            if progress:
+                progress("micro_batch", {"index": k, "tokens": n_mb})
+        grad_norm = self._optimizer_step(config.max_grad_norm)
+        if progress:
+            progress("optimizer_step", {"grad_norm": grad_norm})
+        trainer_lp = torch.cat([a for a, _ in mismatch]) if mismatch else torch.zeros(0)
+        sampler_lp = torch.cat([b for _, b in mismatch]) if mismatch else torch.zeros(0)
+        mm = L.mismatch_metrics(trainer_lp, sampler_lp)
+        seconds = time.perf_counter() - t0
+        return {
+            "loss": acc["loss"],
+            "policy_loss": acc["policy_loss"],
+            "kl": acc["kl"] / max(n_total, 1),
+            "clip_fraction": acc["clip_fraction"] / max(n_total, 1),
+            "grad_norm": grad_norm,
+            "learning_rate": config.learning_rate,
+            "trainable_tokens": float(n_total),
+            "sequences": float(s_total),
+            "padding_waste": 1 - real / max(cells, 1),
+            "train_seconds": seconds,
+            "train_tokens_per_s": real / seconds if seconds > 0 else 0.0,
+            **{f"mismatch/{k}": v for k, v in mm.items()},
+        }
+
+    def sft_step(self, seqs: list[TrainSequence], config: TrainConfig) -> dict[str, float]:
+        """One optimizer step of next-token cross-entropy on the trainable tokens (token mean)."""
+        t0 = time.perf_counter()
+        self.model.train()
+        self._configure(config.learning_rate, config.adam_betas, config.weight_decay)
+        self.optimizer.zero_grad(set_to_none=True)
+        n_total = sum(s.num_trainable for s in seqs)
+        total = 0.0
+        for mb in micro_batches(
+            seqs,
+            row_length=config.max_seq_length,
+            micro_batch_tokens=config.micro_batch_tokens,
+            pack=config.pack_sequences,
+        ):
+            lp = self._logprobs(mb)[mb.target_mask.to(self.device)]  # (N,)
+            loss = -lp.sum() / n_total
+            loss.backward()
+            total += float(loss.detach())
+        grad_norm = self._optimizer_step(config.max_grad_norm)
+        return {
+            "loss": total,
+            "grad_norm": grad_norm,
+            "trainable_tokens": float(n_total),
+            "train_seconds": time.perf_counter() - t0,
+        }
+
+    def _optimizer_step(self, max_norm: float | None) -> float:
+        if max_norm is not None:
+            norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        else:
+            norm = float(torch.nn.utils.clip_grad_norm_(self.params, math.inf))
+        if math.isfinite(norm):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    # ------------------------------------------------------------------ state
+    def save(self, folder: Path) -> None:
+        """Write the adapter and the optimizer state into `folder` (which must exist)."""
+        from safetensors.torch import save_file
+
+        self.model.save_pretrained(str(folder))
+        sd = self.optimizer.state_dict()
+        tensors = {
+            f"{idx}.{k}": v.detach().cpu().contiguous()
+            for idx, st in sd["state"].items()
+            for k, v in st.items()
+            if isinstance(v, torch.Tensor)
+        }
+        save_file(tensors, str(folder / "optimizer.safetensors"))
+        (folder / "optimizer.json").write_text(json.dumps({"param_groups": sd["param_groups"]}))
+
+    def load(self, folder: Path) -> None:
+        """Restore the adapter weights and the optimizer state saved by `save`."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        weights = load_file(str(folder / "adapter_model.safetensors"), device=str(self.device))
+        set_peft_model_state_dict(self.model, weights)
+        opt_file = folder / "optimizer.safetensors"
+        if opt_file.exists():
+            flat = load_file(str(opt_file))
+            state: dict[int, dict[str, torch.Tensor]] = {}
+            for key, v in flat.items():
+                idx, name = key.split(".", 1)
+                state.setdefault(int(idx), {})[name] = v.to(self.device) if name != "step" else v
+            groups = json.loads((folder / "optimizer.json").read_text())["param_groups"]
+            for g in groups:
+                g["betas"] = tuple(g["betas"])
+            self.optimizer.load_state_dict({"state": state, "param_groups": groups})
