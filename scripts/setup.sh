@@ -16,6 +16,6 @@ want="$(cat "$root/pyproject.toml" "$root/constraints.txt" | sha256sum | cut -d'
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing the project and its dev tools into $venv" >&2
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
-  "$venv/bin/python" -m pip install -q -c "$root/constraints.txt" -e "$root[dev]" >&2
+  "$venv/bin/python" -m pip install -q -c "$root/constraints.txt" -e "$root[dev,bench]" >&2
   echo "$want" > "$stamp"
 fi

@@ -1,0 +1,220 @@
+"""LocalBackend end to end: real engine, real server, real trainer, files on disk."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+import art_langgraph as art
+from tests.backend.rollouts import rollout
+
+LR = art.TrainConfig(learning_rate=2e-3)
+
+
+@pytest.fixture(scope="module")
+async def backend(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[art.LocalBackend]:
+    async with art.LocalBackend(path=tmp_path_factory.mktemp("art")) as b:
+        yield b
+
+
+async def _model(backend: art.LocalBackend, name: str, **config: object) -> art.TrainableModel:
+    model = art.TrainableModel(
+        name=name, project="tests", base_model="tiny", config=art.ModelConfig(**config)
+    )
+    await model.register(backend)
+    return model
+
+
+async def _groups(
+    model: art.Model, n_groups: int = 2, size: int = 4, **kw: object
+) -> list[art.TrajectoryGroup]:
+    trajs = await asyncio.gather(
+        *(rollout(model, f"Say a number word {i}", **kw) for i in range(n_groups * size))
+    )
+    for i, t in enumerate(trajs):
+        t.reward = float(i % 3)  # varied rewards in every group, so every group trains
+    return [art.TrajectoryGroup(trajs[i * size : (i + 1) * size]) for i in range(n_groups)]
+
+
+async def test_train_step_swaps_the_adapter_into_serving(backend: art.LocalBackend) -> None:
+    model = await _model(backend, "swap")
+    assert await model.get_step() == 0
+    before = await rollout(model, "hello")
+    assert before.calls[0].model == "swap@0" and before.calls[0].adapter_step == 0
+    result = await model.train(await _groups(model), LR)
+    assert result.step == 1 and await model.get_step() == 1
+    m = result.metrics
+    assert m["groups"] == 2 and m["zero_variance_groups"] == 0 and m["trajectories"] == 8
+    assert (
+        m["grad_norm"] > 0 and m["mismatch/abs_diff_mean"] < 1e-4
+    )  # token-exact: same ids, same weights
+    after = await rollout(model, "hello")  # the very next request
+    assert after.calls[0].model == "swap@1" and after.calls[0].adapter_step == 1
+    pinned = await rollout(model, "hello", step=0)
+    assert pinned.calls[0].model == "swap@0"
+    root = backend.path / "tests" / "models" / "swap"
+    assert sorted(p.name for p in (root / "checkpoints").iterdir()) == ["0001"]
+    files = {p.name for p in (root / "checkpoints" / "0001").iterdir()}
+    assert {
+        "adapter_model.safetensors",
+        "adapter_config.json",
+        "optimizer.safetensors",
+        "checkpoint.json",
+    } <= files
+    assert not [f for f in files if f.endswith((".pt", ".bin", ".pkl"))]
+    saved = art.read_jsonl(root / "trajectories" / "train" / "0001.jsonl", kind=art.TrajectoryGroup)
+    assert len(saved) == 2 and saved[0].trajectories[0].calls[0].completion_token_ids
+    history = [json.loads(x) for x in (root / "history.jsonl").read_text().splitlines()]
+    assert history[-1]["step"] == 1 and history[-1]["split"] == "train"
+
+
+async def test_nothing_trainable_still_advances_and_says_why(backend: art.LocalBackend) -> None:
+    model = await _model(backend, "flat")
+    groups = await _groups(model)
+    for g in groups:
+        for t in g:
+            t.reward = 1.0  # equal rewards: no signal
+    groups.append(art.TrajectoryGroup([]))
+    result = await model.train(groups, LR)
+    assert result.step == 1
+    m = result.metrics
+    assert m["nothing_trainable"] == 1 and m["zero_variance_groups"] == 2 and m["empty_groups"] == 1
+    assert (await rollout(model, "x")).calls[0].model == "flat@1"
+
+
+async def test_bad_groups_are_refused_before_anything_is_saved(backend: art.LocalBackend) -> None:
+    model = await _model(backend, "bad")
+
+    async def pending() -> art.Trajectory:
+        return art.Trajectory()
+
+    coro = pending()
+    with pytest.raises(art.UsageError, match="unfinished"):
+        await model.train([art.TrajectoryGroup([coro])], LR)
+    await coro
+    with pytest.raises(art.UsageError, match="not a TrajectoryGroup"):
+        await model.train([[art.Trajectory()]], LR)  # type: ignore[list-item]
+    with pytest.raises(art.NonFiniteRewardError):
+        art.Trajectory(reward=float("nan"))
+    no_ids = art.Trajectory(
+        calls=[
+            art.LLMCall(
+                messages=[{"role": "user", "content": "x"}],
+                response_message={"role": "assistant", "content": "y"},
+            )
+        ],
+        reward=1.0,
+    )
+    group = art.TrajectoryGroup([no_ids, art.Trajectory(calls=no_ids.calls, reward=0.0)])
+    with pytest.raises(art.UsageError, match="without token ids"):
+        await model.train([group], LR)
+    assert await model.get_step() == 0
+    assert not list((backend.path / "tests" / "models" / "bad" / "checkpoints").iterdir())
+
+
+async def test_requests_wait_while_a_step_trains(backend: art.LocalBackend) -> None:
+    model = await _model(backend, "wait")
+    groups = await _groups(model)
+    started = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def progress(stage: str, info: dict) -> None:
+        if stage == "micro_batch":
+            loop.call_soon_threadsafe(started.set)
+
+    train = asyncio.create_task(model.train(groups, LR, progress=progress))
+    await started.wait()
+    during = await rollout(model, "during")  # sent while training: waits, then served by step 1
+    pinned = await rollout(model, "pinned", step=0)
+    await train
+    assert during.calls[0].model == "wait@1"
+    assert pinned.calls[0].model == "wait@0"
+
+
+async def test_serving_continues_during_training_when_asked(backend: art.LocalBackend) -> None:
+    model = await _model(backend, "live", serve_during_training=True)
+    groups = await _groups(model)
+    release = asyncio.Event()
+    seen: list[str] = []
+    loop = asyncio.get_running_loop()
+
+    def progress(stage: str, info: dict) -> None:
+        if stage == "micro_batch":
+            fut = asyncio.run_coroutine_threadsafe(rollout(model, "during"), loop)
+            seen.append(fut.result(timeout=30).calls[0].model or "")
+            loop.call_soon_threadsafe(release.set)
+
+    await model.train(groups, LR, progress=progress)
+    assert release.is_set() and seen == ["live@0"]
+    # a group served two steps back is too stale for max_staleness=0
+    await model.train(await _groups(model), LR)
+    stale = groups  # served by step 0; the next step is 3
+    result = await model.train(stale, art.TrainConfig(learning_rate=2e-3, max_staleness=0))
+    assert result.metrics["stale_groups"] == 2 and result.metrics["nothing_trainable"] == 1
+
+
+async def test_log_and_delete_checkpoints_keep_latest_and_best(backend: art.LocalBackend) -> None:
+    model = await _model(backend, "keep")
+    for reward in (0.2, 0.9, 0.1, 0.3):
+        await model.train(await _groups(model), LR)
+        await model.log([art.TrajectoryGroup([art.Trajectory(reward=reward)])], split="val")
+    deleted = await model.delete_checkpoints("val/reward", keep_last=1)
+    assert deleted == [1, 3]
+    root = backend.path / "tests" / "models" / "keep"
+    assert sorted(p.name for p in (root / "checkpoints").iterdir()) == ["0002", "0004"]
+    assert (root / "trajectories" / "val" / "0002.jsonl").exists()
+    assert (await rollout(model, "x", step=2)).calls[0].model == "keep@2"
+    with pytest.raises(Exception, match="keep@3"):
+        await rollout(model, "x", step=3)
+
+
+async def test_restart_resumes_at_the_last_complete_step(tmp_path: Path) -> None:
+    async with art.LocalBackend(path=tmp_path) as b1:
+        m1 = await _model(b1, "resume")
+        await m1.train(await _groups(m1), LR)
+        await m1.train(await _groups(m1), LR)
+        greedy1 = await rollout(m1, "fixed prompt", seed=0)
+    root = tmp_path / "tests" / "models" / "resume" / "checkpoints"
+    # a half-written checkpoint (no checkpoint.json) and a leftover temp folder
+    (root / "0003").mkdir()
+    (root / "0003" / "adapter_model.safetensors").write_bytes(b"garbage")
+    (root / ".tmp-0004-dead").mkdir()
+    async with art.LocalBackend(path=tmp_path) as b2:
+        m2 = await _model(b2, "resume")
+        assert await m2.get_step() == 2
+        greedy2 = await rollout(m2, "fixed prompt", seed=0)
+        assert greedy2.calls[0].model == "resume@2"
+        assert greedy2.calls[0].completion_token_ids == greedy1.calls[0].completion_token_ids
+        names = sorted(p.name for p in root.iterdir())
+        assert (
+            names[:2] == ["0001", "0002"]
+            and names[2].startswith("0003.invalid-")
+            and len(names) == 3
+        )
+        result = await m2.train(await _groups(m2), LR)
+        assert result.step == 3
+
+
+async def test_sft_warm_start_teaches_a_format(backend: art.LocalBackend) -> None:
+    model = await _model(backend, "sft")
+    convos = [
+        [
+            {"role": "user", "content": f"Give me a number {i}"},
+            {"role": "assistant", "content": "seven"},
+        ]
+        for i in range(16)
+    ]
+    result = await model.train_sft(
+        convos, art.TrainConfig(learning_rate=5e-3), epochs=8, batch_size=8
+    )
+    assert (
+        result.step == 1 and result.metrics["sft_loss_last"] < result.metrics["sft_loss_first"] / 2
+    )
+    outs = await asyncio.gather(
+        *(rollout(model, f"Give me a number {i}", max_tokens=4) for i in range(100, 108))
+    )
+    assert sum(t.reward for t in outs) >= 6
