@@ -17,9 +17,9 @@ __all__ = ["update_readme"]
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def update_readme(name: str, text: str, readme: Path = README) -> bool:
+def update_readme(name: str, text: str, readme: Path = README, kind: str = "bench") -> bool:
     """Replace the block for `name`; returns False when the README has no markers for it."""
-    start, end = f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
+    start, end = f"<!-- {kind}:{name}:start -->", f"<!-- {kind}:{name}:end -->"
     body = readme.read_text()
     if start not in body or end not in body:
         return False

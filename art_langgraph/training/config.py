@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["ModelConfig", "TrainConfig"]
+__all__ = ["ModelConfig", "TrainConfig", "config_table"]
 
 
 class TrainConfig(BaseModel):
@@ -171,3 +171,19 @@ class ModelConfig(BaseModel):
         "records its step and TrainConfig.max_staleness bounds how old a group may be.",
     )
     seed: int = Field(0, description="Seed for the LoRA initialisation.")
+
+
+def config_table(cls: type[BaseModel]) -> str:
+    """A markdown table of a config's fields (name, default, meaning) from their descriptions."""
+    rows = ["| field | default | meaning |", "|---|---|---|"]
+    for name, f in cls.model_fields.items():
+        default = f.default if f.default_factory is None else f.default_factory()  # type: ignore[call-arg]
+        shown = (
+            "None"
+            if default is None
+            else repr(default)
+            if isinstance(default, str)
+            else str(default)
+        )
+        rows.append(f"| `{name}` | `{shown}` | {(f.description or '').replace('|', '/')} |")
+    return "\n".join(rows)

@@ -1,0 +1,66 @@
+"""Regenerate the README's config tables from the config classes (the one source of the docs).
+
+.venv/bin/python scripts/docs.py          # rewrite the tables
+.venv/bin/python scripts/docs.py --check  # exit 1 if the README is stale (the tests run this)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from art_langgraph.engine.torch_engine import TorchEngineConfig
+from art_langgraph.training.config import ModelConfig, TrainConfig, config_table
+from bench.readme import README, update_readme
+
+
+def tables() -> dict[str, str]:
+    from dataclasses import fields
+
+    engine = ["| field | default | meaning |", "|---|---|---|"]
+    for f in fields(TorchEngineConfig):
+        engine.append(f"| `{f.name}` | `{f.default}` | {_attr_doc(f.name)} |")
+    return {
+        "TrainConfig": config_table(TrainConfig),
+        "ModelConfig": config_table(ModelConfig),
+        "TorchEngineConfig": "\n".join(engine),
+    }
+
+
+def _attr_doc(name: str) -> str:
+    """The docstring under a dataclass field, read from the source."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(TorchEngineConfig))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    for i, node in enumerate(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and getattr(node.target, "id", None) == name
+            and i + 1 < len(body)
+        ):
+            nxt = body[i + 1]
+            if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+                return " ".join(str(nxt.value.value).split())
+    return ""
+
+
+def main() -> int:
+    check = "--check" in sys.argv
+    before = README.read_text()
+    for name, text in tables().items():
+        if not update_readme(name, text, kind="config"):
+            print(f"README has no markers for {name}", file=sys.stderr)
+            return 1
+    if check and README.read_text() != before:
+        README.write_text(before)
+        print("README config tables are stale: run scripts/docs.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
