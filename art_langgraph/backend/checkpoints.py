@@ -59,7 +59,8 @@ class CheckpointStore:
         self.checkpoints = self.root / "checkpoints"
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         self.history_file = self.root / "history.jsonl"
-        self.set_aside = self._sweep()
+        self.swept = self._sweep()
+        """Folders set aside when the store was opened (no valid checkpoint.json)."""
 
     # ----------------------------------------------------------------- paths
     def _inside(self, p: Path) -> Path:
@@ -142,6 +143,14 @@ class CheckpointStore:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return final
+
+    def set_aside(self, step: int, reason: str) -> str:
+        """Rename checkpoint `step` out of the way (kept for inspection); returns its new name."""
+        p = self.path(step)
+        dest = p.with_name(f"{p.name}.invalid-{int(time.time())}")
+        os.rename(p, dest)
+        (dest / "set_aside.txt").write_text(reason + "\n")
+        return dest.name
 
     def delete(self, steps: list[int]) -> None:
         for s in steps:

@@ -22,6 +22,7 @@ One backend serves one base model. Left out: a child-process trainer and vLLM (n
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import statistics
 import time
@@ -42,6 +43,8 @@ from art_langgraph.training.trainer import LoRATrainer, ProgressFn
 from art_langgraph.trajectory import Trajectory, TrajectoryGroup, write_jsonl
 
 __all__ = ["LocalBackend"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -104,10 +107,17 @@ class LocalBackend:
                 f"this backend serves {self._base_model!r}; model {model.name!r} wants {model.base_model!r}: "
                 "use one LocalBackend per base model"
             )
+        store = CheckpointStore(self.path / model.project / "models" / model.name)
+        for step in store.steps():
+            trained_on = store.meta(step).get("base_model")
+            if trained_on not in (None, model.base_model):
+                raise UsageError(
+                    f"checkpoint {step} of {model.name!r} was trained on {trained_on!r}, not "
+                    f"{model.base_model!r}: use the same base_model, or another name/project"
+                )
         if self.engine is None:
             await asyncio.to_thread(self._start, model.base_model)
         assert self.registry is not None and self.server is not None
-        store = CheckpointStore(self.path / model.project / "models" / model.name)
         run = _Run(model, store)
         self._runs[model.name] = run
         self.registry.add_model(model.name)
@@ -115,12 +125,30 @@ class LocalBackend:
             self.registry.set_step(
                 model.name, step, _adapter(model.name, step), str(store.path(step))
             )
-        latest = store.latest()
-        if latest is not None and model.trainable:
-            run.step = latest
-            await self._load(run, latest)
+        if model.trainable:
+            await self._resume(run)
         model.inference_base_url = self.server.base_url
         model.inference_api_key = self.api_key or "local"
+
+    async def _resume(self, run: _Run) -> None:
+        """Serve the last checkpoint that loads; one that does not is set aside, never deleted."""
+        assert self.registry is not None
+        for step in reversed(run.store.steps()):
+            try:
+                await self._load(run, step)
+            except UsageError as exc:
+                aside = run.store.set_aside(step, str(exc))
+                self.registry.drop_step(run.model.name, step)
+                log.warning(
+                    "checkpoint %d of %s does not load (%s); set aside as %s",
+                    step,
+                    run.model.name,
+                    exc,
+                    aside,
+                )
+                continue
+            run.step = step
+            return
 
     def _start(self, base_model: str) -> None:
         from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig

@@ -566,7 +566,13 @@ def _check_adapter_fits(model: Any, name: str, path: str) -> None:
     if not files:
         return  # a .bin adapter: peft checks it (we never unpickle it ourselves)
     modules = dict(model.named_modules())
-    with safe_open(str(files[0]), framework="pt") as f:
+    try:
+        handle = safe_open(str(files[0]), framework="pt")
+    except Exception as exc:  # safetensors raises its own error type for a bad header
+        raise UsageError(
+            f"adapter {name!r}: {files[0]} is not a readable safetensors file ({exc})"
+        ) from exc
+    with handle as f:
         for k in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
             if ".lora_A." not in k and ".lora_B." not in k:
                 continue

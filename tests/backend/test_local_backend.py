@@ -218,3 +218,37 @@ async def test_sft_warm_start_teaches_a_format(backend: art.LocalBackend) -> Non
         *(rollout(model, f"Give me a number {i}", max_tokens=4) for i in range(100, 108))
     )
     assert sum(t.reward for t in outs) >= 6
+
+
+async def test_inference_only_model_serves_the_base(backend: art.LocalBackend) -> None:
+    judge = art.Model(name="judge", project="tests", base_model="tiny")
+    await judge.register(backend)
+    t = await rollout(judge, "hi")
+    assert t.calls[0].model == "judge@0" and await judge.get_step() == 0
+    with pytest.raises(art.UsageError, match="one LocalBackend per base model"):
+        await art.Model(
+            name="other", project="tests", base_model="Qwen/Qwen2.5-0.5B-Instruct"
+        ).register(backend)
+
+
+async def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path: Path) -> None:
+    async with art.LocalBackend(path=tmp_path) as b1:
+        m1 = await _model(b1, "fallback")
+        await m1.train(await _groups(m1), LR)
+        await m1.train(await _groups(m1), LR)
+    ckpts = tmp_path / "tests" / "models" / "fallback" / "checkpoints"
+    (ckpts / "0002" / "adapter_model.safetensors").write_bytes(b"not a safetensors file")
+    async with art.LocalBackend(path=tmp_path) as b2:
+        m2 = await _model(b2, "fallback")
+        assert await m2.get_step() == 1
+        assert (await rollout(m2, "x")).calls[0].model == "fallback@1"
+        aside = [p for p in ckpts.iterdir() if p.name.startswith("0002.invalid-")]
+        assert (
+            len(aside) == 1 and (aside[0] / "adapter_model.safetensors").exists()
+        )  # kept, not deleted
+    async with art.LocalBackend(path=tmp_path) as b3:
+        wrong = art.TrainableModel(
+            name="fallback", project="tests", base_model=str(b3.path / "elsewhere")
+        )
+        with pytest.raises(art.UsageError, match="was trained on 'tiny'"):
+            await wrong.register(b3)
