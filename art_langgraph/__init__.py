@@ -5,7 +5,10 @@ The public surface, in ART's vocabulary. Subpackages hold the rest:
 OpenAI-compatible server), `art_langgraph.presets` (the offline tiny model).
 """
 
+from art_langgraph import utils
 from art_langgraph.backend.local import LocalBackend
+from art_langgraph.capture import TrajectoryCallback, capture, current_trajectory
+from art_langgraph.chat_model import TrainableChatModel
 from art_langgraph.errors import (
     ArtError,
     ContextLengthError,
@@ -16,6 +19,7 @@ from art_langgraph.errors import (
     UnknownModelError,
     UsageError,
 )
+from art_langgraph.gather import gather_trajectories, gather_trajectory_groups
 from art_langgraph.model import Model, TrainableModel, TrainResult
 from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.trajectory import (
@@ -48,13 +52,20 @@ __all__ = [
     "ToolEvent",
     "TrainConfig",
     "TrainResult",
+    "TrainableChatModel",
     "TrainableModel",
     "Trajectory",
+    "TrajectoryCallback",
     "TrajectoryGroup",
     "UnknownModelError",
     "UsageError",
     "__version__",
     "append_jsonl",
+    "capture",
+    "current_trajectory",
+    "gather_trajectories",
+    "gather_trajectory_groups",
     "read_jsonl",
+    "utils",
     "write_jsonl",
 ]

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
     from art_langgraph.backend.local import LocalBackend
+    from art_langgraph.chat_model import TrainableChatModel
     from art_langgraph.training.trainer import ProgressFn
     from art_langgraph.trajectory import Trajectory, TrajectoryGroup
 
@@ -83,6 +84,23 @@ class Model(BaseModel):
         self.backend()
         return AsyncOpenAI(
             base_url=self.inference_base_url, api_key=self.inference_api_key or "local", **kwargs
+        )
+
+    def chat_model(self, step: int | None = None, **kwargs: Any) -> TrainableChatModel:
+        """A LangChain chat model for this model: the latest adapter at every call, or `step` pinned.
+
+        kwargs go to `langchain_openai.ChatOpenAI` (temperature, max_tokens, timeout, ...).
+        """
+        from art_langgraph.chat_model import build_chat_model
+
+        self.backend()
+        assert self.inference_base_url is not None
+        return build_chat_model(
+            name=self.name,
+            step=step,
+            base_url=self.inference_base_url,
+            api_key=self.inference_api_key or "local",
+            **kwargs,
         )
 
     def inference_name(self, step: int | None = None) -> str:

@@ -1,0 +1,315 @@
+"""Capture: every LLM call and tool call of a LangChain/LangGraph run, recorded as a Trajectory.
+
+`capture()` is a sync and async context manager. Inside it a callback handler is
+attached to every LangChain run (through LangChain's configure hook, keyed by a
+contextvar, so concurrent rollouts in `asyncio.gather` never mix): each chat-model call
+becomes an `LLMCall` (the request messages and tools, the reply, and for a
+`TrainableChatModel` the exact prompt/completion token ids, logprobs and the serving
+step), each tool call becomes a `ToolEvent` (name, args, result or error, latency), and
+the final conversation of the outermost graph fills `messages`. An exception that
+leaves the block is recorded on the trajectory, then re-raised.
+
+`TrajectoryCallback(traj)` is the same handler for explicit use
+(`config={"callbacks": [handler]}`). Calls of chat models that are not trainable (a
+judge, a planner) are recorded with `trainable=False`. The handler never raises into
+the user's graph: a failure inside it is logged on the trajectory and skipped.
+
+Left out: LangChain's legacy text LLMs (`on_llm_start`), which chat graphs do not use.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage, convert_to_openai_messages
+from langchain_core.outputs import LLMResult
+from langchain_core.tracers.context import register_configure_hook
+
+from art_langgraph.chat_model import ART_METADATA_KEY
+from art_langgraph.trajectory import ExceptionInfo, LLMCall, ToolEvent, Trajectory
+
+__all__ = ["TrajectoryCallback", "capture", "current_trajectory"]
+
+log = logging.getLogger(__name__)
+
+_SAMPLING_KEYS = (
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "n",
+    "stop",
+    "seed",
+    "logprobs",
+)
+
+
+class TrajectoryCallback(BaseCallbackHandler):
+    """Records LLM and tool calls into `trajectory`, keyed by LangChain run ids."""
+
+    raise_error = False
+    run_inline = True
+
+    def __init__(self, trajectory: Trajectory | None = None) -> None:
+        self.trajectory = trajectory if trajectory is not None else Trajectory()
+        self._llm: dict[UUID, dict[str, Any]] = {}
+        self._tools: dict[UUID, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def _guard(self, what: str, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # capture must never break the user's graph
+            log.warning("capture: %s failed: %r", what, exc)
+            self.trajectory.logs.append(f"capture: {what} failed: {exc!r}")
+
+    # ------------------------------------------------------------- chat models
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        def start() -> None:
+            params = kwargs.get("invocation_params") or {}
+            meta = metadata or {}
+            self._llm[run_id] = {
+                "messages": convert_to_openai_messages(messages[0]) if messages else [],
+                "tools": params.get("tools"),
+                "tool_choice": params.get("tool_choice"),
+                "sampling": {k: params[k] for k in _SAMPLING_KEYS if params.get(k) is not None},
+                "trainable": bool(meta.get(ART_METADATA_KEY)),
+                "started_at": datetime.now(UTC),
+                "t0": time.perf_counter(),
+                "metadata": {
+                    k: v
+                    for k, v in meta.items()
+                    if k.startswith(("langgraph_", "art_")) and _jsonable(v)
+                }
+                | ({"tags": list(tags)} if tags else {}),
+            }
+
+        self._guard("on_chat_model_start", start)
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        self._guard("on_llm_end", self._end_llm, response, run_id)
+
+    def _end_llm(self, response: LLMResult, run_id: UUID) -> None:
+        start = self._llm.pop(run_id, None)
+        if start is None or not response.generations or not response.generations[0]:
+            return
+        gen = response.generations[0][0]
+        message = getattr(gen, "message", None)
+        meta = dict(getattr(message, "response_metadata", {}) or {})
+        info = gen.generation_info or {}
+        lp_content = ((info.get("logprobs") or meta.get("logprobs") or {}).get("content")) or []
+        usage = getattr(message, "usage_metadata", None)
+        reply = (
+            convert_to_openai_messages([message])[0]
+            if message is not None
+            else {"role": "assistant"}
+        )
+        completion_ids = meta.get("token_ids")
+        logprobs = [float(x["logprob"]) for x in lp_content] if lp_content else None
+        if (
+            completion_ids is not None
+            and logprobs is not None
+            and len(logprobs) != len(completion_ids)
+        ):
+            logprobs = None  # a provider that reports logprobs per text piece: keep the ids only
+        call = LLMCall(
+            messages=start["messages"],
+            tools=start["tools"],
+            tool_choice=start["tool_choice"],
+            sampling=start["sampling"],
+            response_message=reply,
+            prompt_token_ids=meta.get("prompt_token_ids"),
+            completion_token_ids=completion_ids,
+            logprobs=logprobs,
+            model=meta.get("model_name") or (response.llm_output or {}).get("model_name"),
+            finish_reason=meta.get("finish_reason") or info.get("finish_reason"),
+            latency_s=time.perf_counter() - start["t0"],
+            usage=(
+                {
+                    "prompt_tokens": usage["input_tokens"],
+                    "completion_tokens": usage["output_tokens"],
+                    "total_tokens": usage["total_tokens"],
+                }
+                if usage
+                else None
+            ),
+            trainable=start["trainable"] and completion_ids is not None,
+            started_at=start["started_at"],
+            metadata=start["metadata"],
+        )
+        with self._lock:
+            calls = self.trajectory.calls
+            calls.append(call)
+            calls.sort(key=lambda c: c.started_at or datetime.min.replace(tzinfo=UTC))
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        def fail() -> None:
+            if self._llm.pop(run_id, None) is not None:
+                self.trajectory.logs.append(f"LLM call failed: {error!r}")
+
+        self._guard("on_llm_error", fail)
+
+    # ------------------------------------------------------------------- tools
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        inputs: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        def start() -> None:
+            self._tools[run_id] = {
+                "name": kwargs.get("name") or serialized.get("name") or "tool",
+                "args": inputs if inputs is not None else input_str,
+                "tool_call_id": kwargs.get("tool_call_id"),
+                "started_at": datetime.now(UTC),
+                "t0": time.perf_counter(),
+            }
+
+        self._guard("on_tool_start", start)
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        def end() -> None:
+            start = self._tools.pop(run_id, None)
+            if start is None:
+                return
+            content = getattr(output, "content", output)
+            status = getattr(output, "status", "success")
+            error = str(content) if status == "error" else None
+            self._add_tool(start, None if error else content, error)
+
+        self._guard("on_tool_end", end)
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        def fail() -> None:
+            start = self._tools.pop(run_id, None)
+            if start is not None:
+                self._add_tool(start, None, f"{type(error).__name__}: {error}")
+
+        self._guard("on_tool_error", fail)
+
+    def _add_tool(self, start: dict[str, Any], result: Any, error: str | None) -> None:
+        args = start["args"]
+        event = ToolEvent(
+            name=start["name"],
+            args=args if isinstance(args, dict | str) else str(args),
+            tool_call_id=start["tool_call_id"],
+            result=result,
+            error=error,
+            latency_s=time.perf_counter() - start["t0"],
+            started_at=start["started_at"],
+        )
+        with self._lock:
+            self.trajectory.tool_events.append(event)
+
+    # ------------------------------------------------------------------ chains
+    def on_chain_end(
+        self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
+        if parent_run_id is not None:
+            return
+
+        def end() -> None:
+            messages = outputs.get("messages") if isinstance(outputs, dict) else None
+            if isinstance(messages, Sequence) and messages and isinstance(messages[0], BaseMessage):
+                self.trajectory.messages = convert_to_openai_messages(list(messages))
+
+        self._guard("on_chain_end", end)
+
+    def on_chain_error(
+        self,
+        error: BaseException,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if parent_run_id is None:
+            self._guard("on_chain_error", self._set_exception, error)
+
+    def _set_exception(self, error: BaseException) -> None:
+        if self.trajectory.exception is None:
+            self.trajectory.exception = ExceptionInfo.from_exception(error)
+
+    def finish(self) -> Trajectory:
+        """Fill `messages` from the last call when no graph output did, and stamp the end."""
+        traj = self.trajectory
+        if not traj.messages and traj.calls:
+            last = traj.calls[-1]
+            traj.messages = last.to_messages()
+            ids = {tc.get("id") for tc in last.response_message.get("tool_calls") or []}
+            for ev in traj.tool_events:
+                if ev.tool_call_id in ids:
+                    content = ev.error if ev.error is not None else ev.result
+                    traj.messages.append(
+                        {"role": "tool", "tool_call_id": ev.tool_call_id, "content": str(content)}
+                    )
+        traj.finish()
+        return traj
+
+
+_CURRENT: contextvars.ContextVar[TrajectoryCallback | None] = contextvars.ContextVar(
+    "art_capture", default=None
+)
+register_configure_hook(_CURRENT, inheritable=True)
+
+
+def current_trajectory() -> Trajectory | None:
+    """The trajectory being captured in this context, if any."""
+    handler = _CURRENT.get()
+    return handler.trajectory if handler is not None else None
+
+
+class capture:
+    """Record everything LangChain runs inside the block into a new Trajectory (see module doc)."""
+
+    def __init__(
+        self, metadata: dict[str, Any] | None = None, trajectory: Trajectory | None = None
+    ) -> None:
+        self.handler = TrajectoryCallback(trajectory)
+        if metadata:
+            self.handler.trajectory.metadata.update(metadata)
+        self._token: contextvars.Token[TrajectoryCallback | None] | None = None
+
+    def __enter__(self) -> Trajectory:
+        self._token = _CURRENT.set(self.handler)
+        return self.handler.trajectory
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if self._token is not None:
+            _CURRENT.reset(self._token)
+            self._token = None
+        if exc is not None:
+            self.handler._set_exception(exc)
+        self.handler.finish()
+
+    async def __aenter__(self) -> Trajectory:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+def _jsonable(v: Any) -> bool:
+    return isinstance(v, str | int | float | bool | type(None) | list | tuple)

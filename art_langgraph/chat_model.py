@@ -1,0 +1,89 @@
+"""`TrainableChatModel`: a LangChain chat model served by the backend, with exact token ids.
+
+It is `langchain_openai.ChatOpenAI` pointed at the backend's OpenAI-compatible server,
+so `bind_tools` (with `tool_choice`), `with_structured_output`, `invoke`/`ainvoke`/
+`batch`/`stream`/`astream`, callbacks, tags and metadata behave as LangChain users
+expect. Every call asks for logprobs and token ids (`return_token_ids`). ChatOpenAI
+drops response fields it does not know, so this subclass carries them into the
+message's `response_metadata`:
+
+    prompt_token_ids   the exact prompt ids the engine saw (first chunk when streaming)
+    token_ids          the completion ids it sampled (concatenated across stream chunks)
+    model_name         "name@step": the adapter that served the call
+
+Without a step the model asks for `name`, which the server resolves to the latest
+adapter at each call, so a graph compiled before `model.train()` uses the new adapter
+on its next call. With a step it asks for `name@step` (pinned, for evaluation).
+
+Left out: the Responses API (`use_responses_api`), which the backend does not serve.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
+from langchain_openai import ChatOpenAI
+
+__all__ = ["ART_METADATA_KEY", "TrainableChatModel"]
+
+ART_METADATA_KEY = "art_trainable"
+"""Metadata key that marks a chat model's calls as trainable for the capture handler."""
+
+
+class TrainableChatModel(ChatOpenAI):
+    """ChatOpenAI against the backend, recording token ids in `response_metadata`."""
+
+    def _create_chat_result(
+        self, response: dict | openai.BaseModel, generation_info: dict | None = None
+    ) -> ChatResult:
+        result = super()._create_chat_result(response, generation_info)
+        body = response if isinstance(response, dict) else response.model_dump(warnings=False)
+        prompt_ids = body.get("prompt_token_ids")
+        for gen, choice in zip(result.generations, body.get("choices") or [], strict=False):
+            meta = gen.message.response_metadata
+            if prompt_ids is not None:
+                meta["prompt_token_ids"] = prompt_ids
+            if choice.get("token_ids") is not None:
+                meta["token_ids"] = choice["token_ids"]
+            if body.get("model"):
+                meta["model_name"] = body["model"]
+        return result
+
+    def _convert_chunk_to_generation_chunk(
+        self, chunk: dict, default_chunk_class: type, base_generation_info: dict | None
+    ) -> ChatGenerationChunk | None:
+        gen = super()._convert_chunk_to_generation_chunk(
+            chunk, default_chunk_class, base_generation_info
+        )
+        if gen is None:
+            return None
+        meta = gen.message.response_metadata
+        if chunk.get("prompt_token_ids") is not None:
+            meta["prompt_token_ids"] = chunk["prompt_token_ids"]
+        choices = chunk.get("choices") or []
+        if choices and choices[0].get("token_ids"):
+            meta["token_ids"] = list(choices[0]["token_ids"])  # lists concatenate when chunks merge
+        if choices and choices[0].get("finish_reason") and chunk.get("model"):
+            meta["model_name"] = chunk["model"]
+        return gen
+
+
+def build_chat_model(
+    *, name: str, step: int | None, base_url: str, api_key: str, **kwargs: Any
+) -> TrainableChatModel:
+    """The chat model for `model.chat_model()`; kwargs go to ChatOpenAI (temperature, max_tokens, ...)."""
+    extra_body = {"return_token_ids": True, **(kwargs.pop("extra_body", None) or {})}
+    metadata = {ART_METADATA_KEY: True, "art_model": name, **(kwargs.pop("metadata", None) or {})}
+    return TrainableChatModel(
+        model=name if step is None else f"{name}@{step}",
+        base_url=base_url,
+        api_key=api_key,  # type: ignore[arg-type]
+        logprobs=True,
+        stream_usage=True,
+        extra_body=extra_body,
+        metadata=metadata,
+        max_retries=kwargs.pop("max_retries", 2),
+        **kwargs,
+    )
