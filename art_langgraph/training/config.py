@@ -46,7 +46,8 @@ class TrainConfig(BaseModel):
         None,
         gt=0,
         description="Upper clip range: clip at 1 + epsilon_high. None (default) uses epsilon. "
-        "DAPO's clip-higher uses 0.28. For CISPO this is the only bound unless cispo_clip_low is set.",
+        "DAPO's clip-higher uses 0.28. For CISPO it is the only bound (the weight is capped at "
+        "1 + epsilon_high, never floored).",
     )
     policy_loss: Literal["ppo", "cispo"] = Field(
         "ppo",

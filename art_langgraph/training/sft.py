@@ -48,6 +48,11 @@ def _conversation(tokenizer: Any, item: Any, index: int, max_seq_length: int) ->
         1.0,
     )
     seq.truncated = len(ids) > max_seq_length
+    if not seq.num_trainable:
+        raise UsageError(
+            f"SFT item {index} keeps no assistant token within max_seq_length={max_seq_length} "
+            f"(it has {len(ids)} tokens): raise max_seq_length or shorten the conversation"
+        )
     return seq
 
 

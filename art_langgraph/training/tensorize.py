@@ -224,6 +224,7 @@ def _collate(seqs: list[TrainSequence], rows: list[list[int]], packed: bool) -> 
             ids[ri, at : at + n] = torch.tensor(s.tokens)
             pos[ri, at : at + n] = torch.arange(n)
             target[ri, at : at + n] = torch.tensor(s.trainable)
+            target[ri, at] = False  # nothing in this sequence predicts its first token
             lps[ri, at : at + n] = torch.tensor(s.sampler_logprobs)
             adv[ri, at : at + n] = s.advantage
             sid[ri, at : at + n] = k

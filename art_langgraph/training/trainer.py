@@ -82,9 +82,16 @@ class LoRATrainer:
     def _logprobs(self, mb: MicroBatch) -> torch.Tensor:
         """Log-probability of every token given its prefix. Returns (R, L); column 0 is 0."""
         dev = self.device
+        mask = mb.attention_mask.to(dev)
+        if mask.dim() == 4:
+            # Additive form: eager attention adds a 4D mask to the scores (a bool one would be
+            # added as 0/1 and let packed sequences see each other); sdpa reads either form.
+            mask = torch.zeros(mask.shape, dtype=self.dtype, device=dev).masked_fill(
+                ~mask, torch.finfo(self.dtype).min
+            )
         out = self.model(
             input_ids=mb.input_ids.to(dev),
-            attention_mask=mb.attention_mask.to(dev),
+            attention_mask=mask,
             position_ids=mb.position_ids.to(dev),
             use_cache=False,
         )
@@ -106,6 +113,12 @@ class LoRATrainer:
         self.optimizer.zero_grad(set_to_none=True)
         n_total = sum(s.num_trainable for s in seqs)
         s_total = len(seqs)
+        if n_total == 0:
+            return {
+                "trainable_tokens": 0.0,
+                "sequences": float(s_total),
+                "skipped_optimizer_step": 1.0,
+            }
         acc: dict[str, float] = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0}
         mismatch: list[tuple[torch.Tensor, torch.Tensor]] = []
         real = cells = 0
@@ -201,6 +214,8 @@ class LoRATrainer:
         self._configure(config.learning_rate, config.adam_betas, config.weight_decay)
         self.optimizer.zero_grad(set_to_none=True)
         n_total = sum(s.num_trainable for s in seqs)
+        if n_total == 0:
+            return {"loss": 0.0, "trainable_tokens": 0.0, "skipped_optimizer_step": 1.0}
         total = 0.0
         for mb in micro_batches(
             seqs,

@@ -1,0 +1,340 @@
+"""The LoRA trainer on the tiny model (CPU): RL and SFT steps, state on disk, loss variants.
+
+Sequences are random token ids with the last few tokens trainable. Their sampler logprobs
+are set to the trainer's own current logprobs, so the importance ratio is exactly 1 and the
+expected loss of each variant can be written down from the advantages (and logprobs).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from art_langgraph.training.config import ModelConfig, TrainConfig
+from art_langgraph.training.tensorize import TrainSequence
+from art_langgraph.training.trainer import LoRATrainer
+
+LR = 1e-3  # what tiny models take
+TAIL = 5  # trainable tokens at the end of each sequence
+OPTIMIZER_FILES = {"optimizer.safetensors", "optimizer.json"}
+ADAPTER_FILES = {"adapter_config.json", "adapter_model.safetensors"}
+
+
+@pytest.fixture
+def make_trainer(tiny_path: Path) -> Callable[[], LoRATrainer]:
+    def make() -> LoRATrainer:
+        return LoRATrainer(str(tiny_path), ModelConfig(), device="cpu")
+
+    return make
+
+
+@pytest.fixture
+def trainer(make_trainer: Callable[[], LoRATrainer]) -> LoRATrainer:
+    return make_trainer()
+
+
+def logprobs(trainer: LoRATrainer, tokens: list[int]) -> list[float]:
+    """log p(token t | tokens < t) under the trainer's current weights; NaN for t = 0."""
+    ids = torch.tensor([tokens])
+    with torch.no_grad():
+        logits = trainer.model(input_ids=ids, use_cache=False).logits[0, :-1].float()
+    lp = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1)
+    return [math.nan, *lp.tolist()]
+
+
+def completion_logprob(trainer: LoRATrainer, s: TrainSequence) -> float:
+    """Sum of the logprobs of the trainable tokens of `s`."""
+    lp = logprobs(trainer, s.tokens)
+    return sum(x for x, m in zip(lp, s.trainable, strict=True) if m)
+
+
+def make_sequences(
+    trainer: LoRATrainer,
+    lengths: list[int],
+    advantages: list[float],
+    seed: int = 0,
+    tail: int = TAIL,
+    offset: float = 0.0,
+) -> list[TrainSequence]:
+    """Random sequences whose sampler logprobs are the trainer's own (+ offset) on the tail."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for n, adv in zip(lengths, advantages, strict=True):
+        tokens = torch.randint(3, 2000, (n,), generator=g).tolist()
+        trainable = [i >= n - tail for i in range(n)]
+        lp = logprobs(trainer, tokens)
+        sampler = [x + offset if m else math.nan for x, m in zip(lp, trainable, strict=True)]
+        out.append(TrainSequence(tokens, trainable, sampler, adv))
+    return out
+
+
+def lora_state(trainer: LoRATrainer) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
+
+
+def restore(trainer: LoRATrainer, state: dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for n, p in trainer.model.named_parameters():
+            if n in state:
+                p.copy_(state[n])
+
+
+def assert_finite(metrics: dict[str, float]) -> None:
+    bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
+    assert not bad
+
+
+def rl_step_counting_micro_batches(
+    trainer: LoRATrainer, seqs: list[TrainSequence], config: TrainConfig
+) -> dict[str, float]:
+    stages: list[str] = []
+    m = trainer.rl_step(seqs, config, lambda stage, info: stages.append(stage))
+    return {**m, "micro_batches": float(stages.count("micro_batch"))}
+
+
+# --------------------------------------------------------------------------- rl_step
+
+
+def test_rl_step_moves_logprobs_with_the_advantage(trainer: LoRATrainer) -> None:
+    seqs = make_sequences(trainer, [12, 10, 14, 9], [1.0, -1.0, 0.0, 0.0])
+    before = [completion_logprob(trainer, s) for s in seqs]
+    config = TrainConfig(learning_rate=LR)
+
+    m = trainer.rl_step(seqs, config)
+
+    assert_finite(m)
+    n = 4 * TAIL
+    # Ratio 1 everywhere: the loss is -sum(A_t) / N = -(5 * 1 - 5 * 1) / 20.
+    assert m["loss"] == pytest.approx(0.0, abs=1e-6)
+    assert m["policy_loss"] == pytest.approx(0.0, abs=1e-6)
+    assert m["grad_norm"] > 0
+    assert m["trainable_tokens"] == n
+    assert m["sequences"] == 4
+    assert m["learning_rate"] == LR
+    assert m["clip_fraction"] == 0.0
+    assert m["kl"] == 0.0
+    assert m["mismatch/abs_diff_mean"] < 1e-5
+    assert m["mismatch/abs_diff_max"] < 1e-5
+    assert m["mismatch/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert 0 <= m["padding_waste"] < 1
+
+    after = [completion_logprob(trainer, s) for s in seqs]
+    assert after[0] > before[0] + 1e-3  # positive advantage: more likely
+    assert after[1] < before[1] - 1e-3  # negative advantage: less likely
+
+
+def test_rl_step_reports_progress(trainer: LoRATrainer) -> None:
+    seqs = make_sequences(trainer, [12, 10, 14], [1.0, -1.0, 0.5])
+    events: list[tuple[str, dict[str, Any]]] = []
+    config = TrainConfig(learning_rate=LR, max_seq_length=16, micro_batch_tokens=16)
+    trainer.rl_step(seqs, config, progress=lambda stage, info: events.append((stage, info)))
+    stages = [s for s, _ in events]
+    assert stages == ["micro_batch"] * 3 + ["optimizer_step"]
+    assert sum(info["tokens"] for _, info in events[:-1]) == 3 * TAIL
+    assert events[-1][1]["grad_norm"] > 0
+
+
+def test_rl_step_measures_sampler_mismatch(trainer: LoRATrainer) -> None:
+    seqs = make_sequences(trainer, [12, 10], [1.0, -1.0], offset=-0.1)
+    m = trainer.rl_step(seqs, TrainConfig(learning_rate=LR))
+    assert m["mismatch/abs_diff_mean"] == pytest.approx(0.1, abs=1e-5)
+    assert m["mismatch/ratio_mean"] == pytest.approx(math.exp(0.1), rel=1e-5)
+
+
+# --------------------------------------------------------------------------- variants
+
+
+@pytest.fixture
+def stepped(trainer: LoRATrainer) -> LoRATrainer:
+    """A trainer one step away from its zero-initialised LoRA B (so the adapter matters)."""
+    warm = make_sequences(trainer, [12, 10], [1.0, -1.0], seed=99)
+    trainer.rl_step(warm, TrainConfig(learning_rate=LR))
+    return trainer
+
+
+ADV = [1.0, -1.0, 0.5, 2.0]
+LENGTHS = [12, 10, 14, 9]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        # per token -A (ratio 1); N = 20 tokens, S = 4 sequences.
+        ({}, lambda lp: -TAIL * sum(ADV) / (4 * TAIL)),
+        ({"loss_normalization": "sequence_mean"}, lambda lp: -sum(ADV) / 4),
+        (
+            {"loss_normalization": "constant", "loss_constant": 100.0},
+            lambda lp: -TAIL * sum(ADV) / 100.0,
+        ),
+        ({"importance_sampling_level": "sequence"}, lambda lp: -TAIL * sum(ADV) / (4 * TAIL)),
+        ({"truncated_is_cap": 2.0}, lambda lp: -TAIL * sum(ADV) / (4 * TAIL)),
+        ({"epsilon_high": 0.28}, lambda lp: -TAIL * sum(ADV) / (4 * TAIL)),
+        # CISPO: per token -clip(1) * A * logprob.
+        (
+            {"policy_loss": "cispo"},
+            lambda lp: -sum(a * x for a, x in zip(ADV, lp, strict=True)) / (4 * TAIL),
+        ),
+    ],
+    ids=["token_mean", "sequence_mean", "constant", "gspo", "tis", "clip_higher", "cispo"],
+)
+def test_loss_variants_match_hand_computed_values(
+    stepped: LoRATrainer, kwargs: dict[str, Any], expected: Any
+) -> None:
+    seqs = make_sequences(stepped, LENGTHS, ADV)
+    lp = [completion_logprob(stepped, s) for s in seqs]
+    m = stepped.rl_step(seqs, TrainConfig(learning_rate=LR, **kwargs))
+    assert_finite(m)
+    assert m["grad_norm"] > 0
+    assert m["loss"] == pytest.approx(expected(lp), abs=1e-5)
+
+
+def test_kl_penalty_is_zero_at_the_base_and_positive_after_training(
+    trainer: LoRATrainer,
+) -> None:
+    seqs = make_sequences(trainer, [12, 10], [1.0, -1.0])
+    config = TrainConfig(learning_rate=LR, beta=0.5)
+    first = trainer.rl_step(seqs, config)  # LoRA B starts at zero: the policy is the base
+    assert first["kl"] == pytest.approx(0.0, abs=1e-7)
+    second = trainer.rl_step(seqs, config)
+    assert_finite(second)
+    assert second["kl"] > 0
+    # The KL term is in the loss: loss = policy loss + beta * mean k3.
+    assert second["loss"] == pytest.approx(second["policy_loss"] + 0.5 * second["kl"], abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "normalization", [{}, {"loss_normalization": "sequence_mean"}], ids=["token", "seq"]
+)
+def test_loss_and_gradient_do_not_depend_on_packing_or_micro_batches(
+    stepped: LoRATrainer, normalization: dict[str, Any]
+) -> None:
+    # Off-policy sampler logprobs (ratio exp(0.15) for most tokens); sequence 2 (A < 0, ratio
+    # exp(-0.25) < 0.8) and sequence 3 (A > 0, ratio exp(0.55) > 1.2) take the clipped branch.
+    seqs = make_sequences(stepped, [12, 10, 14, 9, 7], [1.0, -1.0, -0.5, 2.0, -0.3], offset=-0.15)
+    seqs[2].sampler_logprobs = [x + 0.4 for x in seqs[2].sampler_logprobs]
+    seqs[3].sampler_logprobs = [x - 0.4 for x in seqs[3].sampler_logprobs]
+    start = lora_state(stepped)
+    layouts = {
+        "packed-one-batch": {"pack_sequences": True, "micro_batch_tokens": 10_000},
+        "padded-one-batch": {"pack_sequences": False, "micro_batch_tokens": 10_000},
+        "packed-small": {"pack_sequences": True, "micro_batch_tokens": 16},
+        "padded-small": {"pack_sequences": False, "micro_batch_tokens": 16},
+    }
+    results = {}
+    for name, layout in layouts.items():
+        restore(stepped, start)
+        config = TrainConfig(learning_rate=LR, max_seq_length=24, **layout, **normalization)
+        results[name] = rl_step_counting_micro_batches(stepped, seqs, config)
+    assert results["packed-small"]["micro_batches"] > 1
+    assert results["padded-small"]["micro_batches"] > 1
+    ref = results["packed-one-batch"]
+    assert ref["clip_fraction"] == pytest.approx(2 * TAIL / (5 * TAIL))
+    for name, m in results.items():
+        assert m["loss"] == pytest.approx(ref["loss"], abs=1e-5), name
+        assert m["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-4), name
+        assert m["clip_fraction"] == ref["clip_fraction"], name
+
+
+def test_packed_loss_is_right_with_eager_attention(stepped: LoRATrainer) -> None:
+    base: Any = stepped.model.base_model.model
+    base.set_attn_implementation("eager")
+    seqs = make_sequences(stepped, [12, 10, 14, 9], ADV)
+    start = lora_state(stepped)
+    losses = []
+    for pack in (True, False):
+        restore(stepped, start)
+        config = TrainConfig(learning_rate=LR, max_seq_length=32, pack_sequences=pack)
+        losses.append(stepped.rl_step(seqs, config)["loss"])
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)
+
+
+# --------------------------------------------------------------------------- state on disk
+
+
+def test_resume_continues_exactly(make_trainer: Callable[[], LoRATrainer], tmp_path: Path) -> None:
+    a = make_trainer()
+    step1 = make_sequences(a, [12, 10, 14], [1.0, -1.0, 0.5], seed=1)
+    step2 = make_sequences(a, [11, 13, 9], [-0.5, 1.5, 1.0], seed=2)
+    config = TrainConfig(learning_rate=LR)
+    a.rl_step(step1, config)
+    saved = tmp_path / "step1"
+    saved.mkdir()
+    a.save(saved)
+    a.rl_step(step2, config)
+
+    files = {p.name for p in saved.iterdir()}
+    assert (
+        ADAPTER_FILES | OPTIMIZER_FILES <= files <= ADAPTER_FILES | OPTIMIZER_FILES | {"README.md"}
+    )
+    assert not any(p.suffix in {".pt", ".pth", ".bin", ".pkl", ".pickle"} for p in saved.iterdir())
+
+    b = make_trainer()
+    b.load(saved)
+    b.rl_step(step2, config)
+    state_a, state_b = lora_state(a), lora_state(b)
+    assert state_a.keys() == state_b.keys() and state_a
+    for name in state_a:
+        torch.testing.assert_close(state_b[name], state_a[name], atol=1e-6, rtol=0)
+
+    # Control: the same adapter without its optimizer state lands somewhere else.
+    weights_only = tmp_path / "weights-only"
+    shutil.copytree(saved, weights_only)
+    for name in OPTIMIZER_FILES:
+        (weights_only / name).unlink()
+    c = make_trainer()
+    c.load(weights_only)
+    c.rl_step(step2, config)
+    state_c = lora_state(c)
+    assert any(not torch.allclose(state_c[n], state_a[n], atol=1e-6) for n in state_a)
+
+
+def test_load_restores_the_adapter_weights(
+    make_trainer: Callable[[], LoRATrainer], tmp_path: Path
+) -> None:
+    a = make_trainer()
+    seqs = make_sequences(a, [12, 10], [1.0, -1.0])
+    a.rl_step(seqs, TrainConfig(learning_rate=LR))
+    a.save(tmp_path)
+    b = make_trainer()
+    assert completion_logprob(b, seqs[0]) != pytest.approx(completion_logprob(a, seqs[0]))
+    b.load(tmp_path)
+    assert completion_logprob(b, seqs[0]) == pytest.approx(completion_logprob(a, seqs[0]), abs=1e-6)
+
+
+# --------------------------------------------------------------------------- sft_step
+
+
+def test_sft_step_lowers_the_nll_of_the_trained_tokens(trainer: LoRATrainer) -> None:
+    seqs = make_sequences(trainer, [12, 10, 14], [1.0, 1.0, 1.0], tail=6)
+    n = sum(s.num_trainable for s in seqs)
+
+    def nll() -> float:
+        return -sum(completion_logprob(trainer, s) for s in seqs) / n
+
+    start = nll()
+    config = TrainConfig(learning_rate=5e-3)
+    first = trainer.sft_step(seqs, config)
+    assert first["loss"] == pytest.approx(start, abs=1e-5)  # the loss is the token-mean NLL
+    assert first["grad_norm"] > 0
+    assert first["trainable_tokens"] == n
+    for _ in range(4):
+        m = trainer.sft_step(seqs, config)
+        assert_finite(m)
+    assert nll() < start - 0.1
+
+
+@pytest.mark.parametrize("step", ["rl_step", "sft_step"])
+def test_a_step_with_no_trainable_tokens_is_a_finite_no_op(trainer: LoRATrainer, step: str) -> None:
+    seqs = [TrainSequence([5, 6, 7, 8], [False] * 4, [math.nan] * 4, 1.0)]
+    before = lora_state(trainer)
+    m = getattr(trainer, step)(seqs, TrainConfig(learning_rate=LR))
+    assert_finite(m)
+    assert m["trainable_tokens"] == 0
+    for name, value in lora_state(trainer).items():
+        assert torch.equal(value, before[name])
