@@ -63,7 +63,10 @@ class GrammarCompiler:
         options = []
         for tool in tools:
             fn = tool.get("function", tool)
-            params = fn.get("parameters") or {"type": "object"}
+            params = dict(fn.get("parameters") or {"type": "object"})
+            # Arguments are the declared properties: without this a weak model may invent
+            # keys forever (JSON Schema allows extra properties by default).
+            params.setdefault("additionalProperties", False)
             options.append(
                 {
                     "type": "object",

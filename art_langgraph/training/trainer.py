@@ -124,7 +124,7 @@ class LoRATrainer:
         real = cells = 0
         batches = micro_batches(
             seqs,
-            row_length=config.max_seq_length,
+            row_length=_row_length(seqs, config),
             micro_batch_tokens=config.micro_batch_tokens,
             pack=config.pack_sequences,
         )
@@ -219,7 +219,7 @@ class LoRATrainer:
         total = 0.0
         for mb in micro_batches(
             seqs,
-            row_length=config.max_seq_length,
+            row_length=_row_length(seqs, config),
             micro_batch_tokens=config.micro_batch_tokens,
             pack=config.pack_sequences,
         ):
@@ -279,3 +279,9 @@ class LoRATrainer:
             for g in groups:
                 g["betas"] = tuple(g["betas"])
             self.optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def _row_length(seqs: list[TrainSequence], config: TrainConfig) -> int:
+    """Pack into rows as long as the longest sequence: a dense attention mask costs L² per
+    row, so longer rows would cost more compute than the padding they save."""
+    return min(config.max_seq_length, max((len(s) for s in seqs), default=1))
