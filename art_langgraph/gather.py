@@ -86,15 +86,28 @@ async def gather_trajectory_groups(
     """Run every group's rollouts concurrently; returns the finished groups (see module doc)."""
     groups = list(groups)
     pending = [g.awaitables() for g in groups]
+    for g in groups:
+        g._pending = []  # consumed here; the returned groups hold the results
     total = sum(len(p) for p in pending)
     limit = _limit(max_exceptions, total)
     bar = _Progress(total, pbar_desc, progress)
     failures: list[BaseException] = []
+    tasks: list[asyncio.Future[Trajectory | BaseException]] = []
+
+    async def one(aw: Awaitable[Trajectory]) -> Trajectory | BaseException:
+        result = await _one(aw, bar)
+        if not isinstance(result, Trajectory):
+            failures.append(result)
+            if len(failures) > limit:
+                raise failures[0]  # at once: the caller does not wait for the other rollouts
+        return result
 
     async def run_group(
         group: TrajectoryGroup, aws: list[Awaitable[Trajectory]]
     ) -> list[TrajectoryGroup]:
-        results = await asyncio.gather(*(_one(a, bar) for a in aws))
+        mine = [asyncio.ensure_future(one(a)) for a in aws]
+        tasks.extend(mine)
+        results = await asyncio.gather(*mine)
         done = TrajectoryGroup(
             [*group.trajectories, *(r for r in results if isinstance(r, Trajectory))],
             metadata=dict(group.metadata),
@@ -107,9 +120,6 @@ async def gather_trajectory_groups(
                 ),
             ],
         )
-        failures.extend(r for r in results if not isinstance(r, Trajectory))
-        if len(failures) > limit:
-            raise failures[0]
         if after_each is None:
             return [done]
         out = after_each(done)
@@ -117,12 +127,21 @@ async def gather_trajectory_groups(
             out = await out
         if out is None:
             return []
-        return list(out) if isinstance(out, list) else [out]
+        return list(out) if isinstance(out, list | tuple) else [out]
 
+    outer: list[asyncio.Future[list[TrajectoryGroup]]] = [
+        asyncio.ensure_future(run_group(g, p)) for g, p in zip(groups, pending, strict=True)
+    ]
     try:
-        nested = await asyncio.gather(
-            *(run_group(g, p) for g, p in zip(groups, pending, strict=True))
-        )
+        nested = await asyncio.gather(*outer)
+    except BaseException:
+        # Too many failures (or the caller was cancelled): stop every rollout still running.
+        for t in outer:
+            t.cancel()
+        for r in tasks:
+            r.cancel()
+        await asyncio.gather(*outer, *tasks, return_exceptions=True)
+        raise
     finally:
         bar.close()
     return [g for gs in nested for g in gs]

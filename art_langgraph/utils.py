@@ -81,6 +81,8 @@ def limit_concurrency(n: int) -> Callable[[Callable[P, Awaitable[R]]], Callable[
         @functools.wraps(fn)
         async def inner(*args: P.args, **kwargs: P.kwargs) -> R:
             loop = asyncio.get_running_loop()
+            for stale in [lp for lp in semaphores if lp.is_closed()]:
+                del semaphores[stale]  # never keep a finished loop alive
             sem = semaphores.setdefault(loop, asyncio.Semaphore(n))
             async with sem:
                 return await fn(*args, **kwargs)

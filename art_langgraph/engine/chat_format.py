@@ -34,7 +34,16 @@ __all__ = [
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
-_BLOCK = re.compile(re.escape(TOOL_CALL_OPEN) + r"(.*?)" + re.escape(TOOL_CALL_CLOSE), re.DOTALL)
+# The innermost opener before each closer: a weak model that repeats the opener
+# (`<tool_call>\n<tool_call>\n{...}</tool_call>`) still gets its call parsed.
+_BLOCK = re.compile(
+    re.escape(TOOL_CALL_OPEN)
+    + r"((?:(?!"
+    + re.escape(TOOL_CALL_OPEN)
+    + r").)*?)"
+    + re.escape(TOOL_CALL_CLOSE),
+    re.DOTALL,
+)
 _ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 
@@ -164,7 +173,7 @@ def parse_tool_calls(text: str) -> ParsedCompletion:
                 "function": {"name": name, "arguments": arguments},
             }
         )
-    content = text[: blocks[0].start()].strip()
+    content = text[: blocks[0].start()].replace(TOOL_CALL_OPEN, "").strip()
     return ParsedCompletion(content=content or None, tool_calls=calls)
 
 

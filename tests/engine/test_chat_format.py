@@ -45,6 +45,14 @@ def test_malformed_calls_stay_content(text: str) -> None:
     assert p.malformed and p.tool_calls is None and p.content == text
 
 
+def test_a_repeated_opener_still_parses() -> None:
+    p = parse_tool_calls(
+        '<tool_call>\n<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>'
+    )
+    assert not p.malformed and p.content is None
+    assert [c["function"]["name"] for c in p.tool_calls or []] == ["f"]
+
+
 def test_plain_text_and_unclosed_opener_are_content() -> None:
     assert parse_tool_calls("hello").content == "hello"
     assert parse_tool_calls("").content is None

@@ -43,7 +43,7 @@ def _schema(t: Any) -> dict[str, Any]:
     return convert_to_openai_tool(t)
 
 
-def demonstrations(n: int = 32, seed: int = 0) -> list[dict[str, Any]]:
+def demonstrations(n: int = 48, seed: int = 0) -> list[dict[str, Any]]:
     """Conversations: question -> tool call -> tool result -> short answer."""
     rng = random.Random(seed)
     tools = [_schema(t) for t in TOOLS]
@@ -86,5 +86,5 @@ def demonstrations(n: int = 32, seed: int = 0) -> list[dict[str, Any]]:
 async def warm_start(model: art.TrainableModel) -> art.TrainResult:
     """Teach the tiny model the tool-call format (a few seconds on a CPU)."""
     return await model.train_sft(
-        demonstrations(), art.TrainConfig(learning_rate=1e-2), epochs=16, batch_size=8
+        demonstrations(), art.TrainConfig(learning_rate=1e-2), epochs=20, batch_size=8
     )
