@@ -1,0 +1,3 @@
+from examples.langgraph_agent.agent import main
+
+main()

@@ -1,0 +1,51 @@
+"""The examples run as a user runs them (subprocesses), and write what they promise."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_langgraph_agent_example(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "examples.langgraph_agent",
+            "--steps",
+            "2",
+            "--group-size",
+            "4",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "held-out" in out.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert len(report["rows"]) == 2
+    png = (tmp_path / "reward_curve.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_server_chat_demo() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "examples.server_chat", "--turns", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "[tiny@0] turn 1" in out.stdout and "finish=tool_calls" in out.stdout
