@@ -318,20 +318,32 @@ class TorchEngine:
 
     def _forward(self, input_ids, mask, pos, cache, keys: list[str]) -> torch.Tensor:
         kwargs: dict[str, Any] = {}
+        scope: Any = contextlib.nullcontext()
         if self.model is not self.base_model:
-            kwargs["adapter_names"] = keys
+            unique = set(keys)
+            if unique == {_BASE}:
+                scope = self.model.disable_adapter()
+            elif len(unique) == 1:
+                # One adapter for the whole batch: peft's plain path is ~1.7x faster than its
+                # mixed-batch path (measured on the tiny preset, 32 rows).
+                (key,) = unique
+                if self.model.active_adapter != key:
+                    self.model.set_adapter(key)
+            else:
+                kwargs["adapter_names"] = keys
         t = cache.get_seq_length()
         q = input_ids.shape[1]
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=pos,
-            past_key_values=cache,
-            cache_position=torch.arange(t, t + q, device=self.device),
-            use_cache=True,
-            logits_to_keep=1,
-            **kwargs,
-        )
+        with scope:
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=pos,
+                past_key_values=cache,
+                cache_position=torch.arange(t, t + q, device=self.device),
+                use_cache=True,
+                logits_to_keep=1,
+                **kwargs,
+            )
         return out.logits[:, -1, :]  # (B, V)
 
     def _prefill(self, new: list[_Request]) -> None:

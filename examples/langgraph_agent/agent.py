@@ -134,6 +134,7 @@ def plot(rows: list[dict[str, float]], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
     ax.plot(
@@ -149,6 +150,7 @@ def plot(rows: list[dict[str, float]], path: Path) -> None:
         label="held-out reward",
     )
     ax.set_xlabel("step (adapter serving the rollouts)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("reward")
     ax.set_ylim(-0.05, 1.05)
     ax.set_title("LangGraph agent, tiny preset, GRPO")
