@@ -1,0 +1,165 @@
+"""Capture overhead per LLM call: TrainableChatModel inside `art.capture()` vs plain ChatOpenAI.
+
+Both talk to the same server (the tiny preset on the embedded backend) and ask for one
+completion token, so the model's own time is as small as it gets and what differs is
+the client side. Three paths, interleaved call by call so the machine's noise falls on
+all of them alike:
+
+- `plain`: `langchain_openai.ChatOpenAI` with the same request (logprobs and
+  `return_token_ids`), no capture;
+- `trainable`: `model.chat_model()` (the subclass that carries token ids into the
+  message), no capture;
+- `trainable_captured`: the same inside `art.capture()`, which records an `LLMCall`.
+
+The figure of merit is the median added latency per call of `trainable_captured` over
+`plain` (target <= 1 ms), plus the capture handler's own time measured directly
+(the `TrajectoryCallback` methods timed with perf_counter around each call).
+
+Left out: graph overhead (LangGraph itself costs the same with or without capture)
+and streaming.
+
+    .venv/bin/python -m bench.capture_overhead [--calls 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from langchain_openai import ChatOpenAI
+
+import art_langgraph as art
+from art_langgraph.capture import TrajectoryCallback
+from bench.readme import update_readme
+
+RESULTS = Path(__file__).resolve().parent / "results" / "capture_overhead.json"
+
+
+def _timed_handler() -> list[float]:
+    """Wrap the handler's hot methods so their own time is recorded."""
+    spent: list[float] = []
+    for name in ("on_chat_model_start", "on_llm_end"):
+        original = getattr(TrajectoryCallback, name)
+
+        def timed(self: Any, *a: Any, _o: Any = original, **k: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return _o(self, *a, **k)
+            finally:
+                spent.append(time.perf_counter() - t)
+
+        setattr(TrajectoryCallback, name, timed)
+    return spent
+
+
+async def bench(calls: int) -> dict[str, Any]:
+    spent = _timed_handler()
+    with tempfile.TemporaryDirectory() as tmp:
+        async with art.LocalBackend(path=tmp) as backend:
+            model = art.TrainableModel(name="bench", project="capture", base_model="tiny")
+            await model.register(backend)
+            trainable = model.chat_model(max_tokens=1, temperature=0)
+            plain = ChatOpenAI(
+                model=model.name,
+                base_url=model.inference_base_url,
+                api_key="local",  # type: ignore[arg-type]
+                max_tokens=1,
+                temperature=0,
+                logprobs=True,
+                extra_body={"return_token_ids": True},
+            )
+            prompt = "Say one word."
+
+            async def plain_call() -> None:
+                await plain.ainvoke(prompt)
+
+            async def trainable_call() -> None:
+                await trainable.ainvoke(prompt)
+
+            async def captured_call() -> None:
+                with art.capture() as traj:
+                    await trainable.ainvoke(prompt)
+                assert traj.calls and traj.calls[0].completion_token_ids
+
+            paths = {
+                "plain": plain_call,
+                "trainable": trainable_call,
+                "trainable_captured": captured_call,
+            }
+            times: dict[str, list[float]] = {k: [] for k in paths}
+            for fn in paths.values():  # warm-up
+                for _ in range(10):
+                    await fn()
+            spent.clear()
+            for i in range(calls):
+                order = list(paths.items())
+                order = order[i % 3 :] + order[: i % 3]  # rotate who goes first
+                for name, fn in order:
+                    t = time.perf_counter()
+                    await fn()
+                    times[name].append(time.perf_counter() - t)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    # paired differences (same iteration) are less noisy than a difference of medians
+    paired = [c - p for c, p in zip(times["trainable_captured"], times["plain"], strict=True)]
+    handler_per_call = sum(spent) / calls
+    return {
+        "benchmark": "capture_overhead",
+        "timestamp": dt.datetime.now(dt.UTC).isoformat(),
+        "machine": {"cores": os.cpu_count(), "python": platform.python_version()},
+        "settings": {"calls": calls, "max_tokens": 1},
+        "median_ms": {k: v * 1000 for k, v in med.items()},
+        "p95_ms": {k: sorted(v)[int(0.95 * len(v))] * 1000 for k, v in times.items()},
+        "added_median_ms": statistics.median(paired) * 1000,
+        "handler_ms_per_call": handler_per_call * 1000,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def table(r: dict[str, Any]) -> str:
+    rows = [
+        f"machine: {r['machine']['cores']} cores, Python {r['machine']['python']}; "
+        f"{r['settings']['calls']} calls per path, 1 completion token; peak RSS {r['peak_rss_mib']:.0f} MiB",
+        "",
+        "| path | median ms/call | p95 ms/call | added vs plain (median) |",
+        "|---|---:|---:|---:|",
+    ]
+    for k in ("plain", "trainable", "trainable_captured"):
+        added = r["median_ms"][k] - r["median_ms"]["plain"]
+        rows.append(f"| {k} | {r['median_ms'][k]:.2f} | {r['p95_ms'][k]:.2f} | {added:+.2f} ms |")
+    rows += [
+        "",
+        f"capture overhead per call, paired median: {r['added_median_ms']:+.2f} ms (target <= 1 ms: "
+        f"{'met' if r['added_median_ms'] <= 1 else 'missed'}); the handler's own time: "
+        f"{r['handler_ms_per_call']:.3f} ms per call",
+    ]
+    return "\n".join(rows)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    a = p.parse_args()
+    r = asyncio.run(bench(a.calls))
+    r["markdown"] = table(r)
+    print(r["markdown"])
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = a.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(r, indent=2))
+    os.replace(tmp, a.out)
+    if a.out == RESULTS and update_readme("capture_overhead", r["markdown"]):
+        print("updated README.md")
+
+
+if __name__ == "__main__":
+    main()
