@@ -1,7 +1,8 @@
-"""art_mcp: train an agent over any MCP server (the toolset, scenarios and harness land here).
+"""art_mcp: train an agent over any MCP server with art_langgraph.
 
-The package exists so that `art_mcp` imports today; its public API is empty until the
-MCP harness is built on top of art_langgraph.
+`MCPToolset` exposes a server's tools to LangGraph over one reused session.
 """
 
-__all__: list[str] = []
+from art_mcp.toolset import MCPToolset, ToolOutcome
+
+__all__ = ["MCPToolset", "ToolOutcome"]

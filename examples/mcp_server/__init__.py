@@ -1,0 +1,1 @@
+"""A small MCP server bundled for the demo and the tests (see server.py)."""

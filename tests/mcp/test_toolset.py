@@ -1,0 +1,98 @@
+"""MCPToolset against the bundled MCP server: a real subprocess over stdio, and in-process."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+
+import pytest
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+
+import art_langgraph as art
+from art_mcp import MCPToolset
+
+SERVER = "python -m examples.mcp_server.server"
+
+
+@pytest.fixture
+async def stdio_toolset() -> AsyncIterator[MCPToolset]:
+    async with MCPToolset(SERVER, env={**os.environ, "ART_MCP_CRASH_ON": "1"}, timeout_s=2.0) as ts:
+        yield ts
+
+
+async def test_lists_tools_and_resources(stdio_toolset: MCPToolset) -> None:
+    names = [t.name for t in stdio_toolset.tools]
+    assert {"add", "multiply", "capital", "wait", "crash"} <= set(names)
+    assert [str(r.uri) for r in stdio_toolset.resources] == ["facts://countries"]
+    specs = {s["function"]["name"]: s["function"] for s in stdio_toolset.openai_tools()}
+    assert specs["add"]["parameters"]["required"] == ["a", "b"]
+    assert specs["capital"]["description"] == "The capital city of a country."
+
+
+async def test_calls_reuse_one_session_and_errors_come_back_as_results(
+    stdio_toolset: MCPToolset,
+) -> None:
+    owner = stdio_toolset._owner
+    ok = await stdio_toolset.call("add", {"a": 2, "b": 40})
+    assert (ok.text, ok.is_error, ok.structured) == ("42", False, {"result": 42})
+    bad = await stdio_toolset.call("capital", {"country": "Atlantis"})
+    assert bad.is_error and "unknown country" in bad.text
+    invalid = await stdio_toolset.call("add", {"a": "x"})
+    assert invalid.is_error
+    slow = await stdio_toolset.call("wait", {"seconds": 5})
+    assert slow.is_error and "timed out" in slow.text
+    assert stdio_toolset._owner is owner  # still the same session (no process per call)
+
+
+async def test_a_crashed_server_is_restarted_for_the_next_call(stdio_toolset: MCPToolset) -> None:
+    crashed = await stdio_toolset.call("crash")
+    assert crashed.is_error and "failed" in crashed.text
+    after = await stdio_toolset.call("multiply", {"a": 6, "b": 7})
+    assert after.text == "42" and stdio_toolset.restarts == 1
+
+
+async def test_in_process_server() -> None:
+    from examples.mcp_server.server import server
+
+    async with MCPToolset(server) as ts:
+        assert (await ts.call("capital", {"country": "Peru"})).text == "Lima"
+
+
+async def test_langchain_tools_in_a_graph_record_tool_events(stdio_toolset: MCPToolset) -> None:
+    from langchain_core.messages import AIMessage
+
+    tools = stdio_toolset.langchain_tools()
+    calls = [
+        {"id": "c1", "name": "add", "args": {"a": 1, "b": 2}},
+        {"id": "c2", "name": "capital", "args": {"country": "Mars"}},
+    ]
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", ToolNode(tools))
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    app = graph.compile()
+    with art.capture() as traj:
+        out = await app.ainvoke({"messages": [AIMessage(content="", tool_calls=calls)]})
+        crash = await app.ainvoke(
+            {
+                "messages": [
+                    AIMessage(content="", tool_calls=[{"id": "c3", "name": "crash", "args": {}}])
+                ]
+            }
+        )
+    results = {m.tool_call_id: m for m in out["messages"][1:]}
+    assert results["c1"].content == "3" and results["c1"].status == "success"
+    assert results["c2"].status == "error" and "unknown country" in results["c2"].content
+    assert (
+        crash["messages"][-1].status == "error"
+    )  # a crashed server: an error result, the rollout goes on
+    events = {e.tool_call_id: e for e in traj.tool_events}
+    assert events["c1"].result == "3" and events["c1"].error is None
+    assert events["c2"].error is not None and events["c3"].error is not None
+    assert (await stdio_toolset.call("add", {"a": 1, "b": 1})).text == "2"  # restarted
+
+
+async def test_a_server_that_does_not_start_is_a_clear_error() -> None:
+    with pytest.raises(art.InfrastructureError, match="cannot start MCP server"):
+        await MCPToolset("python -c 'import sys; sys.exit(1)'", startup_timeout_s=20).start()
