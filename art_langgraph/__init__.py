@@ -5,7 +5,7 @@ The public surface, in ART's vocabulary. Subpackages hold the rest:
 OpenAI-compatible server), `art_langgraph.presets` (the offline tiny model).
 """
 
-from art_langgraph import utils
+from art_langgraph import rewards, utils
 from art_langgraph.backend.local import LocalBackend
 from art_langgraph.capture import TrajectoryCallback, capture, current_trajectory
 from art_langgraph.chat_model import TrainableChatModel
@@ -66,6 +66,7 @@ __all__ = [
     "gather_trajectories",
     "gather_trajectory_groups",
     "read_jsonl",
+    "rewards",
     "utils",
     "write_jsonl",
 ]

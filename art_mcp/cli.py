@@ -1,0 +1,85 @@
+"""The `art-mcp` command line.
+
+    art-mcp train --server "python my_server.py" --base-model tiny --steps 10 \\
+        --scenarios scenarios.jsonl --reward my_rewards:score
+    art-mcp train --server http://127.0.0.1:8000/mcp --judge local --generator local
+
+Every `train` flag comes from `HarnessConfig` (one source for the docs, the flags and
+validation), plus `--server`, `--scenarios`, `--reward` and `--sft`. `--help` lists
+them all with their defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from art_langgraph.errors import ArtError
+from art_mcp.harness import HarnessConfig, train
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="art-mcp", description="Train an agent over any MCP server with GRPO."
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser(
+        "train",
+        help="train an agent over an MCP server",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Connect to the server, load or generate scenarios, warm-start, run GRPO steps, evaluate, report.",
+    )
+    t.add_argument(
+        "--server",
+        required=True,
+        help="a command that runs the server over stdio, or its streamable-HTTP URL",
+    )
+    t.add_argument(
+        "--scenarios",
+        default=None,
+        help="a JSONL file of scenarios (else they are generated with --generator)",
+    )
+    t.add_argument(
+        "--reward",
+        default=None,
+        help="module:function computing reward(trajectory, scenario) -> float",
+    )
+    t.add_argument(
+        "--sft",
+        default=None,
+        help="a JSONL file of conversations for an SFT warm start (default: the scenarios' demonstrations)",
+    )
+    for name, field in HarnessConfig.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        kind: Any = field.annotation
+        typ = {int: int, float: float}.get(kind, str)
+        t.add_argument(flag, dest=name, type=typ, default=field.default, help=field.description)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "train":
+        values = {k: getattr(args, k) for k in HarnessConfig.model_fields}
+        try:
+            config = HarnessConfig(**values)
+            report = asyncio.run(
+                train(
+                    args.server, config, scenarios=args.scenarios, reward=args.reward, sft=args.sft
+                )
+            )
+        except (ArtError, ValueError) as exc:
+            print(f"art-mcp: error: {exc}", file=sys.stderr)
+            return 2
+        print(
+            f"held-out reward: {report.val_reward_before} -> {report.val_reward_after} ({report.seconds:.0f} s)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

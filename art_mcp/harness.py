@@ -1,0 +1,440 @@
+"""`art_mcp.train`: from an MCP server to a trained agent, with no training code of yours.
+
+It connects to the server (`MCPToolset`), loads or generates scenarios and splits them
+train/val, registers a trainable model on an embedded `LocalBackend` (resuming from its
+checkpoints after a restart), optionally warm-starts it with SFT on demonstrations, and
+then runs GRPO steps: a LangGraph agent (`create_agent`) over the server's tools plus a
+`complete_task(answer)` tool that ends the run, `max_turns` at most, each rollout
+captured; groups scored by your reward function and/or RULER; `model.train`; held-out
+evaluation every `eval_every` steps. It writes a report (JSON, markdown and a reward
+curve PNG) into the model's folder.
+
+Left out: multi-server toolsets and tool allow-lists (wrap your server instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import inspect
+import json
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+import art_langgraph as art
+from art_langgraph.errors import UsageError
+from art_mcp.scenarios import (
+    Scenario,
+    generate_scenarios,
+    load_scenarios,
+    save_scenarios,
+    split_scenarios,
+)
+from art_mcp.toolset import MCPToolset
+
+__all__ = ["HarnessConfig", "Report", "load_reward", "train"]
+
+RewardFn = Callable[[art.Trajectory, Scenario], float | Awaitable[float]]
+
+SYSTEM = (
+    "You are an agent that solves the user's task with the tools you have. Call tools as needed, "
+    "then call complete_task with the final answer."
+)
+
+
+class HarnessConfig(BaseModel):
+    """Every knob of `art_mcp.train` (and the `art-mcp train` flags)."""
+
+    base_model: str = Field("tiny", description="A preset ('tiny'), a HF id or a local folder.")
+    name: str | None = Field(
+        None, description="Model name; default: 'agent-' + the server's label hash."
+    )
+    project: str = Field("mcp", description="Project folder under --path.")
+    path: str = Field(".art", description="Where models live on disk.")
+    steps: int = Field(
+        10, ge=0, description="GRPO steps to reach (a resumed run continues to this step count)."
+    )
+    group_size: int = Field(4, ge=2, description="Rollouts per scenario in a group.")
+    groups_per_step: int = Field(4, ge=1, description="Scenarios (groups) per step.")
+    max_turns: int = Field(4, ge=1, description="Most model turns in one rollout.")
+    max_tokens: int = Field(96, ge=1, description="Most tokens per model turn.")
+    temperature: float = Field(0.8, ge=0, description="Sampling temperature of the rollouts.")
+    learning_rate: float = Field(
+        2e-3, gt=0, description="GRPO learning rate (tiny models: ~1e-3; 7B: ~1e-5)."
+    )
+    eval_every: int = Field(
+        2, ge=1, description="Evaluate on the held-out scenarios every this many steps."
+    )
+    val_fraction: float = Field(
+        0.25, ge=0, lt=1, description="Share of scenarios held out for evaluation."
+    )
+    n_scenarios: int = Field(24, ge=2, description="Scenarios to generate when none are given.")
+    generator: str | None = Field(
+        None,
+        description="litellm model for scenario generation; 'local' = the model being trained.",
+    )
+    judge: str | None = Field(
+        None,
+        description="litellm model for RULER; 'local' = the model being trained; None = no judge.",
+    )
+    rubric: str | None = Field(None, description="RULER rubric; None = the default rubric.")
+    sft_epochs: int = Field(
+        20, ge=1, description="Epochs of the SFT warm start (when demonstrations exist)."
+    )
+    sft_learning_rate: float = Field(1e-2, gt=0, description="Learning rate of the SFT warm start.")
+    seed: int = Field(0, description="Seed for the split and the step order.")
+
+
+class Report(BaseModel):
+    """What a harness run did; also written as report.json/.md/.png in the model folder."""
+
+    model: str
+    server: str
+    steps: int
+    rows: list[dict[str, float]] = Field(default_factory=list)
+    """One row per evaluation: step, val_reward, train_reward."""
+    val_reward_before: float | None = None
+    val_reward_after: float | None = None
+    seconds: float = 0.0
+    folder: str = ""
+
+
+def load_reward(spec: str) -> RewardFn:
+    """`module:function` -> the function (reward(trajectory, scenario) -> float, sync or async)."""
+    module, _, fn = spec.partition(":")
+    if not module or not fn:
+        raise UsageError(f"--reward takes module:function, got {spec!r}")
+    obj = getattr(importlib.import_module(module), fn, None)
+    if not callable(obj):
+        raise UsageError(f"{spec!r} is not a function")
+    return obj  # type: ignore[no-any-return]
+
+
+def _complete_task_tool() -> Any:
+    from langchain_core.tools import tool
+
+    @tool(return_direct=True)
+    def complete_task(answer: str) -> str:
+        """Finish the task and give the final answer."""
+        return answer
+
+    return complete_task
+
+
+def final_answer(traj: art.Trajectory) -> str:
+    """The answer given to complete_task, else the last assistant text."""
+    for ev in reversed(traj.tool_events):
+        if ev.name == "complete_task" and isinstance(ev.args, dict):
+            return str(ev.args.get("answer", ""))
+    for m in reversed(traj.messages):
+        if m.get("role") == "assistant" and m.get("content"):
+            return str(m["content"])
+    return ""
+
+
+async def _score(reward: RewardFn | None, traj: art.Trajectory, s: Scenario) -> float:
+    if reward is None:
+        return 0.0
+    value = reward(traj, s)
+    if inspect.isawaitable(value):
+        value = await value
+    return float(value)
+
+
+async def train(
+    server: Any,
+    config: HarnessConfig | None = None,
+    *,
+    scenarios: list[Scenario] | str | Path | None = None,
+    reward: RewardFn | str | None = None,
+    sft: list[Any] | str | Path | None = None,
+    backend: art.LocalBackend | None = None,
+    log: Callable[[str], None] = print,
+) -> Report:
+    """Train an agent over `server` (a command, a URL or a server object); see the module doc."""
+    cfg = config or HarnessConfig()
+    reward_fn = load_reward(reward) if isinstance(reward, str) else reward
+    if reward_fn is None and cfg.judge is None:
+        raise UsageError(
+            "give a reward function (--reward module:function), a judge (--judge), or both"
+        )
+    t0 = time.perf_counter()
+    own_backend = backend is None
+    backend = backend or art.LocalBackend(path=cfg.path)
+    toolset = MCPToolset(server)
+    try:
+        await toolset.start()
+        name = cfg.name or f"agent-{abs(hash(toolset.label)) % 10**6:06d}"
+        model = art.TrainableModel(name=name, project=cfg.project, base_model=cfg.base_model)
+        await model.register(backend)
+        folder = Path(backend.path) / cfg.project / "models" / name
+        scen = await _scenarios(scenarios, cfg, toolset, model, folder, log)
+        train_set, val_set = split_scenarios(scen, cfg.val_fraction, cfg.seed)
+        log(
+            f"{len(toolset.tools)} tools from {toolset.label}; {len(train_set)} train / {len(val_set)} val scenarios"
+        )
+
+        tools = [*toolset.langchain_tools(), _complete_task_tool()]
+        if await model.get_step() == 0:
+            demos = _demonstrations(sft, scen, tools)
+            if demos:
+                res = await model.train_sft(
+                    demos,
+                    art.TrainConfig(learning_rate=cfg.sft_learning_rate),
+                    epochs=cfg.sft_epochs,
+                    batch_size=8,
+                )
+                log(
+                    f"SFT warm start on {len(demos)} demonstrations: loss {res.metrics['sft_loss_first']:.2f} -> {res.metrics['sft_loss_last']:.2f}"
+                )
+
+        from langchain.agents import create_agent
+
+        agent: Any = create_agent(
+            model.chat_model(max_tokens=cfg.max_tokens, temperature=cfg.temperature),
+            tools=tools,
+            system_prompt=SYSTEM,
+        )
+
+        async def rollout(s: Scenario) -> art.Trajectory:
+            with art.capture(metadata={"scenario": s.id}) as traj:
+                try:
+                    await agent.ainvoke(
+                        {"messages": [("user", s.task)]}, {"recursion_limit": 2 * cfg.max_turns + 1}
+                    )
+                except Exception as exc:  # out of turns, or a broken graph: scored, not fatal
+                    traj.log(f"rollout stopped: {exc!r}")
+            traj.metadata["answer"] = final_answer(traj)
+            traj.reward = await _score(reward_fn, traj, s)
+            return traj
+
+        judge = _judge(cfg, model)
+        start_step = await model.get_step()
+        report = Report(model=name, server=toolset.label, steps=cfg.steps, folder=str(folder))
+        history = _load_rows(folder)
+        report.rows = history
+
+        async def evaluate(step: int) -> float:
+            trajs = await asyncio.gather(*(rollout(s) for s in val_set)) if val_set else []
+            if not trajs:
+                return float("nan")
+            await model.log([art.TrajectoryGroup(trajs)], split="val")
+            return sum(t.reward for t in trajs) / len(trajs)
+
+        if not history:
+            before = await evaluate(start_step)
+            report.rows.append(
+                {"step": float(start_step), "val_reward": before, "train_reward": float("nan")}
+            )
+            log(f"step {start_step}: held-out reward {before:.3f} (before RL)")
+        grpo_done = _grpo_steps_done(folder)
+        epochs = 1 + (cfg.steps * cfg.groups_per_step) // max(len(train_set), 1)
+        batches = art.utils.iterate_dataset(
+            train_set,
+            groups_per_step=cfg.groups_per_step,
+            num_epochs=epochs,
+            seed=cfg.seed,
+            initial_step=grpo_done,
+        )
+        for batch in batches:
+            if batch.step >= cfg.steps:
+                break
+            groups = await art.gather_trajectory_groups(
+                (
+                    art.TrajectoryGroup(rollout(s) for _ in range(cfg.group_size))
+                    for s in batch.items
+                ),
+                progress=False,
+                max_exceptions=0.5,
+                after_each=judge,
+            )
+            result = await model.train(groups, art.TrainConfig(learning_rate=cfg.learning_rate))
+            train_reward = result.metrics.get("reward", float("nan"))
+            row: dict[str, float] = {
+                "step": float(result.step),
+                "val_reward": float("nan"),
+                "train_reward": train_reward,
+            }
+            if (batch.step + 1) % cfg.eval_every == 0 or batch.step + 1 == cfg.steps:
+                row["val_reward"] = await evaluate(result.step)
+            report.rows.append(row)
+            log(
+                f"step {result.step}: train reward {train_reward:.3f}, held-out {row['val_reward']:.3f}"
+            )
+        vals = [r["val_reward"] for r in report.rows if _ok(r.get("val_reward"))]
+        report.val_reward_before = vals[0] if vals else None
+        report.val_reward_after = vals[-1] if vals else None
+        report.seconds = time.perf_counter() - t0
+        _write_report(report, folder)
+        log(f"report: {folder / 'report.md'}")
+        return report
+    finally:
+        await toolset.close()
+        if own_backend:
+            await backend.close()
+
+
+async def _scenarios(
+    given: list[Scenario] | str | Path | None,
+    cfg: HarnessConfig,
+    toolset: MCPToolset,
+    model: art.Model,
+    folder: Path,
+    log: Callable[[str], None],
+) -> list[Scenario]:
+    if isinstance(given, list):
+        return given
+    if given is not None:
+        return load_scenarios(given)
+    saved = folder / "scenarios.jsonl"
+    if saved.exists():  # a resumed run keeps its scenarios
+        return load_scenarios(saved)
+    if cfg.generator is None:
+        raise UsageError(
+            "give scenarios (--scenarios FILE) or a generator (--generator MODEL|local)"
+        )
+    base_url = api_key = None
+    generator = cfg.generator
+    if generator == "local":
+        generator, base_url, api_key = (
+            f"openai/{model.name}",
+            model.inference_base_url,
+            model.inference_api_key,
+        )
+    scen = await generate_scenarios(
+        toolset, cfg.n_scenarios, generator=generator, base_url=base_url, api_key=api_key
+    )
+    save_scenarios(saved, scen)
+    log(f"generated {len(scen)} scenarios with {cfg.generator} -> {saved}")
+    return scen
+
+
+def _demonstrations(
+    sft: list[Any] | str | Path | None, scen: list[Scenario], tools: list[Any]
+) -> list[Any]:
+    """SFT items: given ones, or the scenarios' demonstrations rendered with the agent's own
+    system prompt and tool specs (so the warm start sees exactly what the agent will)."""
+    if isinstance(sft, list):
+        return sft
+    if sft is not None:
+        return [json.loads(line) for line in Path(sft).read_text().splitlines() if line.strip()]
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    specs = [convert_to_openai_tool(t) for t in tools]
+    system = {"role": "system", "content": SYSTEM}
+    return [
+        {"messages": [system, *s.demonstration], "tools": specs} for s in scen if s.demonstration
+    ]
+
+
+def _judge(cfg: HarnessConfig, model: art.Model) -> Any:
+    if cfg.judge is None:
+        return None
+    from art_langgraph.rewards import DEFAULT_RUBRIC, ruler_score_group
+
+    judge, base_url, api_key = cfg.judge, None, None
+    if judge == "local":
+        judge, base_url, api_key = (
+            f"openai/{model.name}",
+            model.inference_base_url,
+            model.inference_api_key,
+        )
+    return functools.partial(
+        ruler_score_group,
+        judge=judge,
+        base_url=base_url,
+        api_key=api_key,
+        rubric=cfg.rubric or DEFAULT_RUBRIC,
+        swallow_exceptions=True,
+    )
+
+
+def _grpo_steps_done(folder: Path) -> int:
+    """GRPO steps already trained in this model's folder (SFT steps are not counted)."""
+    f = folder / "history.jsonl"
+    if not f.exists():
+        return 0
+    done = 0
+    for line in f.read_text().splitlines():
+        try:
+            h = json.loads(line)
+        except ValueError:
+            continue
+        done += h.get("split") == "train" and "sft_steps" not in h
+    return done
+
+
+def _load_rows(folder: Path) -> list[dict[str, float]]:
+    f = folder / "report.json"
+    if not f.exists():
+        return []
+    try:
+        return list(json.loads(f.read_text()).get("rows", []))
+    except ValueError:
+        return []
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None or x != x else f"{x:.3f}"
+
+
+def _ok(x: float | None) -> bool:
+    return x is not None and x == x
+
+
+def _write_report(report: Report, folder: Path) -> None:
+    import os
+    import tempfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def put(name: str, text: str) -> None:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, folder / name)
+
+    put("report.json", report.model_dump_json(indent=2))
+    lines = [
+        f"# {report.model} over `{report.server}`",
+        "",
+        f"held-out reward: {report.val_reward_before} before RL -> {report.val_reward_after} after; {report.seconds:.0f} s",
+        "",
+        "| step | train reward | held-out reward |",
+        "|---:|---:|---:|",
+        *(
+            f"| {int(r['step'])} | {_fmt(r.get('train_reward'))} | {_fmt(r.get('val_reward'))} |"
+            for r in report.rows
+        ),
+        "",
+        "![reward curve](reward_curve.png)",
+    ]
+    put("report.md", "\n".join(lines) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
+        pts = [(r["step"], r["val_reward"]) for r in report.rows if _ok(r.get("val_reward"))]
+        tr = [(r["step"], r["train_reward"]) for r in report.rows if _ok(r.get("train_reward"))]
+        if tr:
+            ax.plot(*zip(*tr, strict=True), marker="o", label="train reward")
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker="s", label="held-out reward")
+        ax.set_xlabel("step")
+        ax.set_ylabel("reward")
+        ax.set_title(f"{report.model}: GRPO over MCP")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right")
+        fig.tight_layout()
+        fig.savefig(folder / "reward_curve.png")
+        plt.close(fig)
+    except ImportError:  # matplotlib is optional: the JSON and markdown reports are written anyway
+        pass

@@ -1,0 +1,69 @@
+"""`art-mcp train` end to end, as a user runs it: a subprocess, the bundled stdio server, a reward module."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def _train(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable, "-m", "art_mcp.cli", "train",
+            "--server", "python -m examples.mcp_server.server",
+            "--scenarios", "examples/mcp_server/scenarios.jsonl",
+            "--reward", "examples.mcp_server.tasks:score",
+            "--path", str(tmp_path), "--name", "cli", "--group-size", "2", "--groups-per-step", "2",
+            "--sft-epochs", "2", "--max-tokens", "48", "--val-fraction", "0.1", "--eval-every", "1",
+            *extra,
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+
+
+def test_one_step_end_to_end_then_resume(tmp_path: Path) -> None:
+    first = _train(tmp_path, "--steps", "1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    folder = tmp_path / "mcp" / "models" / "cli"
+    report = json.loads((folder / "report.json").read_text())
+    assert [r["step"] for r in report["rows"]] == [
+        1.0,
+        2.0,
+    ]  # after SFT (step 1), after one GRPO step
+    assert report["val_reward_before"] is not None and (folder / "report.md").exists()
+    assert (folder / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["0001", "0002"]
+    # a restart continues from the last checkpoint, without a second warm start
+    second = _train(tmp_path, "--steps", "2")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "SFT warm start" not in second.stdout
+    assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["0001", "0002", "0003"]
+
+
+def test_help_documents_every_flag() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "art_mcp.cli", "train", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    from art_mcp.harness import HarnessConfig
+
+    for name in HarnessConfig.model_fields:
+        assert "--" + name.replace("_", "-") in out.stdout
+
+
+def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "art_mcp.cli", "train", "--server", "python -m examples.mcp_server.server", "--path", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 2 and "reward function" in out.stderr
