@@ -19,3 +19,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$venv/bin/python" -m pip install -q -c "$root/constraints.txt" -e "$root[dev,bench]" >&2
   echo "$want" > "$stamp"
 fi
+# A third-party MCP server, in an environment of its own (its pins never meet ours); the
+# tests train against it. Skipped when ART_SKIP_THIRD_PARTY=1.
+tools_venv="${ART_TOOLS_VENV:-$root/.venv-mcp-servers}"
+if [ "${ART_SKIP_THIRD_PARTY:-0}" != "1" ] && [ ! -x "$tools_venv/bin/mcp-server-time" ]; then
+  echo "setup: installing mcp-server-time into $tools_venv" >&2
+  "$py" -m venv "$tools_venv"
+  "$tools_venv/bin/python" -m pip install -q "mcp-server-time==2026.10.19" >&2
+fi
