@@ -1,11 +1,12 @@
 """A small MCP server: arithmetic and a country-facts lookup, over stdio (or in-process).
 
     python -m examples.mcp_server.server          # serve over stdio
-    ART_MCP_CRASH_ON=crash python -m ...          # (tests) exit when the `crash` tool is called
+    ART_MCP_TEST_TOOLS=1 python -m ...            # (tests) also `wait` and `crash`
 
 Tools: `add(a, b)`, `multiply(a, b)`, `capital(country)` (an error for unknown
-countries), `wait(seconds)`, and `crash()` which kills the process when ART_MCP_CRASH_ON is set, so tests
-can check that a crashed server is restarted. Resources: `facts://countries`.
+countries). With ART_MCP_TEST_TOOLS set, also `wait(seconds)` (timeouts) and `crash()`
+(kills the process, so tests can check that a crashed server is restarted).
+Resources: `facts://countries`.
 """
 
 from __future__ import annotations
@@ -53,19 +54,20 @@ def capital(country: Annotated[str, Field(max_length=20)]) -> str:
         raise ToolError(f"unknown country: {country!r}") from None
 
 
-@server.tool()
 async def wait(seconds: Annotated[float, Field(ge=0, le=10)]) -> str:
     """Wait, then say so (lets tests exercise timeouts)."""
     await asyncio.sleep(seconds)
     return f"waited {seconds} s"
 
 
-@server.tool()
 def crash() -> str:
-    """Exit the server process (only when ART_MCP_CRASH_ON is set; used by tests)."""
-    if os.environ.get("ART_MCP_CRASH_ON"):
-        os._exit(3)
-    return "not crashing"
+    """Exit the server process (used by tests)."""
+    os._exit(3)
+
+
+if os.environ.get("ART_MCP_TEST_TOOLS"):  # tools for the tests only: the agent never sees them
+    server.tool()(wait)
+    server.tool()(crash)
 
 
 @server.resource("facts://countries")

@@ -17,7 +17,9 @@ SERVER = "python -m examples.mcp_server.server"
 
 @pytest.fixture
 async def stdio_toolset() -> AsyncIterator[MCPToolset]:
-    async with MCPToolset(SERVER, env={**os.environ, "ART_MCP_CRASH_ON": "1"}, timeout_s=2.0) as ts:
+    async with MCPToolset(
+        SERVER, env={**os.environ, "ART_MCP_TEST_TOOLS": "1"}, timeout_s=2.0
+    ) as ts:
         yield ts
 
 
