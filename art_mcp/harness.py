@@ -84,7 +84,7 @@ class HarnessConfig(BaseModel):
     )
     rubric: str | None = Field(None, description="RULER rubric; None = the default rubric.")
     sft_epochs: int = Field(
-        20, ge=1, description="Epochs of the SFT warm start (when demonstrations exist)."
+        40, ge=1, description="Epochs of the SFT warm start (when demonstrations exist)."
     )
     sft_learning_rate: float = Field(1e-2, gt=0, description="Learning rate of the SFT warm start.")
     seed: int = Field(0, description="Seed for the split and the step order.")
