@@ -578,7 +578,7 @@ class TorchEngine:
     def _free_retired(self) -> None:
         if not self._retired:
             return
-        in_use = {r.adapter_key for r in self._rows} | {self._merged_key}
+        in_use = {r.adapter_key for r in self._rows}
         free = list(self._retired - in_use)
         self._retired.difference_update(free)
         self._delete_keys(free)
