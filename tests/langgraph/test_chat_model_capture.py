@@ -75,7 +75,8 @@ def test_sync_invoke_and_batch(fresh_model: art.TrainableModel) -> None:
 
 
 async def test_64_concurrent_rollouts_never_mix(fresh_model: art.TrainableModel) -> None:
-    llm = fresh_model.chat_model(max_tokens=4)
+    # timeout: a request stuck anywhere in the client stack is retried, not awaited forever
+    llm = fresh_model.chat_model(max_tokens=4, timeout=60, max_retries=3)
 
     async def rollout(i: int) -> art.Trajectory:
         with art.capture(metadata={"i": i}) as traj:
@@ -84,7 +85,12 @@ async def test_64_concurrent_rollouts_never_mix(fresh_model: art.TrainableModel)
             await llm.ainvoke(f"second call of {i}")
         return traj
 
-    trajs = await asyncio.gather(*(rollout(i) for i in range(64)))
+    try:
+        trajs = await asyncio.wait_for(asyncio.gather(*(rollout(i) for i in range(64))), 300)
+    except TimeoutError:  # leave a diagnosis in the log instead of hanging CI
+        for task in asyncio.all_tasks():
+            task.print_stack(limit=12)
+        raise
     for i, t in enumerate(trajs):
         assert t.metadata == {"i": i}
         assert [c.messages[0]["content"] for c in t.calls] == [
