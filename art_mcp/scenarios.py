@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from art_langgraph.errors import ModelBehaviorError, UsageError
+from art_langgraph.trajectory import write_jsonl
 
 __all__ = ["Scenario", "generate_scenarios", "load_scenarios", "save_scenarios", "split_scenarios"]
 
@@ -58,13 +58,8 @@ def load_scenarios(path: str | Path) -> list[Scenario]:
 
 def save_scenarios(path: str | Path, scenarios: list[Scenario]) -> None:
     """Write scenarios to JSONL atomically (temp file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        for s in scenarios:
-            f.write(s.model_dump_json() + "\n")
-    os.replace(tmp, path)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl(path, scenarios)
 
 
 def split_scenarios(

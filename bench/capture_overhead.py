@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import json
 import os
 import platform
 import resource
@@ -40,7 +39,7 @@ from langchain_openai import ChatOpenAI
 
 import art_langgraph as art
 from art_langgraph.capture import TrajectoryCallback
-from bench.readme import update_readme
+from bench.readme import update_readme, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "capture_overhead.json"
 
@@ -153,10 +152,7 @@ def main() -> None:
     r = asyncio.run(bench(a.calls))
     r["markdown"] = table(r)
     print(r["markdown"])
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = a.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(r, indent=2))
-    os.replace(tmp, a.out)
+    write_results(a.out, r)
     if a.out == RESULTS and update_readme("capture_overhead", r["markdown"]):
         print("updated README.md")
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import json
 import os
 import statistics
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from art_mcp import MCPToolset
-from bench.readme import update_readme
+from bench.readme import update_readme, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "mcp_overhead.json"
 SERVER = "python -m examples.mcp_server.server"
@@ -99,10 +98,7 @@ def main() -> None:
     r = asyncio.run(bench(a.calls, a.fresh_calls))
     r["markdown"] = table(r)
     print(r["markdown"])
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = a.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(r, indent=2))
-    os.replace(tmp, a.out)
+    write_results(a.out, r)
     if a.out == RESULTS and update_readme("mcp_overhead", r["markdown"]):
         print("updated README.md")
 

@@ -12,9 +12,25 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["update_readme"]
+__all__ = ["update_readme", "write_results"]
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def write_results(path: Path, data: dict) -> None:
+    """Save a benchmark's results as JSON, atomically (temp file in the same folder, then rename)."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def update_readme(name: str, text: str, readme: Path = README, kind: str = "bench") -> bool:

@@ -73,7 +73,7 @@ from typing import Any
 
 import torch
 
-from bench.readme import update_readme
+from bench.readme import update_readme, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rl_step.json"
 
@@ -120,19 +120,6 @@ def reward(text: str | None) -> float:
 
 def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class BatchShapes:
@@ -801,7 +788,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.json_out is None:
             print(json.dumps(res, indent=2))
         else:
-            write_json(args.json_out, res)
+            write_results(args.json_out, res)
         return
 
     if args.only == "ours":  # for profiling: our RL steps alone, nothing saved
@@ -822,7 +809,7 @@ def main(argv: list[str] | None = None) -> None:
     print()
     for line in result["target_lines"]:
         print(line)
-    write_json(args.out, result)
+    write_results(args.out, result)
     print(f"saved {args.out} ({args.bench_seconds:.0f} s)")
     if args.out == RESULTS:
         block = "\n".join([result["header"], "", result["markdown"], "", *result["target_lines"]])

@@ -39,13 +39,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import json
 import os
 import platform
 import resource
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
@@ -54,7 +52,7 @@ from typing import Any
 
 import torch
 
-from bench.readme import update_readme
+from bench.readme import update_readme, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "serve_throughput.json"
 
@@ -221,19 +219,6 @@ def markdown(summary: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     import openai
     import transformers
@@ -382,7 +367,7 @@ def main(argv: list[str] | None = None) -> None:
     print()
     for line in result["target_lines"] + result["notes"]:
         print(line)
-    write_json(args.out, result)
+    write_results(args.out, result)
     print(f"saved {args.out}")
     if args.out == RESULTS:
         block = "\n".join([result["header"], "", result["markdown"], "", *result["target_lines"]])

@@ -18,6 +18,7 @@ Left out: the legacy `/v1/completions`, embeddings, and adapter management over 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import secrets
@@ -99,6 +100,11 @@ def create_app(
     """The FastAPI app; run it with uvicorn (see `backend/runner.py`)."""
     app = FastAPI(title="art_langgraph", docs_url=None, redoc_url=None)
     tok = engine.tokenizer
+
+    @functools.lru_cache(maxsize=1 << 16)
+    def token_text(token_id: int) -> str:
+        """One token's text, decoded once per server (logprobs name every token)."""
+        return str(tok.decode([token_id]))
 
     @app.exception_handler(_HTTPError)
     async def _http_error(_: Request, exc: _HTTPError) -> JSONResponse:
@@ -252,7 +258,7 @@ def create_app(
     def _logprobs(ids: list[int], lps: list[float], tops: list[Any] | None) -> dict[str, Any]:
         content = []
         for j, (t, lp) in enumerate(zip(ids, lps, strict=True)):
-            s = tok.decode([t])
+            s = token_text(t)
             entry: dict[str, Any] = {
                 "token": s,
                 "logprob": lp,
@@ -261,7 +267,7 @@ def create_app(
             }
             if tops is not None:
                 entry["top_logprobs"] = [
-                    {"token": (a := tok.decode([i])), "logprob": v, "bytes": list(a.encode())}
+                    {"token": (a := token_text(i)), "logprob": v, "bytes": list(a.encode())}
                     for i, v in tops[j]
                 ]
             content.append(entry)
