@@ -19,10 +19,12 @@ import functools
 import importlib
 import inspect
 import json
+import os
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -64,6 +66,14 @@ class HarnessConfig(BaseModel):
     max_turns: int = Field(4, ge=1, description="Most model turns in one rollout.")
     max_tokens: int = Field(96, ge=1, description="Most tokens per model turn.")
     temperature: float = Field(0.8, ge=0, description="Sampling temperature of the rollouts.")
+    tool_choice: Literal["auto", "required"] = Field(
+        "auto",
+        description=(
+            "'required': every model turn is one tool call, constrained to the tools' JSON "
+            "schemas (the run ends at complete_task); helps small models. 'auto': the model may "
+            "also answer in text."
+        ),
+    )
     learning_rate: float = Field(
         2e-3, gt=0, description="GRPO learning rate (tiny models: ~1e-3; 7B: ~1e-5)."
     )
@@ -109,6 +119,10 @@ def load_reward(spec: str) -> RewardFn:
     module, _, fn = spec.partition(":")
     if not module or not fn:
         raise UsageError(f"--reward takes module:function, got {spec!r}")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        # `python -m` puts the working directory on the path, console scripts do not: a
+        # reward module beside the user's server should import either way.
+        sys.path.insert(0, os.getcwd())
     obj = getattr(importlib.import_module(module), fn, None)
     if not callable(obj):
         raise UsageError(f"{spec!r} is not a function")
@@ -124,6 +138,18 @@ def _complete_task_tool() -> Any:
         return answer
 
     return complete_task
+
+
+def _force_tool_calls() -> Any:
+    """Agent middleware: every model turn is exactly one tool call (the server constrains it)."""
+    from langchain.agents.middleware import wrap_model_call
+
+    @wrap_model_call  # type: ignore[arg-type]
+    async def force(request: Any, handler: Any) -> Any:
+        settings = {**request.model_settings, "parallel_tool_calls": False}
+        return await handler(request.override(tool_choice="required", model_settings=settings))
+
+    return force
 
 
 def final_answer(traj: art.Trajectory) -> str:
@@ -181,7 +207,7 @@ async def train(
 
         tools = [*toolset.langchain_tools(), _complete_task_tool()]
         if await model.get_step() == 0:
-            demos = _demonstrations(sft, scen, tools)
+            demos = _demonstrations(sft, train_set, tools)
             if demos:
                 res = await model.train_sft(
                     demos,
@@ -199,6 +225,7 @@ async def train(
             model.chat_model(max_tokens=cfg.max_tokens, temperature=cfg.temperature),
             tools=tools,
             system_prompt=SYSTEM,
+            middleware=[_force_tool_calls()] if cfg.tool_choice == "required" else [],
         )
 
         async def rollout(s: Scenario) -> art.Trajectory:
@@ -388,7 +415,6 @@ def _ok(x: float | None) -> bool:
 
 
 def _write_report(report: Report, folder: Path) -> None:
-    import os
     import tempfile
 
     folder.mkdir(parents=True, exist_ok=True)

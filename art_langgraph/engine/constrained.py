@@ -20,7 +20,7 @@ from art_langgraph.errors import UsageError
 
 __all__ = ["GrammarCompiler", "unpack_bitmask"]
 
-_JSON_DEFAULTS = {"whitespace_flexible": False}
+_JSON_DEFAULTS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 class GrammarCompiler:

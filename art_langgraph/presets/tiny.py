@@ -28,7 +28,7 @@ from pathlib import Path
 
 __all__ = ["TINY_PRESET", "TinySpec", "build_tiny", "default_cache_dir", "resolve_preset"]
 
-VERSION = 2
+VERSION = 4
 TINY_PRESET = "tiny"
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

@@ -115,6 +115,41 @@ async def test_required_tool_choice_returns_openai_tool_calls(client: AsyncOpenA
         assert set(args) == ({"city"} if c.function.name == "get_weather" else {"a", "b"})
 
 
+async def test_forced_call_is_token_for_token_what_the_template_renders(
+    client: AsyncOpenAI, engine: TorchEngine
+) -> None:
+    """A forced call must look like the calls the model sees in its history (and was
+    fine-tuned on): same separators, same tokens. Compact JSON (`{"a":1}`) where the
+    template renders `{"a": 1}` put every forced call off the model's distribution."""
+    r = await client.chat.completions.create(
+        model="tiny",
+        messages=USER,
+        tools=[ADD],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=60,
+        seed=5,
+        extra_body={"return_token_ids": True},
+    )
+    choice = r.choices[0]
+    call = (choice.message.tool_calls or [])[0]
+    generated = list(choice.model_extra["token_ids"])  # type: ignore[index]
+    tok = engine.tokenizer
+    history = [
+        *USER,
+        {"role": "assistant", "content": "", "tool_calls": [call.model_dump()]},
+    ]
+    rendered = tok.apply_chat_template(history, tools=[ADD], tokenize=False)
+    prompt = tok.apply_chat_template(USER, tools=[ADD], tokenize=False, add_generation_prompt=True)
+    assert rendered.startswith(prompt)
+    text = tok.decode(generated)
+    assert rendered[len(prompt) :].startswith(text.removesuffix("<|im_end|>"))
+    # The markup around the JSON is the template's own tokens (a random model may still
+    # pick a non-canonical split of a number inside it).
+    assert generated[:3] == tok.encode(rendered[len(prompt) :], add_special_tokens=False)[:3]
+    assert ", " in call.function.arguments and ": " in call.function.arguments
+
+
 async def test_named_tool_choice_and_a_multi_turn_tool_conversation(client: AsyncOpenAI) -> None:
     r = await client.chat.completions.create(
         model="tiny",
@@ -223,6 +258,7 @@ async def test_streaming_tool_calls(client: AsyncOpenAI) -> None:
         messages=USER,
         tools=[ADD],
         tool_choice="required",
+        parallel_tool_calls=False,
         max_tokens=60,
         seed=5,
         stream=True,
