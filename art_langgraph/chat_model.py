@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import openai
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
@@ -85,5 +86,10 @@ def build_chat_model(
         extra_body=extra_body,
         metadata=metadata,
         max_retries=kwargs.pop("max_retries", 2),
+        # An httpx.Timeout is unhashable, so LangChain builds this model its own HTTP
+        # clients instead of sharing its process-wide cached ones: a cached async client
+        # first used under another event loop (a sync `batch`, a test's own loop) can
+        # leave a later request waiting forever on a lock of that loop.
+        timeout=kwargs.pop("timeout", None) or httpx.Timeout(None, connect=30.0),
         **kwargs,
     )

@@ -526,8 +526,9 @@ class TrajectoryGroup(_RewardChecked):
         return super().model_dump_json(*args, **kwargs)
 
 
-def write_jsonl(path: str | os.PathLike[str], items: Iterable[BaseModel]) -> int:
-    """Write one JSON line per record, atomically (temp file, fsync, rename); returns the count."""
+def write_jsonl(path: str | os.PathLike[str], items: Iterable[BaseModel | dict[str, Any]]) -> int:
+    """Write one JSON line per record (or plain dict), atomically (temp file, fsync, rename);
+    returns the count."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     count = 0
@@ -535,7 +536,8 @@ def write_jsonl(path: str | os.PathLike[str], items: Iterable[BaseModel]) -> int
         os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o644)
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             for item in items:
-                f.write(item.model_dump_json() + "\n")
+                line = item.model_dump_json() if isinstance(item, BaseModel) else json.dumps(item)
+                f.write(line + "\n")
                 count += 1
             f.flush()
             os.fsync(f.fileno())

@@ -62,7 +62,7 @@ class HarnessConfig(BaseModel):
         10, ge=0, description="GRPO steps to reach (a resumed run continues to this step count)."
     )
     group_size: int = Field(4, ge=2, description="Rollouts per scenario in a group.")
-    groups_per_step: int = Field(4, ge=1, description="Scenarios (groups) per step.")
+    groups_per_step: int = Field(8, ge=1, description="Scenarios (groups) per step.")
     max_turns: int = Field(4, ge=1, description="Most model turns in one rollout.")
     max_tokens: int = Field(96, ge=1, description="Most tokens per model turn.")
     temperature: float = Field(0.8, ge=0, description="Sampling temperature of the rollouts.")
@@ -74,8 +74,13 @@ class HarnessConfig(BaseModel):
             "also answer in text."
         ),
     )
+    eval_temperature: float | None = Field(
+        None,
+        ge=0,
+        description="Sampling temperature of the held-out evaluation; None = --temperature.",
+    )
     learning_rate: float = Field(
-        2e-3, gt=0, description="GRPO learning rate (tiny models: ~1e-3; 7B: ~1e-5)."
+        5e-4, gt=0, description="GRPO learning rate (the tiny preset: 5e-4; 7B: ~1e-5)."
     )
     eval_every: int = Field(
         2, ge=1, description="Evaluate on the held-out scenarios every this many steps."
@@ -94,9 +99,11 @@ class HarnessConfig(BaseModel):
     )
     rubric: str | None = Field(None, description="RULER rubric; None = the default rubric.")
     sft_epochs: int = Field(
-        40, ge=1, description="Epochs of the SFT warm start (when demonstrations exist)."
+        3, ge=1, description="Epochs of the SFT warm start (when demonstrations exist)."
     )
-    sft_learning_rate: float = Field(1e-2, gt=0, description="Learning rate of the SFT warm start.")
+    sft_learning_rate: float = Field(
+        3e-3, gt=0, description="Learning rate of the SFT warm start (the tiny preset: 3e-3)."
+    )
     seed: int = Field(0, description="Seed for the split and the step order.")
 
 
@@ -221,14 +228,22 @@ async def train(
 
         from langchain.agents import create_agent
 
-        agent: Any = create_agent(
-            model.chat_model(max_tokens=cfg.max_tokens, temperature=cfg.temperature),
-            tools=tools,
-            system_prompt=SYSTEM,
-            middleware=[_force_tool_calls()] if cfg.tool_choice == "required" else [],
+        def make_agent(temperature: float) -> Any:
+            return create_agent(
+                model.chat_model(max_tokens=cfg.max_tokens, temperature=temperature),
+                tools=tools,
+                system_prompt=SYSTEM,
+                middleware=[_force_tool_calls()] if cfg.tool_choice == "required" else [],
+            )
+
+        train_agent = make_agent(cfg.temperature)
+        eval_agent = (
+            train_agent
+            if cfg.eval_temperature is None or cfg.eval_temperature == cfg.temperature
+            else make_agent(cfg.eval_temperature)
         )
 
-        async def rollout(s: Scenario) -> art.Trajectory:
+        async def rollout(s: Scenario, agent: Any = train_agent) -> art.Trajectory:
             with art.capture(metadata={"scenario": s.id}) as traj:
                 try:
                     await agent.ainvoke(
@@ -247,7 +262,7 @@ async def train(
         report.rows = history
 
         async def evaluate(step: int) -> float:
-            trajs = await asyncio.gather(*(rollout(s) for s in val_set)) if val_set else []
+            trajs = await asyncio.gather(*(rollout(s, eval_agent) for s in val_set))
             if not trajs:
                 return float("nan")
             await model.log([art.TrajectoryGroup(trajs)], split="val")
@@ -344,19 +359,30 @@ async def _scenarios(
 def _demonstrations(
     sft: list[Any] | str | Path | None, scen: list[Scenario], tools: list[Any]
 ) -> list[Any]:
-    """SFT items: given ones, or the scenarios' demonstrations rendered with the agent's own
-    system prompt and tool specs (so the warm start sees exactly what the agent will)."""
-    if isinstance(sft, list):
-        return sft
-    if sft is not None:
-        return [json.loads(line) for line in Path(sft).read_text().splitlines() if line.strip()]
+    """SFT items: the given ones (a list or a JSONL file), else the train scenarios'
+    demonstrations. A conversation without its own `tools` is rendered with the agent's
+    system prompt and tool specs, so the warm start sees exactly what the agent will."""
     from langchain_core.utils.function_calling import convert_to_openai_tool
 
     specs = [convert_to_openai_tool(t) for t in tools]
-    system = {"role": "system", "content": SYSTEM}
-    return [
-        {"messages": [system, *s.demonstration], "tools": specs} for s in scen if s.demonstration
-    ]
+
+    def agent_view(item: Any) -> Any:
+        if isinstance(item, dict) and "tools" in item:
+            return item  # a full item (messages + tools): used as it is
+        messages = list(item["messages"] if isinstance(item, dict) else item)
+        if not messages or messages[0].get("role") != "system":
+            messages.insert(0, {"role": "system", "content": SYSTEM})
+        return {"messages": messages, "tools": specs}
+
+    if isinstance(sft, str | Path):
+        lines = Path(sft).read_text().splitlines()
+        try:
+            sft = [json.loads(line) for line in lines if line.strip()]
+        except ValueError as exc:
+            raise UsageError(f"{sft}: not JSONL ({exc})") from None
+    if sft is not None:
+        return [agent_view(item) for item in sft]
+    return [agent_view(s.demonstration) for s in scen if s.demonstration]
 
 
 def _judge(cfg: HarnessConfig, model: art.Model) -> Any:

@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
-# The main job: sets up .venv, then runs the demo on the embedded default (CPU, tiny
-# preset model). Extra arguments go to the demo.
+# The main job: sets up .venv, then trains an agent over the bundled MCP server
+# (examples/mcp_server) with `art-mcp train` on the embedded default (CPU, tiny preset):
+# SFT warm start on the train scenarios' demonstrations, then GRPO against the
+# programmatic reward, held-out evaluation, and a report (JSON, markdown, PNG) in
+# .art-demo/mcp/models/demo/. A second run continues from the last checkpoint; delete
+# .art-demo to start over. Extra arguments go to `art-mcp train` (see --help).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
 venv="${ART_VENV:-$root/.venv}"
 cd "$root"
-exec "$venv/bin/python" -m examples.server_chat "$@"
+"$venv/bin/python" -m art_mcp.cli train \
+    --server "$venv/bin/python -m examples.mcp_server.server" \
+    --scenarios examples/mcp_server/scenarios.jsonl \
+    --reward examples.mcp_server.tasks:score \
+    --tool-choice required --sft-epochs 10 --steps 30 --eval-every 5 \
+    --path .art-demo --name demo "$@"
+cat .art-demo/mcp/models/demo/report.md

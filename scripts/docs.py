@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from art_langgraph.engine.torch_engine import TorchEngineConfig
 from art_langgraph.training.config import ModelConfig, TrainConfig, config_table
+from art_mcp.harness import HarnessConfig
 from bench.readme import README, update_readme
 
 
@@ -26,6 +27,7 @@ def tables() -> dict[str, str]:
         "TrainConfig": config_table(TrainConfig),
         "ModelConfig": config_table(ModelConfig),
         "TorchEngineConfig": "\n".join(engine),
+        "HarnessConfig": config_table(HarnessConfig),
     }
 
 

@@ -1,10 +1,10 @@
-"""A small MCP server: arithmetic and a country-facts lookup, over stdio (or in-process).
+"""A small MCP server: arithmetic and country-facts lookups, over stdio (or in-process).
 
     python -m examples.mcp_server.server          # serve over stdio
     ART_MCP_TEST_TOOLS=1 python -m ...            # (tests) also `wait` and `crash`
 
-Tools: `add(a, b)`, `multiply(a, b)`, `capital(country)` (an error for unknown
-countries). With ART_MCP_TEST_TOOLS set, also `wait(seconds)` (timeouts) and `crash()`
+Tools: `add(a, b)`, `multiply(a, b)`, `capital(country)` and `currency(country)`
+(errors for unknown countries). With ART_MCP_TEST_TOOLS set, also `wait(seconds)` (timeouts) and `crash()`
 (kills the process, so tests can check that a crashed server is restarted).
 Resources: `facts://countries`.
 """
@@ -20,12 +20,32 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 CAPITALS = {
+    "chile": "Santiago",
+    "cuba": "Havana",
+    "egypt": "Cairo",
     "france": "Paris",
+    "ghana": "Accra",
     "italy": "Rome",
-    "norway": "Oslo",
-    "peru": "Lima",
     "japan": "Tokyo",
     "kenya": "Nairobi",
+    "norway": "Oslo",
+    "peru": "Lima",
+    "poland": "Warsaw",
+    "spain": "Madrid",
+}
+CURRENCIES = {
+    "chile": "peso",
+    "cuba": "peso",
+    "egypt": "pound",
+    "france": "euro",
+    "ghana": "cedi",
+    "italy": "euro",
+    "japan": "yen",
+    "kenya": "shilling",
+    "norway": "krone",
+    "peru": "sol",
+    "poland": "zloty",
+    "spain": "euro",
 }
 
 server = MCPServer("arith-facts", instructions="Arithmetic and country facts.", log_level="WARNING")
@@ -50,6 +70,15 @@ def capital(country: Annotated[str, Field(max_length=20)]) -> str:
     """The capital city of a country."""
     try:
         return CAPITALS[country.strip().lower()]
+    except KeyError:
+        raise ToolError(f"unknown country: {country!r}") from None
+
+
+@server.tool()
+def currency(country: Annotated[str, Field(max_length=20)]) -> str:
+    """The currency of a country."""
+    try:
+        return CURRENCIES[country.strip().lower()]
     except KeyError:
         raise ToolError(f"unknown country: {country!r}") from None
 

@@ -1,13 +1,21 @@
-"""Scenarios, demonstrations and the programmatic reward for the bundled MCP server.
+"""Scenarios and the programmatic reward for the bundled MCP server.
 
-    python -m examples.mcp_server.tasks          # rewrite scenarios.jsonl beside this file
+    python -m examples.mcp_server.tasks    # rewrite scenarios.jsonl beside this file
 
-Each scenario asks for one tool (add, multiply or capital) and carries the expected
-answer and a worked demonstration (tool call, result, complete_task), which the
-harness uses for its SFT warm start. `score(trajectory, scenario)` is the reward:
-1.0 when the final answer holds the expected one, 0.5 when the right tool was called
-with the right arguments, 0.25 when the right tool was called at all, else 0.0 (the
-partial credit gives a small model's early, half-formed calls a gradient).
+A scenario is one question about one country, asked in one of twelve phrasings (six
+for `capital`, six for `currency`): every (country, phrasing) pair, shuffled. Each carries
+the expected answer, the tool and arguments a good agent calls, and a worked
+demonstration (tool call, result, complete_task) for the SFT warm start, which the
+harness takes from the train split only: a held-out question is never seen in training.
+
+`score(trajectory, scenario)` is the reward: 1.0 when the final answer holds the
+expected one, 0.5 when the right tool was called with the right arguments, 0.25 when
+the right tool was called at all, else 0.0 (the partial credit gives a small model's
+early, half-formed calls a gradient).
+
+Why lookups and no arithmetic: the tiny preset (2 layers, random weights) cannot learn
+to copy arbitrary numbers from a question into a call within minutes on a CPU; it can
+learn which tool a phrasing asks for and which country it names.
 """
 
 from __future__ import annotations
@@ -16,71 +24,69 @@ import json
 import random
 import re
 from pathlib import Path
+from typing import Any
 
 import art_langgraph as art
 from art_mcp.scenarios import Scenario, save_scenarios
-from examples.mcp_server.server import CAPITALS
+from examples.mcp_server.server import CAPITALS, CURRENCIES
 
 HERE = Path(__file__).resolve().parent
+PHRASINGS = [
+    ("capital", "What is the capital of {}?"),
+    ("capital", "Which city is the capital of {}?"),
+    ("capital", "Name the capital of {}."),
+    ("capital", "Tell me the capital city of {}."),
+    ("capital", "{}: what is its capital?"),
+    ("capital", "I need the capital of {}."),
+    ("currency", "What currency does {} use?"),
+    ("currency", "What is the currency of {}?"),
+    ("currency", "Name the currency of {}."),
+    ("currency", "Which money is used in {}?"),
+    ("currency", "{}: what is its currency?"),
+    ("currency", "I need the currency of {}."),
+]
 
 
-def _scenario(i: int, rng: random.Random) -> tuple[Scenario, str, dict]:
-    kind = i % 3
-    if kind == 0:
-        a, b = rng.randint(1, 99), rng.randint(1, 99)
-        return (
-            Scenario(
-                id=f"add-{i:03d}", task=f"What is {a} plus {b}?", difficulty=1, answer=str(a + b)
-            ),
-            "add",
-            {"a": a, "b": b},
-        )
-    if kind == 1:
-        a, b = rng.randint(2, 30), rng.randint(2, 30)
-        return (
-            Scenario(
-                id=f"mul-{i:03d}", task=f"What is {a} times {b}?", difficulty=2, answer=str(a * b)
-            ),
-            "multiply",
-            {"a": a, "b": b},
-        )
-    country = rng.choice(sorted(CAPITALS))
-    name = country.title()
-    return (
-        Scenario(
-            id=f"cap-{i:03d}",
-            task=f"What is the capital of {name}?",
-            difficulty=1,
-            answer=CAPITALS[country],
-        ),
-        "capital",
-        {"country": name},
-    )
+def _conversation(i: int, task: str, answer: str, tool: str, args: dict) -> list[dict[str, Any]]:
+    call = {
+        "id": f"call_{i}a",
+        "type": "function",
+        "function": {"name": tool, "arguments": json.dumps(args)},
+    }
+    done = {
+        "id": f"call_{i}b",
+        "type": "function",
+        "function": {"name": "complete_task", "arguments": json.dumps({"answer": answer})},
+    }
+    return [
+        {"role": "user", "content": task},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": answer},
+        {"role": "assistant", "content": "", "tool_calls": [done]},
+    ]
 
 
-def build(n: int = 60, seed: int = 0) -> list[Scenario]:
-    rng = random.Random(seed)
+def build(seed: int = 0) -> list[Scenario]:
+    """Every (country, phrasing) pair as a scenario with its demonstration, shuffled."""
+    pairs = [(c, p) for c in sorted(CAPITALS) for p in range(len(PHRASINGS))]
+    random.Random(seed).shuffle(pairs)
     out = []
-    for i in range(n):
-        s, tool, args = _scenario(i, rng)
-        call = {
-            "id": f"call_{i}a",
-            "type": "function",
-            "function": {"name": tool, "arguments": json.dumps(args)},
-        }
-        done = {
-            "id": f"call_{i}b",
-            "type": "function",
-            "function": {"name": "complete_task", "arguments": json.dumps({"answer": s.answer})},
-        }
-        s.demonstration = [
-            {"role": "user", "content": s.task},
-            {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": call["id"], "content": s.answer},
-            {"role": "assistant", "content": "", "tool_calls": [done]},
-        ]
-        s.metadata = {"tool": tool, "args": args}
-        out.append(s)
+    for i, (country, p) in enumerate(pairs):
+        tool, phrasing = PHRASINGS[p]
+        name = country.title()
+        task = phrasing.format(name)
+        answer = (CAPITALS if tool == "capital" else CURRENCIES)[country]
+        args = {"country": name}
+        out.append(
+            Scenario(
+                id=f"{tool[:3]}-{country}-{p}",
+                task=task,
+                difficulty=1,
+                answer=answer,
+                demonstration=_conversation(i, task, answer, tool, args),
+                metadata={"tool": tool, "args": args},
+            )
+        )
     return out
 
 

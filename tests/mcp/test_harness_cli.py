@@ -23,7 +23,7 @@ def _train(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
             "--reward", "examples.mcp_server.tasks:score",
             "--path", str(tmp_path), "--name", "cli", "--group-size", "2", "--groups-per-step", "2",
             "--sft-epochs", "2", "--max-tokens", "48", "--val-fraction", "0.1", "--eval-every", "1",
-            *extra,
+            "--tool-choice", "required", *extra,
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip

@@ -1,0 +1,68 @@
+"""Harness pieces that need no training: SFT items, the reward loader, the bundled scenarios."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import art_langgraph as art
+from art_langgraph.errors import UsageError
+from art_mcp.harness import SYSTEM, _complete_task_tool, _demonstrations, load_reward
+from art_mcp.scenarios import load_scenarios, split_scenarios
+from examples.mcp_server import tasks
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bare_conversations_get_the_agents_system_prompt_and_tools(tmp_path: Path) -> None:
+    tools = [_complete_task_tool()]
+    convo = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    full = {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}
+    f = tmp_path / "sft.jsonl"
+    f.write_text("\n".join(json.dumps(x) for x in [convo, {"messages": convo}, full]) + "\n")
+    items = _demonstrations(f, [], tools)
+    for item in items[:2]:
+        assert item["messages"][0] == {"role": "system", "content": SYSTEM}
+        assert item["messages"][1:] == convo
+        assert [t["function"]["name"] for t in item["tools"]] == ["complete_task"]
+    assert items[2] is not full and items[2] == full  # a full item is used as it is
+    f.write_text("{not json\n")
+    with pytest.raises(UsageError, match="not JSONL"):
+        _demonstrations(f, [], tools)
+
+
+def test_warm_start_never_sees_a_held_out_scenario() -> None:
+    scen = load_scenarios(ROOT / "examples/mcp_server/scenarios.jsonl")
+    train, val = split_scenarios(scen, 0.25, 0)
+    items = _demonstrations(None, train, [_complete_task_tool()])
+    seen = {m["content"] for item in items for m in item["messages"] if m["role"] == "user"}
+    assert len(items) == len(train) and seen.isdisjoint(s.task for s in val)
+
+
+def test_bundled_scenarios_are_current_and_score_as_documented() -> None:
+    on_disk = load_scenarios(ROOT / "examples/mcp_server/scenarios.jsonl")
+    assert [s.model_dump() for s in on_disk] == [s.model_dump() for s in tasks.build()]
+    assert len({s.task for s in on_disk}) == len(on_disk)
+    s = next(x for x in on_disk if x.metadata["tool"] == "currency")
+
+    def traj(answer: str, *calls: tuple[str, dict, str | None]) -> art.Trajectory:
+        t = art.Trajectory(metadata={"answer": answer})
+        t.tool_events = [art.ToolEvent(name=n, args=a, error=e) for n, a, e in calls]
+        return t
+
+    right = ("currency", s.metadata["args"], None)
+    assert tasks.score(traj(f"It is the {s.answer}."), s) == 1.0
+    assert tasks.score(traj("no idea", right), s) == 0.5
+    assert tasks.score(traj("", ("currency", {"country": "Mars"}, "unknown")), s) == 0.25
+    assert tasks.score(traj("", ("capital", s.metadata["args"], None)), s) == 0.0
+    assert tasks.score(traj(s.answer + "s"), s) == 0.0  # a whole word, not a prefix
+
+
+def test_reward_spec_errors_are_clear() -> None:
+    with pytest.raises(UsageError, match="module:function"):
+        load_reward("no_colon")
+    with pytest.raises(UsageError, match="not a function"):
+        load_reward("examples.mcp_server.tasks:HERE")
+    assert load_reward("examples.mcp_server.tasks:score") is tasks.score
