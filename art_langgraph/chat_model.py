@@ -89,7 +89,8 @@ def build_chat_model(
         # An httpx.Timeout is unhashable, so LangChain builds this model its own HTTP
         # clients instead of sharing its process-wide cached ones: a cached async client
         # first used under another event loop (a sync `batch`, a test's own loop) can
-        # leave a later request waiting forever on a lock of that loop.
-        timeout=kwargs.pop("timeout", None) or httpx.Timeout(None, connect=30.0),
+        # leave a later request waiting forever on a lock of that loop. 300 s bounds any
+        # wait (then max_retries retries): a hang in the suite, seen in clean clones.
+        timeout=kwargs.pop("timeout", None) or httpx.Timeout(300.0, connect=30.0),
         **kwargs,
     )
