@@ -87,10 +87,9 @@ def build_chat_model(
         metadata=metadata,
         max_retries=kwargs.pop("max_retries", 2),
         # An httpx.Timeout is unhashable, so LangChain builds this model its own HTTP
-        # clients instead of sharing its process-wide cached ones: a cached async client
-        # first used under another event loop (a sync `batch`, a test's own loop) can
-        # leave a later request waiting forever on a lock of that loop. 300 s bounds any
-        # wait (then max_retries retries): a hang in the suite, seen in clean clones.
+        # clients instead of its process-wide cached ones (suspected, not proven, in a
+        # test-suite hang: a cached async client reused across event loops). 300 s bounds
+        # any wait, then max_retries retries. Create the chat model once, not per call.
         timeout=kwargs.pop("timeout", None) or httpx.Timeout(300.0, connect=30.0),
         **kwargs,
     )

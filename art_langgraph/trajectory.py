@@ -21,13 +21,11 @@ import json
 import math
 import os
 import re
-import tempfile
 import traceback
 import uuid
 from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from numbers import Integral, Real
-from pathlib import Path
 from typing import Annotated, Any, Literal, Self, TypeVar, overload
 
 from pydantic import (
@@ -529,22 +527,14 @@ class TrajectoryGroup(_RewardChecked):
 def write_jsonl(path: str | os.PathLike[str], items: Iterable[BaseModel | dict[str, Any]]) -> int:
     """Write one JSON line per record (or plain dict), atomically (temp file, fsync, rename);
     returns the count."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    from art_langgraph.utils import atomic_write
+
     count = 0
-    try:  # mkstemp makes the file 0600; keep the old file's mode, else a plain 0644
-        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            for item in items:
-                line = item.model_dump_json() if isinstance(item, BaseModel) else json.dumps(item)
-                f.write(line + "\n")
-                count += 1
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as f:
+        for item in items:
+            line = item.model_dump_json() if isinstance(item, BaseModel) else json.dumps(item)
+            f.write(line + "\n")
+            count += 1
     return count
 
 

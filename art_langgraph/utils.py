@@ -4,7 +4,8 @@
 one `DatasetBatch` per training step, shuffling each epoch with its own
 `random.Random(seed + epoch)` (the global random state is never touched), and can
 resume from a step. `limit_concurrency(n)` bounds how many calls of an async function
-run at once.
+run at once. `atomic_write(path)` is the one way files are saved: readers see the old
+file or the new one, never half of one.
 
 Left out: streaming datasets of unknown length.
 """
@@ -12,16 +13,20 @@ Left out: streaming datasets of unknown length.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import math
+import os
 import random
+import tempfile
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, TypeVar
+from pathlib import Path
+from typing import IO, Any, Generic, ParamSpec, TypeVar
 
 from art_langgraph.errors import UsageError
 
-__all__ = ["DatasetBatch", "iterate_dataset", "limit_concurrency"]
+__all__ = ["DatasetBatch", "atomic_write", "iterate_dataset", "limit_concurrency"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -90,3 +95,23 @@ def limit_concurrency(n: int) -> Callable[[Callable[P, Awaitable[R]]], Callable[
         return inner
 
     return wrap
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
+    """Write `path` through a temp file beside it: on a clean exit it is flushed, fsynced
+    and renamed over `path` (keeping the old file's mode, else 0644); on an error it is
+    removed and `path` is untouched. Text mode is UTF-8 with "\n" line ends."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:  # mkstemp makes the file 0600
+        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o644)
+        text: dict[str, Any] = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
+        with os.fdopen(fd, mode, **text) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

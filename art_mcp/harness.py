@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 
 import art_langgraph as art
 from art_langgraph.errors import UsageError
+from art_langgraph.utils import atomic_write
 from art_mcp.scenarios import (
     Scenario,
     generate_scenarios,
@@ -441,15 +442,11 @@ def _ok(x: float | None) -> bool:
 
 
 def _write_report(report: Report, folder: Path) -> None:
-    import tempfile
-
     folder.mkdir(parents=True, exist_ok=True)
 
     def put(name: str, text: str) -> None:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
-        with os.fdopen(fd, "w") as f:
+        with atomic_write(folder / name) as f:
             f.write(text)
-        os.replace(tmp, folder / name)
 
     put("report.json", report.model_dump_json(indent=2))
     lines = [
@@ -486,7 +483,8 @@ def _write_report(report: Report, folder: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right")
         fig.tight_layout()
-        fig.savefig(folder / "reward_curve.png")
+        with atomic_write(folder / "reward_curve.png", "wb") as f:
+            fig.savefig(f, format="png")
         plt.close(fig)
     except ImportError:  # matplotlib is optional: the JSON and markdown reports are written anyway
         pass

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from art_langgraph.errors import ModelBehaviorError, UsageError
-from art_langgraph.trajectory import write_jsonl
+from art_langgraph.trajectory import read_jsonl, write_jsonl
 
 __all__ = ["Scenario", "generate_scenarios", "load_scenarios", "save_scenarios", "split_scenarios"]
 
@@ -45,15 +45,7 @@ class Scenario(BaseModel):
 
 def load_scenarios(path: str | Path) -> list[Scenario]:
     """Read scenarios from JSONL; a bad line is an error naming `path:line`."""
-    out = []
-    for i, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(Scenario.model_validate_json(line))
-        except ValueError as exc:
-            raise UsageError(f"{path}:{i}: not a scenario: {exc}") from exc
-    return out
+    return read_jsonl(path, Scenario)
 
 
 def save_scenarios(path: str | Path, scenarios: list[Scenario]) -> None:

@@ -8,9 +8,10 @@ always shows the last measured table. Left out: anything but the text between ma
 
 from __future__ import annotations
 
-import os
-import tempfile
+import json
 from pathlib import Path
+
+from art_langgraph.utils import atomic_write
 
 __all__ = ["update_readme", "write_results"]
 
@@ -19,18 +20,10 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def write_results(path: Path, data: dict) -> None:
     """Save a benchmark's results as JSON, atomically (temp file in the same folder, then rename)."""
-    import json
-
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
 
 
 def update_readme(name: str, text: str, readme: Path = README, kind: str = "bench") -> bool:
@@ -42,8 +35,6 @@ def update_readme(name: str, text: str, readme: Path = README, kind: str = "benc
     head, rest = body.split(start, 1)
     _, tail = rest.split(end, 1)
     new = f"{head}{start}\n{text.strip()}\n{end}{tail}"
-    fd, tmp = tempfile.mkstemp(dir=readme.parent, prefix=".README.")
-    with os.fdopen(fd, "w") as f:
+    with atomic_write(readme) as f:
         f.write(new)
-    os.replace(tmp, readme)
     return True

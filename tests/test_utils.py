@@ -7,6 +7,7 @@ import gc
 import random
 import weakref
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -234,3 +235,22 @@ def test_limit_concurrency_does_not_keep_closed_event_loops_alive() -> None:
 def test_limit_concurrency_below_one_is_a_usage_error(n: int) -> None:
     with pytest.raises(UsageError, match="n >= 1"):
         limit_concurrency(n)
+
+
+def test_atomic_write_replaces_whole_or_not_at_all(tmp_path: Path) -> None:
+    from art_langgraph.utils import atomic_write
+
+    target = tmp_path / "report.json"
+    target.write_text("old")
+    target.chmod(0o640)
+    with pytest.raises(RuntimeError), atomic_write(target) as f:
+        f.write("half of the new")
+        raise RuntimeError("killed mid-write")
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["report.json"]
+    with atomic_write(target) as f:
+        f.write("new")
+    assert target.read_text() == "new" and target.stat().st_mode & 0o777 == 0o640
+    with atomic_write(tmp_path / "curve.png", "wb") as f:
+        f.write(b"\x89PNG")
+    assert (tmp_path / "curve.png").read_bytes() == b"\x89PNG"
+    assert (tmp_path / "curve.png").stat().st_mode & 0o777 == 0o644

@@ -34,6 +34,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
 import art_langgraph as art
+from art_langgraph.utils import atomic_write
 
 CITIES = ["Paris", "Lyon", "Oslo", "Rome", "Lima", "Kyiv"]
 
@@ -157,7 +158,8 @@ def plot(rows: list[dict[str, float]], path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(path)
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png")
     plt.close(fig)
 
 
@@ -212,7 +214,8 @@ async def run(
                 f"{ok:>8d} {row['seconds']:>7.1f}"
             )
     plot(rows, out / "reward_curve.png")
-    (out / "report.json").write_text(json.dumps({"rows": rows, "steps": steps}, indent=2))
+    with atomic_write(out / "report.json") as f:
+        json.dump({"rows": rows, "steps": steps}, f, indent=2)
     print(f"wrote {out / 'reward_curve.png'} and {out / 'report.json'}")
     return rows
 

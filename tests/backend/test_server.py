@@ -115,11 +115,11 @@ async def test_required_tool_choice_returns_openai_tool_calls(client: AsyncOpenA
         assert set(args) == ({"city"} if c.function.name == "get_weather" else {"a", "b"})
 
 
-async def test_forced_call_is_token_for_token_what_the_template_renders(
+async def test_forced_call_is_what_the_template_renders(
     client: AsyncOpenAI, engine: TorchEngine
 ) -> None:
     """A forced call must look like the calls the model sees in its history (and was
-    fine-tuned on): same separators, same tokens. Compact JSON (`{"a":1}`) where the
+    fine-tuned on): the same text, separators included. Compact JSON (`{"a":1}`) where the
     template renders `{"a": 1}` put every forced call off the model's distribution."""
     r = await client.chat.completions.create(
         model="tiny",

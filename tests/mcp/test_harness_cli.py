@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from art_mcp.scenarios import load_scenarios, split_scenarios
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
@@ -32,6 +34,10 @@ def _train(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
 def test_one_step_end_to_end_then_resume(tmp_path: Path) -> None:
     first = _train(tmp_path, "--steps", "1")
     assert first.returncode == 0, first.stderr[-3000:]
+    # the warm start trains on the train split only: a held-out scenario is never seen
+    scen = load_scenarios(ROOT / "examples/mcp_server/scenarios.jsonl")
+    train, _ = split_scenarios(scen, 0.1, 0)
+    assert f"SFT warm start on {len(train)} demonstrations" in first.stdout
     folder = tmp_path / "mcp" / "models" / "cli"
     report = json.loads((folder / "report.json").read_text())
     assert [r["step"] for r in report["rows"]] == [
