@@ -20,6 +20,9 @@ Left out: the Responses API (`use_responses_api`), which the backend does not se
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import weakref
 from typing import Any
 
 import httpx
@@ -27,7 +30,7 @@ import openai
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 
-__all__ = ["ART_METADATA_KEY", "TrainableChatModel"]
+__all__ = ["ART_METADATA_KEY", "TrainableChatModel", "async_http_client", "sync_http_client"]
 
 ART_METADATA_KEY = "art_trainable"
 """Metadata key that marks a chat model's calls as trainable for the capture handler."""
@@ -86,10 +89,74 @@ def build_chat_model(
         extra_body=extra_body,
         metadata=metadata,
         max_retries=kwargs.pop("max_retries", 2),
-        # An httpx.Timeout is unhashable, so LangChain builds this model its own HTTP
-        # clients instead of its process-wide cached ones (suspected, not proven, in a
-        # test-suite hang: a cached async client reused across event loops). 300 s bounds
-        # any wait, then max_retries retries. Create the chat model once, not per call.
+        # 300 s bounds any wait, then max_retries retries.
         timeout=kwargs.pop("timeout", None) or httpx.Timeout(300.0, connect=30.0),
+        # Our own HTTP clients, never LangChain's or openai's defaults (see HTTP clients below).
+        http_client=kwargs.pop("http_client", None) or sync_http_client(),
+        http_async_client=kwargs.pop("http_async_client", None) or async_http_client(),
         **kwargs,
     )
+
+
+# ------------------------------------------------------------------ HTTP clients
+#
+# Why not the defaults: langchain_openai's and openai's default async clients close
+# themselves from `__del__`, by scheduling `aclose()` on whatever event loop is running
+# in the thread where the garbage collector runs. Seen in the test suite: such an
+# `aclose()` aborted transports whose fd numbers live connections had reused by then
+# (the transports' own sockets already closed, most likely by their finalizers in the
+# same collection), and `loop._remove_reader(fd)` unregistered the live sockets: their
+# requests waited for responses that had already arrived, until the request timeout.
+# Also seen: that `aclose()` running on the server thread's loop against the transports
+# of the caller's loop. Chat models and clients created per call made it frequent; 200
+# concurrent rollouts (tests/langgraph/test_drift.py) hit it within a minute.
+#
+# Here: plain httpx clients (no `__del__`) over one transport that keeps a connection
+# pool per event loop (a pool's connections belong to the loop that opened them) and
+# that a client's `aclose()` never closes: a pool lives as long as its loop.
+
+
+class _PerLoopTransport(httpx.AsyncBaseTransport):
+    """Delegates to one `httpx.AsyncHTTPTransport` per running event loop."""
+
+    def __init__(self, **transport_kwargs: Any) -> None:
+        self._kwargs = transport_kwargs
+        self._pools: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, httpx.AsyncHTTPTransport
+        ] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def _pool(self) -> httpx.AsyncHTTPTransport:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            pool = self._pools.get(loop)
+            if pool is None:
+                pool = self._pools[loop] = httpx.AsyncHTTPTransport(**self._kwargs)
+            return pool
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self._pool().handle_async_request(request)
+
+    async def aclose(self) -> None:
+        """Shared by every client: closing one client leaves the pools open (idle
+        connections expire after `keepalive_expiry`; a pool goes with its loop)."""
+
+
+_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=5.0)
+_ASYNC_TRANSPORT = _PerLoopTransport(limits=_LIMITS)
+_SYNC_CLIENT: httpx.Client | None = None
+_SYNC_LOCK = threading.Lock()
+
+
+def async_http_client() -> httpx.AsyncClient:
+    """A plain AsyncClient over the shared per-loop pools (cheap; closing it closes no pool)."""
+    return httpx.AsyncClient(transport=_ASYNC_TRANSPORT, timeout=None)
+
+
+def sync_http_client() -> httpx.Client:
+    """The process-wide sync client (sync sockets have no event loop; one pool serves all)."""
+    global _SYNC_CLIENT
+    with _SYNC_LOCK:
+        if _SYNC_CLIENT is None or _SYNC_CLIENT.is_closed:
+            _SYNC_CLIENT = httpx.Client(limits=_LIMITS, timeout=None)
+        return _SYNC_CLIENT

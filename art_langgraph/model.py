@@ -81,7 +81,12 @@ class Model(BaseModel):
         """An AsyncOpenAI client pointed at the backend (kwargs go to the client)."""
         from openai import AsyncOpenAI
 
+        from art_langgraph.chat_model import async_http_client
+
         self.backend()
+        # Our own http_client: openai's default one closes itself from `__del__`, which can
+        # unregister live sockets of other clients from the event loop (see chat_model.py).
+        kwargs.setdefault("http_client", async_http_client())
         return AsyncOpenAI(
             base_url=self.inference_base_url, api_key=self.inference_api_key or "local", **kwargs
         )

@@ -97,10 +97,10 @@ def demonstrations(n: int = 48, seed: int = 0) -> list[dict[str, Any]]:
     return out
 
 
-async def warm_start(model: art.TrainableModel) -> art.TrainResult:
+async def warm_start(model: art.TrainableModel, epochs: int = 20) -> art.TrainResult:
     """Teach the tiny model the tool-call format (~20 s on 2 CPU cores)."""
     return await model.train_sft(
-        demonstrations(), art.TrainConfig(learning_rate=1e-2), epochs=20, batch_size=8
+        demonstrations(), art.TrainConfig(learning_rate=1e-2), epochs=epochs, batch_size=8
     )
 
 

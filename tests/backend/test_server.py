@@ -13,6 +13,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from art_langgraph.backend import ModelRegistry, ServerHandle, start_server
+from art_langgraph.chat_model import async_http_client
 from art_langgraph.engine import TorchEngine
 from art_langgraph.errors import UsageError
 from tests.conftest import API_KEY
@@ -51,7 +52,14 @@ ADD = {
 
 @pytest.fixture
 def client(server: ServerHandle) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    return _openai(server.base_url, "unused")
+
+
+def _openai(base_url: str, api_key: str) -> AsyncOpenAI:
+    # Our http client: openai's default one closes itself from __del__ (see chat_model.py).
+    return AsyncOpenAI(
+        base_url=base_url, api_key=api_key, max_retries=0, http_client=async_http_client()
+    )
 
 
 async def test_plain_chat_with_token_ids_and_logprobs(
@@ -391,12 +399,12 @@ async def test_malformed_json_body(server: ServerHandle) -> None:
 
 
 async def test_api_key_is_enforced(keyed_server: ServerHandle) -> None:
-    bad = AsyncOpenAI(base_url=keyed_server.base_url, api_key="wrong", max_retries=0)
+    bad = _openai(keyed_server.base_url, "wrong")
     with pytest.raises(openai.AuthenticationError):
         await bad.chat.completions.create(model="tiny", messages=USER, max_tokens=2)
     with pytest.raises(openai.AuthenticationError):
         await bad.models.list()
-    good = AsyncOpenAI(base_url=keyed_server.base_url, api_key=API_KEY, max_retries=0)
+    good = _openai(keyed_server.base_url, API_KEY)
     r = await good.chat.completions.create(model="tiny", messages=USER, max_tokens=2)
     assert r.choices[0].message is not None
 

@@ -211,3 +211,26 @@ async def test_a_failing_capture_hook_never_breaks_the_graph(
     reply = await llm.ainvoke("still works", config={"callbacks": [Broken(traj)]})
     assert isinstance(reply, AIMessage)
     assert any("hook bug" in line for line in traj.logs)
+
+
+def test_chat_models_share_loop_local_http_clients_without_finalizers() -> None:
+    # The default clients of langchain_openai/openai close themselves from __del__ (an
+    # aclose() scheduled on whatever loop the collector runs under), which unregistered
+    # live sockets from the event loop and hung concurrent rollouts (see chat_model.py).
+    import httpx
+
+    from art_langgraph.chat_model import build_chat_model
+
+    a = build_chat_model(name="m", step=None, base_url="http://127.0.0.1:9/v1", api_key="k")
+    b = build_chat_model(name="m", step=1, base_url="http://127.0.0.1:9/v1", api_key="k")
+    for llm in (a, b):
+        assert type(llm.http_async_client) is httpx.AsyncClient  # no __del__
+        assert llm.root_async_client._client is llm.http_async_client
+        assert type(llm.http_client) is httpx.Client
+    assert a.http_async_client._transport is b.http_async_client._transport
+
+    async def pool() -> object:
+        return a.http_async_client._transport._pool()
+
+    p1, p2 = asyncio.run(pool()), asyncio.run(pool())
+    assert p1 is not p2  # one pool per event loop: connections never cross loops
