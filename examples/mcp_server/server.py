@@ -3,8 +3,11 @@
     python -m examples.mcp_server.server          # serve over stdio
     ART_MCP_TEST_TOOLS=1 python -m ...            # (tests) also `wait` and `crash`
 
-Tools: `add(a, b)`, `multiply(a, b)`, `capital(country)` and `currency(country)`
-(errors for unknown countries). With ART_MCP_TEST_TOOLS set, also `wait(seconds)` (timeouts) and `crash()`
+Tools: `add(a, b)`, `multiply(a, b)`, `capital(country)` and `currency(country)`.
+The country's schema lists the twelve known countries as an `enum`, so a client that
+decodes under the schema can only name a known one (and a small model picks one of
+twelve instead of spelling a name letter by letter); a client that ignores the schema
+and sends another name gets a tool error. With ART_MCP_TEST_TOOLS set, also `wait(seconds)` (timeouts) and `crash()`
 (kills the process, so tests can check that a crashed server is restarted).
 Resources: `facts://countries`.
 """
@@ -51,6 +54,12 @@ CURRENCIES = {
 server = MCPServer("arith-facts", instructions="Arithmetic and country facts.", log_level="WARNING")
 
 Small = Annotated[int, Field(ge=0, le=999)]
+# The enum is advertised, not validated by pydantic: an unknown name reaches the function,
+# whose error says what was wrong.
+Country = Annotated[
+    str,
+    Field(max_length=20, json_schema_extra={"enum": [c.title() for c in sorted(CAPITALS)]}),
+]
 
 
 @server.tool()
@@ -66,7 +75,7 @@ def multiply(a: Small, b: Small) -> int:
 
 
 @server.tool()
-def capital(country: Annotated[str, Field(max_length=20)]) -> str:
+def capital(country: Country) -> str:
     """The capital city of a country."""
     try:
         return CAPITALS[country.strip().lower()]
@@ -75,7 +84,7 @@ def capital(country: Annotated[str, Field(max_length=20)]) -> str:
 
 
 @server.tool()
-def currency(country: Annotated[str, Field(max_length=20)]) -> str:
+def currency(country: Country) -> str:
     """The currency of a country."""
     try:
         return CURRENCIES[country.strip().lower()]

@@ -15,7 +15,7 @@ early, half-formed calls a gradient).
 
 Why lookups and no arithmetic: the tiny preset (2 layers, random weights) cannot learn
 to copy arbitrary numbers from a question into a call within minutes on a CPU; it can
-learn which tool a phrasing asks for and which country it names.
+learn which tool a phrasing asks for and which of the schema's twelve countries it names.
 """
 
 from __future__ import annotations
