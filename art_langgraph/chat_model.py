@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import weakref
 from typing import Any
 
 import httpx
@@ -121,14 +120,16 @@ class _PerLoopTransport(httpx.AsyncBaseTransport):
 
     def __init__(self, **transport_kwargs: Any) -> None:
         self._kwargs = transport_kwargs
-        self._pools: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, httpx.AsyncHTTPTransport
-        ] = weakref.WeakKeyDictionary()
+        self._pools: dict[asyncio.AbstractEventLoop, httpx.AsyncHTTPTransport] = {}
         self._lock = threading.Lock()
 
     def _pool(self) -> httpx.AsyncHTTPTransport:
         loop = asyncio.get_running_loop()
         with self._lock:
+            # A pool's connections reference their loop, so a weak key would never be
+            # freed: drop the pools of closed loops instead (their sockets close with them).
+            for old in [lp for lp in self._pools if lp.is_closed()]:
+                del self._pools[old]
             pool = self._pools.get(loop)
             if pool is None:
                 pool = self._pools[loop] = httpx.AsyncHTTPTransport(**self._kwargs)
@@ -139,7 +140,8 @@ class _PerLoopTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         """Shared by every client: closing one client leaves the pools open (idle
-        connections expire after `keepalive_expiry`; a pool goes with its loop)."""
+        connections expire after `keepalive_expiry`; a pool is dropped once its loop is
+        closed)."""
 
 
 _LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=5.0)

@@ -232,5 +232,7 @@ def test_chat_models_share_loop_local_http_clients_without_finalizers() -> None:
     async def pool() -> object:
         return a.http_async_client._transport._pool()
 
+    transport = a.http_async_client._transport
     p1, p2 = asyncio.run(pool()), asyncio.run(pool())
     assert p1 is not p2  # one pool per event loop: connections never cross loops
+    assert p1 not in transport._pools.values()  # a closed loop's pool is dropped
