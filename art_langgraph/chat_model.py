@@ -125,15 +125,15 @@ class _PerLoopTransport(httpx.AsyncBaseTransport):
 
     def _pool(self) -> httpx.AsyncHTTPTransport:
         loop = asyncio.get_running_loop()
-        with self._lock:
+        pool = self._pools.get(loop)  # per request: one dict lookup, no lock
+        if pool is not None:
+            return pool
+        with self._lock:  # a new loop: drop the pools of closed ones, then make its pool
             # A pool's connections reference their loop, so a weak key would never be
-            # freed: drop the pools of closed loops instead (their sockets close with them).
+            # freed; a closed loop's pool is unusable (its sockets close with it).
             for old in [lp for lp in self._pools if lp.is_closed()]:
                 del self._pools[old]
-            pool = self._pools.get(loop)
-            if pool is None:
-                pool = self._pools[loop] = httpx.AsyncHTTPTransport(**self._kwargs)
-            return pool
+            return self._pools.setdefault(loop, httpx.AsyncHTTPTransport(**self._kwargs))
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         return await self._pool().handle_async_request(request)
