@@ -24,7 +24,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--base-model",
         default="tiny",
-        help="a preset ('tiny'), a HF id or a local folder (default: tiny)",
+        help="a preset ('tiny', 'smollm2-135m'), a HF id, a local folder or a .gguf file "
+        "(default: tiny)",
+    )
+    s.add_argument(
+        "--chat-template",
+        default=None,
+        help="a Jinja chat template file replacing the tokenizer's own (as vLLM's)",
     )
     s.add_argument(
         "--host",
@@ -58,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                 port=args.port,
                 api_key=args.api_key,
                 served_name=args.served_name,
+                chat_template=args.chat_template,
                 log_level=args.log_level,
             )
         except UsageError as exc:

@@ -53,7 +53,20 @@ SYSTEM = (
 class HarnessConfig(BaseModel):
     """Every knob of `art_mcp.train` (and the `art-mcp train` flags)."""
 
-    base_model: str = Field("tiny", description="A preset ('tiny'), a HF id or a local folder.")
+    base_model: str = Field(
+        "tiny",
+        description=(
+            "A preset ('tiny': random, for tests; 'smollm2-135m': SmolLM2-135M-Instruct), a HF "
+            "id, a local folder or a .gguf file."
+        ),
+    )
+    chat_template: str | None = Field(
+        None,
+        description=(
+            "A Jinja chat template file replacing the model's own; None: the model's (tools in "
+            "the generic format where it ignores them)."
+        ),
+    )
     name: str | None = Field(
         None, description="Model name; default: 'agent-' + the server's label hash."
     )
@@ -100,7 +113,9 @@ class HarnessConfig(BaseModel):
     )
     rubric: str | None = Field(None, description="RULER rubric; None = the default rubric.")
     sft_epochs: int = Field(
-        3, ge=1, description="Epochs of the SFT warm start (when demonstrations exist)."
+        3,
+        ge=0,
+        description="Epochs of the SFT warm start (when demonstrations exist); 0: no warm start.",
     )
     sft_learning_rate: float = Field(
         3e-3, gt=0, description="Learning rate of the SFT warm start (the tiny preset: 3e-3)."
@@ -199,6 +214,12 @@ async def train(
         )
     t0 = time.perf_counter()
     own_backend = backend is None
+    if backend is None and cfg.chat_template is not None:
+        from art_langgraph.engine import TorchEngineConfig
+
+        backend = art.LocalBackend(
+            path=cfg.path, engine_config=TorchEngineConfig(chat_template=cfg.chat_template)
+        )
     backend = backend or art.LocalBackend(path=cfg.path)
     toolset = MCPToolset(server)
     try:
@@ -216,7 +237,7 @@ async def train(
         tools = [*toolset.langchain_tools(), _complete_task_tool()]
         if await model.get_step() == 0:
             demos = _demonstrations(sft, train_set, tools)
-            if demos:
+            if demos and cfg.sft_epochs > 0:
                 res = await model.train_sft(
                     demos,
                     art.TrainConfig(learning_rate=cfg.sft_learning_rate),

@@ -135,13 +135,14 @@ def serve(
     port: int = 8000,
     api_key: str | None = None,
     served_name: str | None = None,
+    chat_template: str | None = None,
     log_level: str = "info",
 ) -> None:
     """Build a torch engine for `base_model` and serve it in the foreground until Ctrl-C."""
-    from art_langgraph.engine.torch_engine import TorchEngine
+    from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
 
     check_bind(host, api_key)
-    engine = TorchEngine.from_pretrained(base_model)
+    engine = TorchEngine.from_pretrained(base_model, TorchEngineConfig(chat_template=chat_template))
     registry = ModelRegistry(served_name or base_model)
     app = create_app(engine, registry, api_key=api_key)
     try:

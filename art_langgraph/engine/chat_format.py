@@ -8,8 +8,9 @@ stays plain content (the caller records it; nothing raises). `ToolCallHoldback`
 decides, while streaming, which text is safe to send as content before a tool call
 may begin.
 
-Left out: other model families' tool formats (Llama, Mistral, Hermes variants);
-they would add their own parser beside this one.
+Templates that ignore tools get them in one generic format (`engine/templates.py`),
+which this parser reads back. Left out: other model families' own tool-call formats
+(Llama, Mistral); such models get the generic format.
 """
 
 from __future__ import annotations
@@ -112,11 +113,14 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def render_prompt(
     tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
 ) -> list[int]:
-    """Render messages (already normalized) with the chat template; returns prompt ids."""
-    text = tokenizer.apply_chat_template(
-        messages, tools=tools or None, add_generation_prompt=True, tokenize=False
-    )
-    return list(tokenizer.encode(text, add_special_tokens=False, verbose=False))
+    """Render messages (already normalized) and tools; returns prompt ids.
+
+    Tools go through the template where it renders them, else in the generic format
+    (`engine/templates.py`); a template that cannot render them raises UsageError.
+    """
+    from art_langgraph.engine.templates import ChatFormat
+
+    return ChatFormat.of(tokenizer).prompt_ids(messages, tools)
 
 
 @dataclass

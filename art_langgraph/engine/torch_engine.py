@@ -65,6 +65,10 @@ class TorchEngineConfig:
     """Keep a second copy of the weights with the most recently loaded adapter merged in, and
     serve batches that use only that adapter from it: peft's per-layer LoRA path costs about
     2x in decode time on a small model. Costs one more copy of the model's weights in memory."""
+    chat_template: str | None = None
+    """A Jinja chat template (its text, or a file path) replacing the tokenizer's own, as
+    vLLM's --chat-template. None: the tokenizer's template; one that ignores tools gets them
+    in the generic format (engine/templates.py)."""
 
 
 @dataclass
@@ -133,7 +137,7 @@ class TorchEngine:
     def from_pretrained(
         cls, base_model: str, config: TorchEngineConfig | None = None, cache_dir: Path | None = None
     ) -> TorchEngine:
-        """Load a HF id, a local folder, or a preset name (`"tiny"`)."""
+        """Load a HF id, a local folder, a `.gguf` file, or a preset (`"tiny"`, `"smollm2-135m"`)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
@@ -145,6 +149,10 @@ class TorchEngine:
         dtype_name = config.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
         hf_logging.disable_progress_bar()
         tokenizer = AutoTokenizer.from_pretrained(path)
+        if config.chat_template is not None:
+            from art_langgraph.engine.templates import load_chat_template
+
+            tokenizer.chat_template = load_chat_template(config.chat_template)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype_name))
         model = model.to(device).eval()  # type: ignore[arg-type]
         engine = cls(model, tokenizer, config)

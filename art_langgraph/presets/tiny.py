@@ -26,7 +26,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["TINY_PRESET", "TinySpec", "build_tiny", "default_cache_dir", "resolve_preset"]
+__all__ = ["TINY_PRESET", "TinySpec", "build_tiny", "default_cache_dir"]
 
 VERSION = 4
 TINY_PRESET = "tiny"
@@ -70,13 +70,6 @@ def default_cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "art_langgraph"
-
-
-def resolve_preset(base_model: str, cache_dir: Path | None = None) -> str:
-    """Turn a preset name into a local folder; any other id or path is returned as is."""
-    if base_model == TINY_PRESET:
-        return str(build_tiny(cache_dir))
-    return base_model
 
 
 _WORDS = (

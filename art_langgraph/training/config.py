@@ -165,6 +165,15 @@ class ModelConfig(BaseModel):
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Trainer weights dtype. auto: bfloat16 on CUDA, float32 on the CPU."
     )
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description=(
+            "Dtype of the transformer's matmuls, through torch.autocast over the weights dtype "
+            "(the head and log-softmax stay in the weights dtype). auto: the weights dtype (no "
+            "autocast). bfloat16 over float32 weights: faster on CPUs with AMX/AVX-512-bf16, at "
+            "the cost of a larger sampler/trainer logprob mismatch (see the README's benchmark)."
+        ),
+    )
     serve_during_training: bool = Field(
         False,
         description="False (default, ART's semantics): requests for the model wait while a step trains "

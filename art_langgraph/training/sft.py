@@ -1,13 +1,13 @@
 """Supervised warm start: conversations or trajectories -> sequences with the assistant tokens trained.
 
 A conversation (OpenAI-format messages, optionally `{"messages": [...], "tools": [...]}`)
-is rendered with the chat template and `return_assistant_tokens_mask=True`, so only
-what the assistant wrote (its content, tool calls and end-of-turn token) is trained;
-the template must mark assistant turns with `{% generation %}` (the tiny preset and
-Qwen-style templates do). A `Trajectory` is trained on the exact ids its calls
+is rendered with the chat template (tools in the generic format where the template
+ignores them), and only what the assistant wrote (its content, tool calls and
+end-of-turn token) is trained: `ChatFormat.training_ids` finds it from `{% generation %}`
+markers, or from the rendered text for templates without them. A `Trajectory` is trained on the exact ids its calls
 recorded, through the same tensorization as RL.
 
-Left out: loss on the prompt, and templates without generation markers.
+Left out: loss on the prompt.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from art_langgraph.engine.chat_format import normalize_messages
+from art_langgraph.engine.templates import ChatFormat
 from art_langgraph.errors import UsageError
 from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, build_sequences
 from art_langgraph.trajectory import Trajectory
@@ -29,13 +30,7 @@ def _conversation(tokenizer: Any, item: Any, index: int, max_seq_length: int) ->
         messages, tools = item, None
     if not isinstance(messages, list) or not messages:
         raise UsageError(f"SFT item {index} is not a conversation (a list of messages)")
-    out = tokenizer.apply_chat_template(
-        normalize_messages(messages),
-        tools=tools,
-        return_assistant_tokens_mask=True,
-        return_dict=True,
-    )
-    ids, mask = list(out["input_ids"]), [bool(m) for m in out["assistant_masks"]]
+    ids, mask = ChatFormat.of(tokenizer).training_ids(normalize_messages(messages), tools)
     if not any(mask):
         raise UsageError(
             f"SFT item {index} has no assistant tokens to train (no assistant turn, or a chat template "

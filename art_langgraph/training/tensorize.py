@@ -103,14 +103,16 @@ def _call_ids(
         )
     if tokenizer is None:
         raise UsageError("retokenizing needs the model's tokenizer")
-    from art_langgraph.engine.chat_format import normalize_messages, render_prompt
+    from art_langgraph.engine.chat_format import normalize_messages
+    from art_langgraph.engine.templates import ChatFormat
 
+    fmt = ChatFormat.of(tokenizer)
     messages = normalize_messages(call.messages)
-    prompt = render_prompt(tokenizer, messages, call.tools)
-    full_text = tokenizer.apply_chat_template(
+    prompt = fmt.prompt_ids(messages, call.tools)
+    full_text = fmt.render(
         [*messages, *normalize_messages([call.response_message])],
-        tools=call.tools or None,
-        tokenize=False,
+        call.tools,
+        add_generation_prompt=False,
     )
     full = list(tokenizer.encode(full_text, add_special_tokens=False))
     if full[: len(prompt)] != prompt:

@@ -10,8 +10,12 @@ State on disk is safetensors and JSON only (never a pickle): the peft adapter, t
 optimizer's moment tensors and step counts in `optimizer.safetensors`, its param
 groups in `optimizer.json`.
 
-Left out: chunked log-softmax for very large vocabularies, FSDP/multi-GPU, and
-sharing base weights with the inference engine (the trainer holds its own copy).
+Logits are computed only where tokens are trained (the head runs on the gathered hidden
+states, in chunks, recomputed in the backward pass): at a 49k vocabulary, full
+(rows x length x vocab) logits would cost more memory than the model.
+
+Left out: FSDP/multi-GPU, and sharing base weights with the inference engine (the
+trainer holds its own copy).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from art_langgraph.training import loss as L
 from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.tensorize import MicroBatch, TrainSequence, micro_batches
 
-__all__ = ["LoRATrainer", "ProgressFn"]
+__all__ = ["LoRATrainer", "ProgressFn", "token_logprobs"]
 
 ProgressFn = Callable[[str, dict[str, Any]], None]
 """Called as progress(stage, info) with stage in {"micro_batch", "optimizer_step"}."""
@@ -52,6 +56,11 @@ class LoRATrainer:
             else ("bfloat16" if self.device.type == "cuda" else "float32")
         )
         self.dtype = getattr(torch, name)
+        self.compute_dtype = (
+            self.dtype
+            if config.compute_dtype in ("auto", name)
+            else getattr(torch, config.compute_dtype)
+        )
         self.tokenizer = AutoTokenizer.from_pretrained(base_path)
         base = AutoModelForCausalLM.from_pretrained(base_path, dtype=self.dtype).to(self.device)  # type: ignore[arg-type]
         if config.gradient_checkpointing:
@@ -79,8 +88,21 @@ class LoRATrainer:
         for g in self.optimizer.param_groups:
             g["lr"], g["betas"], g["weight_decay"] = lr, betas, weight_decay
 
-    def _logprobs(self, mb: MicroBatch) -> torch.Tensor:
-        """Log-probability of every token given its prefix. Returns (R, L); column 0 is 0."""
+    def _autocast(self) -> Any:
+        """bfloat16 autocast over the transformer when ModelConfig.compute_dtype asks for it."""
+        import contextlib
+
+        if self.compute_dtype == self.dtype:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.compute_dtype)
+
+    def _logprobs(self, mb: MicroBatch, target_mask: torch.Tensor) -> torch.Tensor:
+        """Log-probability of each target token given its prefix. Returns (N,) in row-major
+        order of `target_mask` (R, L), whose column 0 must be False (no prefix).
+
+        Pays only for what is trained: the transformer runs without its head, the hidden
+        states before the N targets are gathered, and the head and log-softmax run on those
+        alone, in chunks (`token_logprobs`): never (R, L, V) logits."""
         dev = self.device
         mask = mb.attention_mask.to(dev)
         if mask.dim() == 4:
@@ -89,19 +111,19 @@ class LoRATrainer:
             mask = torch.zeros(mask.shape, dtype=self.dtype, device=dev).masked_fill(
                 ~mask, torch.finfo(self.dtype).min
             )
-        out = self.model(
-            input_ids=mb.input_ids.to(dev),
-            attention_mask=mask,
-            position_ids=mb.position_ids.to(dev),
-            use_cache=False,
-        )
-        logits = out.logits[:, :-1].float()  # (R, L-1, V)
-        lp = (
-            torch.log_softmax(logits, dim=-1)
-            .gather(-1, mb.input_ids[:, 1:].to(dev).unsqueeze(-1))
-            .squeeze(-1)
-        )
-        return torch.nn.functional.pad(lp, (1, 0))  # (R, L)
+        base: Any = self.model.get_base_model()
+        with self._autocast():
+            hidden = base.model(
+                input_ids=mb.input_ids.to(dev),
+                attention_mask=mask,
+                position_ids=mb.position_ids.to(dev),
+                use_cache=False,
+            ).last_hidden_state  # (R, L, H)
+        assert not bool(target_mask[:, 0].any()), "a target in column 0 has no prefix"
+        before = target_mask[:, 1:]  # (R, L-1): the state at t-1 predicts token t
+        h = hidden[:, :-1][before].to(self.dtype)  # (N, H)
+        targets = mb.input_ids[:, 1:].to(dev)[before]  # (N,)
+        return token_logprobs(h, base.get_output_embeddings(), targets)
 
     def rl_step(
         self, seqs: list[TrainSequence], config: TrainConfig, progress: ProgressFn | None = None
@@ -131,7 +153,7 @@ class LoRATrainer:
         for k, mb in enumerate(batches):
             dev = self.device
             mask = mb.target_mask.to(dev)
-            new_lp = self._logprobs(mb)[mask]  # (N,)
+            new_lp = self._logprobs(mb, mask)  # (N,)
             sampler = mb.sampler_logprobs.to(dev)[mask]  # (N,)
             known = ~torch.isnan(sampler)
             sampler = torch.where(known, sampler, new_lp.detach())
@@ -158,7 +180,7 @@ class LoRATrainer:
             policy_tok = per_tok
             if config.beta > 0:
                 with torch.no_grad(), self.model.disable_adapter():
-                    ref = self._logprobs(mb)[mask]
+                    ref = self._logprobs(mb, mask)
                 kl = L.kl_k3(new_lp, ref)
                 per_tok = per_tok + config.beta * kl
                 acc["kl"] += float(kl.detach().sum())
@@ -223,7 +245,7 @@ class LoRATrainer:
             micro_batch_tokens=config.micro_batch_tokens,
             pack=config.pack_sequences,
         ):
-            lp = self._logprobs(mb)[mb.target_mask.to(self.device)]  # (N,)
+            lp = self._logprobs(mb, mb.target_mask.to(self.device))  # (N,)
             loss = -lp.sum() / n_total
             loss.backward()
             total += float(loss.detach())
@@ -279,6 +301,28 @@ class LoRATrainer:
             for g in groups:
                 g["betas"] = tuple(g["betas"])
             self.optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def token_logprobs(
+    hidden: torch.Tensor, head: torch.nn.Module, targets: torch.Tensor, chunk: int = 1024
+) -> torch.Tensor:
+    """log softmax(head(hidden))[target] per row, `chunk` rows at a time. hidden (N, H),
+    targets (N,) -> (N,). Under autograd each chunk's logits (chunk, V) are recomputed in
+    the backward pass instead of being kept, so memory stays O(chunk x V) for any N."""
+    from torch.utils.checkpoint import checkpoint
+
+    def one(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        logits = head(h).float()  # (c, V)
+        return logits.gather(-1, t.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)  # (c,)
+
+    parts = []
+    for i in range(0, hidden.shape[0], chunk):
+        h, t = hidden[i : i + chunk], targets[i : i + chunk]
+        if torch.is_grad_enabled() and h.requires_grad:
+            parts.append(checkpoint(one, h, t, use_reentrant=False))
+        else:
+            parts.append(one(h, t))
+    return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
 
 
 def _row_length(seqs: list[TrainSequence], config: TrainConfig) -> int:
