@@ -130,9 +130,16 @@ class Report(BaseModel):
     server: str
     steps: int
     rows: list[dict[str, float]] = Field(default_factory=list)
-    """One row per evaluation: step, val_reward, train_reward."""
+    """One row per RL step: step (the checkpoint), rl_step (0 = before RL), val_reward (NaN
+    where not evaluated), train_reward."""
+    val_reward_untrained: float | None = None
+    """Held-out reward of the base model, before the SFT warm start (None: no warm start)."""
     val_reward_before: float | None = None
+    """Held-out reward before the first RL step (after any warm start): RL step 0."""
     val_reward_after: float | None = None
+    """Held-out reward at the last evaluation."""
+    val_reward_best: float | None = None
+    """Best held-out reward after RL step 0."""
     seconds: float = 0.0
     folder: str = ""
 
@@ -235,19 +242,6 @@ async def train(
         )
 
         tools = [*toolset.langchain_tools(), _complete_task_tool()]
-        if await model.get_step() == 0:
-            demos = _demonstrations(sft, train_set, tools)
-            if demos and cfg.sft_epochs > 0:
-                res = await model.train_sft(
-                    demos,
-                    art.TrainConfig(learning_rate=cfg.sft_learning_rate),
-                    epochs=cfg.sft_epochs,
-                    batch_size=8,
-                )
-                log(
-                    f"SFT warm start on {len(demos)} demonstrations: loss {res.metrics['sft_loss_first']:.2f} -> {res.metrics['sft_loss_last']:.2f}"
-                )
-
         from langchain.agents import create_agent
 
         def make_agent(temperature: float) -> Any:
@@ -278,24 +272,47 @@ async def train(
             return traj
 
         judge = _judge(cfg, model)
-        start_step = await model.get_step()
-        report = Report(model=name, server=toolset.label, steps=cfg.steps, folder=str(folder))
-        history = _load_rows(folder)
-        report.rows = history
 
-        async def evaluate(step: int) -> float:
+        async def evaluate(step: int, split: str = "val") -> float:
             trajs = await asyncio.gather(*(rollout(s, eval_agent) for s in val_set))
             if not trajs:
                 return float("nan")
-            await model.log([art.TrajectoryGroup(trajs)], split="val")
+            await model.log([art.TrajectoryGroup(trajs)], split=split)
             return sum(t.reward for t in trajs) / len(trajs)
 
+        report = Report(model=name, server=toolset.label, steps=cfg.steps, folder=str(folder))
+        history = _load_rows(folder)
+        report.rows = history
+        old = _load_report(folder)
+        report.val_reward_untrained = old.val_reward_untrained if old else None
+        if await model.get_step() == 0:
+            demos = _demonstrations(sft, train_set, tools)
+            if demos and cfg.sft_epochs > 0:
+                # The untrained model's held-out reward, so the report can tell what the
+                # warm start did from what RL did.
+                report.val_reward_untrained = await evaluate(0, "untrained")
+                log(f"untrained: held-out reward {report.val_reward_untrained:.2f}")
+                res = await model.train_sft(
+                    demos,
+                    art.TrainConfig(learning_rate=cfg.sft_learning_rate),
+                    epochs=cfg.sft_epochs,
+                    batch_size=8,
+                )
+                log(
+                    f"SFT warm start on {len(demos)} demonstrations: loss {res.metrics['sft_loss_first']:.2f} -> {res.metrics['sft_loss_last']:.2f}"
+                )
+        start_step = await model.get_step()
         if not history:
             before = await evaluate(start_step)
             report.rows.append(
-                {"step": float(start_step), "val_reward": before, "train_reward": float("nan")}
+                {
+                    "step": float(start_step),
+                    "rl_step": 0.0,
+                    "val_reward": before,
+                    "train_reward": float("nan"),
+                }
             )
-            log(f"step {start_step}: held-out reward {before:.3f} (before RL)")
+            log(f"RL step 0 (before RL): held-out reward {before:.2f}")
         grpo_done = _grpo_steps_done(folder)
         epochs = 1 + (cfg.steps * cfg.groups_per_step) // max(len(train_set), 1)
         batches = art.utils.iterate_dataset(
@@ -321,6 +338,7 @@ async def train(
             train_reward = result.metrics.get("reward", float("nan"))
             row: dict[str, float] = {
                 "step": float(result.step),
+                "rl_step": float(batch.step + 1),
                 "val_reward": float("nan"),
                 "train_reward": train_reward,
             }
@@ -328,11 +346,12 @@ async def train(
                 row["val_reward"] = await evaluate(result.step)
             report.rows.append(row)
             log(
-                f"step {result.step}: train reward {train_reward:.3f}, held-out {row['val_reward']:.3f}"
+                f"RL step {batch.step + 1}: train reward {train_reward:.2f}, held-out {_fmt(row['val_reward'])}"
             )
         vals = [r["val_reward"] for r in report.rows if _ok(r.get("val_reward"))]
         report.val_reward_before = vals[0] if vals else None
         report.val_reward_after = vals[-1] if vals else None
+        report.val_reward_best = max(vals[1:]) if len(vals) > 1 else None
         report.seconds = time.perf_counter() - t0
         _write_report(report, folder)
         log(f"report: {folder / 'report.md'}")
@@ -455,7 +474,35 @@ def _load_rows(folder: Path) -> list[dict[str, float]]:
 
 
 def _fmt(x: float | None) -> str:
-    return "-" if x is None or x != x else f"{x:.3f}"
+    return "-" if x is None or x != x else f"{x:.2f}"
+
+
+def _summary(report: Report) -> list[str]:
+    """The report's headline: untrained -> after the warm start -> after RL, and RL's share."""
+    out = []
+    if _ok(report.val_reward_untrained):
+        out.append(f"- held-out reward of the untrained model: {_fmt(report.val_reward_untrained)}")
+    out.append(
+        f"- before RL (step 0{', after the SFT warm start' if _ok(report.val_reward_untrained) else ''}): {_fmt(report.val_reward_before)}"
+    )
+    if _ok(report.val_reward_best) and _ok(report.val_reward_before):
+        rl = (report.val_reward_best or 0.0) - (report.val_reward_before or 0.0)
+        out.append(
+            f"- after RL: {_fmt(report.val_reward_after)} at the last evaluation, best "
+            f"{_fmt(report.val_reward_best)} (RL's own contribution: {rl:+.2f})"
+        )
+    out.append(f"- wall time: {report.seconds:.0f} s")
+    return out
+
+
+def _load_report(folder: Path) -> Report | None:
+    f = folder / "report.json"
+    if not f.exists():
+        return None
+    try:
+        return Report.model_validate_json(f.read_text())
+    except ValueError:
+        return None
 
 
 def _ok(x: float | None) -> bool:
@@ -473,12 +520,12 @@ def _write_report(report: Report, folder: Path) -> None:
     lines = [
         f"# {report.model} over `{report.server}`",
         "",
-        f"held-out reward: {report.val_reward_before} before RL -> {report.val_reward_after} after; {report.seconds:.0f} s",
+        *_summary(report),
         "",
-        "| step | train reward | held-out reward |",
+        "| RL step | train reward | held-out reward |",
         "|---:|---:|---:|",
         *(
-            f"| {int(r['step'])} | {_fmt(r.get('train_reward'))} | {_fmt(r.get('val_reward'))} |"
+            f"| {int(r.get('rl_step', r['step']))} | {_fmt(r.get('train_reward'))} | {_fmt(r.get('val_reward'))} |"
             for r in report.rows
         ),
         "",

