@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import logging
 import queue
 import threading
@@ -129,6 +130,8 @@ class TorchEngine:
         self._pos: torch.Tensor | None = None  # (B,) its position
         self.steps = 0
         """Decode steps run so far (for tests and metrics)."""
+        self.shared_prefix_tokens = 0
+        """Prompt tokens not prefilled because a batch shared them (for tests and metrics)."""
         self._thread = threading.Thread(target=self._run, name="art-torch-engine", daemon=True)
         self._thread.start()
 
@@ -367,19 +370,41 @@ class TorchEngine:
         return out.logits[:, -1, :]  # (B, V)
 
     def _prefill(self, new: list[_Request]) -> None:
+        """Prefill the new rows. Where they share a prompt prefix (an agent's system prompt
+        and tool specs) and an adapter, the prefix runs once and its cache is copied to
+        every row; each row's own suffix then runs left-padded after it, so the row layout
+        is [prefix | pads | suffix] with the pads masked out and positions continuing."""
         from transformers import DynamicCache
 
-        width = max(len(r.prompt_ids) for r in new)
-        ids = torch.full((len(new), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(new), width), dtype=torch.long)
+        keys = [r.adapter_key for r in new]
+        shared = _shared_prefix(new) if len(set(keys)) == 1 else 0
+        shared = shared if shared >= _MIN_SHARED_PREFIX else 0
+        cache = DynamicCache(config=self.model.config)
+        b = len(new)
+        if shared:
+            head = torch.tensor([new[0].prompt_ids[:shared]], device=self.device)  # (1, P)
+            ones = torch.ones_like(head)
+            self._forward(
+                head, ones, torch.arange(shared, device=self.device)[None], cache, keys[:1]
+            )
+            for layer in cache.layers:
+                layer.keys = layer.keys.expand(b, -1, -1, -1).contiguous()  # (B, H, P, D)
+                layer.values = layer.values.expand(b, -1, -1, -1).contiguous()
+        width = max(len(r.prompt_ids) - shared for r in new)
+        ids = torch.full((b, width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((b, width), dtype=torch.long)
         for i, r in enumerate(new):
-            n = len(r.prompt_ids)
-            ids[i, width - n :] = torch.tensor(r.prompt_ids)
+            n = len(r.prompt_ids) - shared
+            ids[i, width - n :] = torch.tensor(r.prompt_ids[shared:])
             mask[i, width - n :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, T)
-        cache = DynamicCache(config=self.model.config)
-        logits = self._forward(ids, mask, pos, cache, [r.adapter_key for r in new])
+        pos = shared + (mask.cumsum(-1) - 1).clamp(min=0)  # (B, T)
+        if shared:
+            mask = torch.cat(
+                [torch.ones((b, shared), dtype=torch.long, device=self.device), mask], 1
+            )
+        logits = self._forward(ids, mask, pos, cache, keys)
+        self.shared_prefix_tokens += shared * (b - 1)
         now = time.perf_counter()
         for r in new:
             r.t_first = now
@@ -643,6 +668,18 @@ def _check_adapter_fits(model: Any, name: str, path: str) -> None:
                     f"adapter {name!r} does not fit this base model: {target} has {want} "
                     f"features, the adapter has {got} (was it trained on another base model?)"
                 )
+
+
+_MIN_SHARED_PREFIX = 16
+"""Shorter common prefixes are prefilled per row (a separate forward would cost more)."""
+
+
+def _shared_prefix(rows: list[_Request]) -> int:
+    """Length of the prompt prefix all rows share, leaving each row at least one own token."""
+    if len(rows) < 2:
+        return 0
+    common = os.path.commonprefix([r.prompt_ids for r in rows])  # works on any sequences
+    return max(min(len(common), min(len(r.prompt_ids) for r in rows) - 1), 0)
 
 
 def _pad_left(x: torch.Tensor, width: int) -> torch.Tensor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,42 @@ async def test_concurrent_greedy_equals_generate_row_by_row(engine: TorchEngine)
     for p, r in zip(prompts, results, strict=True):
         assert r.completion_token_ids == _greedy_reference(engine, p, 12)
         assert r.finish_reason == "length" and len(r.logprobs) == 12
+
+
+async def test_a_shared_prompt_prefix_is_prefilled_once_and_changes_nothing(
+    engine: TorchEngine,
+) -> None:
+    """An agent's rollouts share a long system prompt: it runs once for the whole batch, and
+    every row's greedy tokens equal `generate`'s and its logprobs a teacher-forced forward's."""
+    system = "You are a careful agent with tools for weather, sums and search. " * 4
+    prompts = [
+        engine.tokenizer.encode(
+            str(
+                engine.tokenizer.apply_chat_template(
+                    [{"role": "system", "content": system}, {"role": "user", "content": q}],
+                    add_generation_prompt=True,
+                    tokenize=False,
+                )
+            ),
+            add_special_tokens=False,
+        )
+        for q in ("sum 1 2", "weather in Oslo today please", "x", "search the files for the word")
+    ]
+    greedy = SamplingParams(max_tokens=10, temperature=0, ignore_eos=True)
+    before = engine.shared_prefix_tokens
+    results = await asyncio.gather(*(engine.generate(p, greedy) for p in prompts))
+    shared = len(os.path.commonprefix(prompts))
+    assert shared > 40
+    # all four normally share one prefill (3 x shared); a loaded machine may admit the first
+    # request alone before the others arrive, so at least two of them must have shared it
+    assert engine.shared_prefix_tokens - before >= shared
+    for p, r in zip(prompts, results, strict=True):
+        assert r.completion_token_ids == _greedy_reference(engine, p, 10)
+        full = torch.tensor([p + r.completion_token_ids])
+        with _base(engine) as model, torch.inference_mode():
+            logits = model(full).logits[0, len(p) - 1 : -1].float()  # (T, V)
+        want = torch.log_softmax(logits, -1)[torch.arange(10), r.completion_token_ids]
+        assert torch.allclose(torch.tensor(r.logprobs), want, atol=1e-4)
 
 
 async def test_logprobs_match_a_teacher_forced_forward(engine: TorchEngine) -> None:
