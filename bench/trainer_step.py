@@ -106,7 +106,7 @@ def child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
                 bf16 += trainer._logprobs(mb, mb.target_mask).tolist()
         diffs = [abs(a - b) for a, b in zip(fp32, bf16, strict=True)]
         mismatch = {"mean_abs": statistics.fmean(diffs), "max_abs": max(diffs)}
-    config = TrainConfig(learning_rate=1e-5)
+    config = TrainConfig(learning_rate=1e-5, micro_batch_tokens=args.micro_batch_tokens)
     times = []
     for i in range(args.warmup + args.steps):
         t0 = time.perf_counter()
@@ -124,11 +124,14 @@ def child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
+    from art_langgraph.training import TrainConfig
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--sequences", type=int, default=16)
     ap.add_argument("--prompt-tokens", type=int, default=300)
     ap.add_argument("--completion-tokens", type=int, default=100)
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--micro-batch-tokens", type=int, default=TrainConfig().micro_batch_tokens)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--only", choices=VARIANTS, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -141,7 +144,14 @@ def main() -> None:
     rows = []
     for v in VARIANTS:
         cmd = [sys.executable, "-m", "bench.trainer_step", "--only", v]
-        for k in ("sequences", "prompt_tokens", "completion_tokens", "steps", "warmup"):
+        for k in (
+            "sequences",
+            "prompt_tokens",
+            "completion_tokens",
+            "steps",
+            "warmup",
+            "micro_batch_tokens",
+        ):
             cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -150,7 +160,7 @@ def main() -> None:
         f"machine: {torch.get_num_threads()} torch threads, cpu, torch {torch.__version__}; "
         f"SmolLM2-135M-Instruct, LoRA r=8 on all projections; {args.sequences} sequences x "
         f"{args.prompt_tokens + args.completion_tokens} tokens ({args.completion_tokens} trained "
-        f"each); {args.warmup} warm-up + {args.steps} timed steps per variant",
+        f"each), micro-batches of {args.micro_batch_tokens} tokens; {args.warmup} warm-up + {args.steps} timed steps per variant",
         "",
         "| variant | median s | best s | × full_logits_fp32 | peak RSS MiB | logprob mismatch vs fp32 (mean / max abs) |",
         "|---|---:|---:|---:|---:|---|",

@@ -1,0 +1,83 @@
+"""Scenario generation and the RULER judge on the real preset (SmolLM2-135M-Instruct).
+
+On the tiny preset both produce noise (tasks like `"}}136136..."`, a random rollout
+scored 1.0). Here the model can read: the generated tasks must be readable sentences
+that fit the bundled MCP server's tools, and the judge must return one valid score per
+trajectory with an explanation in words. A real server on a free loopback port, the real
+bundled MCP server over stdio, litellm as a user would call it.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+import art_langgraph as art
+from art_langgraph.backend import ModelRegistry, ServerHandle, start_server
+from art_langgraph.engine import TorchEngine
+from art_langgraph.rewards import ruler_score_group
+from art_mcp import MCPToolset
+from art_mcp.scenarios import generate_scenarios
+
+pytestmark = pytest.mark.slow
+SERVER = f"{sys.executable} -m examples.mcp_server.server"
+# Words a task about the bundled server's tools (add, multiply, capital, currency) uses.
+TOOL_WORDS = re.compile(
+    r"add|sum|plus|multipl|product|times|capital|currenc|money|country|number|calculat|\d",
+    re.IGNORECASE,
+)
+
+
+@pytest.fixture(scope="module")
+def smol() -> Iterator[ServerHandle]:
+    engine = TorchEngine.from_pretrained("smollm2-135m")
+    with start_server(engine, ModelRegistry("smol")) as handle:
+        yield handle
+    engine.close_sync()
+
+
+def _readable(text: str) -> bool:
+    words = text.split()
+    letters = sum(c.isalpha() or c.isspace() for c in text)
+    return len(words) >= 3 and letters >= 0.7 * len(text)
+
+
+async def test_generated_scenarios_are_readable_tasks_for_the_tools(smol: ServerHandle) -> None:
+    async with MCPToolset(SERVER) as toolset:
+        scenarios = await generate_scenarios(
+            toolset,
+            6,
+            generator="openai/smol",
+            base_url=smol.base_url,
+            api_key="unused",
+            max_tokens=300,
+            temperature=0.7,
+        )
+    assert scenarios
+    tasks = [s.task for s in scenarios]
+    assert all(_readable(t) for t in tasks), tasks
+    fitting = [t for t in tasks if TOOL_WORDS.search(t)]
+    assert len(fitting) >= len(tasks) / 2, tasks
+
+
+async def test_ruler_on_the_real_model_scores_each_trajectory(smol: ServerHandle) -> None:
+    task = [{"role": "user", "content": "What is the capital of France?"}]
+    answers = ["The capital of France is Paris.", "I like turtles.", "Berlin."]
+    group = art.TrajectoryGroup(
+        [
+            art.Trajectory(messages=[*task, {"role": "assistant", "content": a}], reward=0.0)
+            for a in answers
+        ]
+    )
+    scored = await ruler_score_group(
+        group, judge="openai/smol", base_url=smol.base_url, api_key="unused"
+    )
+    assert scored is not None
+    scores = [t.metrics["ruler_score"] for t in scored.trajectories]
+    assert len(scores) == 3 and all(0.0 <= s <= 1.0 for s in scores)
+    explanations = [line for t in scored.trajectories for line in t.logs if "RULER" in line]
+    assert len(explanations) == 3
+    assert all(_readable(e.removeprefix("RULER: ")) for e in explanations), explanations
