@@ -21,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
 import logging
+import os
 import queue
 import threading
 import time
@@ -387,6 +387,7 @@ class TorchEngine:
             self._forward(
                 head, ones, torch.arange(shared, device=self.device)[None], cache, keys[:1]
             )
+            layer: Any
             for layer in cache.layers:
                 layer.keys = layer.keys.expand(b, -1, -1, -1).contiguous()  # (B, H, P, D)
                 layer.values = layer.values.expand(b, -1, -1, -1).contiguous()
