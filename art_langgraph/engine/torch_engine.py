@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import os
 import queue
 import threading
 import time
@@ -679,8 +678,11 @@ def _shared_prefix(rows: list[_Request]) -> int:
     """Length of the prompt prefix all rows share, leaving each row at least one own token."""
     if len(rows) < 2:
         return 0
-    common = os.path.commonprefix([r.prompt_ids for r in rows])  # works on any sequences
-    return max(min(len(common), min(len(r.prompt_ids) for r in rows) - 1), 0)
+    ids = [r.prompt_ids for r in rows]
+    lo, hi = min(ids), max(ids)  # lexicographic: their common prefix is everyone's
+    n = min(len(lo), len(hi))
+    common = next((i for i in range(n) if lo[i] != hi[i]), n)
+    return max(min(common, min(len(x) for x in ids) - 1), 0)
 
 
 def _pad_left(x: torch.Tensor, width: int) -> torch.Tensor:
