@@ -174,16 +174,14 @@ def main() -> None:
         )
     table = "\n".join(lines)
     print(table)
-    from art_langgraph.utils import atomic_write
+    from bench.readme import update_readme, write_results
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(args.out) as f:
-        f.write(
-            json.dumps(
-                {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows, "table": table},
-                indent=2,
-            )
-        )
+    write_results(
+        args.out,
+        {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows, "markdown": table},
+    )
+    if args.out == RESULTS:
+        update_readme("trainer_step", table)
 
 
 if __name__ == "__main__":
