@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         except (ArtError, ValueError) as exc:
             print(f"art-mcp: error: {exc}", file=sys.stderr)
             return 2
-        print(
-            f"held-out reward: {report.val_reward_before} -> {report.val_reward_after} ({report.seconds:.0f} s)"
-        )
+        from art_mcp.harness import summary_lines
+
+        print("\n".join(summary_lines(report)))
     return 0
 
 

@@ -509,7 +509,7 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None or x != x else f"{x:.2f}"
 
 
-def _summary(report: Report) -> list[str]:
+def summary_lines(report: Report) -> list[str]:
     """The report's headline: untrained -> after the warm start -> after RL, and RL's share."""
     out = []
     if _ok(report.val_reward_untrained):
@@ -552,7 +552,7 @@ def _write_report(report: Report, folder: Path) -> None:
     lines = [
         f"# {report.model} over `{report.server}`",
         "",
-        *_summary(report),
+        *summary_lines(report),
         "",
         "| RL step | train reward | held-out reward |",
         "|---:|---:|---:|",
