@@ -571,13 +571,19 @@ def _write_report(report: Report, folder: Path) -> None:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
-        pts = [(r["step"], r["val_reward"]) for r in report.rows if _ok(r.get("val_reward"))]
-        tr = [(r["step"], r["train_reward"]) for r in report.rows if _ok(r.get("train_reward"))]
+
+        def x(r: dict[str, float]) -> float:
+            return r.get("rl_step", r["step"])
+
+        pts = [(x(r), r["val_reward"]) for r in report.rows if _ok(r.get("val_reward"))]
+        tr = [(x(r), r["train_reward"]) for r in report.rows if _ok(r.get("train_reward"))]
         if tr:
             ax.plot(*zip(*tr, strict=True), marker="o", label="train reward")
         if pts:
             ax.plot(*zip(*pts, strict=True), marker="s", label="held-out reward")
-        ax.set_xlabel("step")
+        if (untrained := report.val_reward_untrained) is not None and _ok(untrained):
+            ax.axhline(untrained, color="grey", ls=":", label="untrained")
+        ax.set_xlabel("RL step (0: before RL)")
         ax.set_ylabel("reward")
         ax.set_title(f"{report.model}: GRPO over MCP")
         ax.grid(alpha=0.3)
