@@ -81,30 +81,23 @@ def child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     # row shows what bf16 autocast adds.
     from art_langgraph.training.tensorize import micro_batches
 
-    ref_trainer = trainer if variant != "gathered_bf16_autocast" else None
-    mismatch = None
-    if ref_trainer is None:
+    def all_logprobs(dtype: torch.dtype) -> list[float]:
+        trainer.compute_dtype, saved = dtype, trainer.compute_dtype
+        out: list[float] = []
         with torch.no_grad():
-            saved = trainer.compute_dtype
-            trainer.compute_dtype = trainer.dtype
-            fp32: list[float] = []
             for mb in micro_batches(
-                seqs,
-                row_length=args.prompt_tokens + args.completion_tokens,
-                micro_batch_tokens=16384,
-                pack=False,
+                seqs, row_length=len(seqs[0]), micro_batch_tokens=16384, pack=False
             ):
-                fp32 += trainer._logprobs(mb, mb.target_mask).tolist()
-            trainer.compute_dtype = saved
-            bf16: list[float] = []
-            for mb in micro_batches(
-                seqs,
-                row_length=args.prompt_tokens + args.completion_tokens,
-                micro_batch_tokens=16384,
-                pack=False,
-            ):
-                bf16 += trainer._logprobs(mb, mb.target_mask).tolist()
-        diffs = [abs(a - b) for a, b in zip(fp32, bf16, strict=True)]
+                out += trainer._logprobs(mb, mb.target_mask).tolist()
+        trainer.compute_dtype = saved
+        return out
+
+    mismatch = None
+    if variant == "gathered_bf16_autocast":
+        diffs = [
+            abs(a - b)
+            for a, b in zip(all_logprobs(trainer.dtype), all_logprobs(torch.bfloat16), strict=True)
+        ]
         mismatch = {"mean_abs": statistics.fmean(diffs), "max_abs": max(diffs)}
     config = TrainConfig(learning_rate=1e-5, micro_batch_tokens=args.micro_batch_tokens)
     times = []

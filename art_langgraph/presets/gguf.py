@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from art_langgraph.errors import UsageError
+from art_langgraph.presets.cache import cached_folder
 
 __all__ = ["SMOLLM2_PRESET", "build_from_gguf", "smollm2_gguf"]
 
@@ -93,25 +91,7 @@ def _build(folder: Path, file: Path) -> None:
 
 def build_from_gguf(file: str | Path, cache_dir: Path | None = None) -> Path:
     """A safetensors copy of a GGUF model (built once, cached); returns its folder."""
-    from art_langgraph.presets.tiny import default_cache_dir
-
     file = Path(file).expanduser()
     if not file.is_file():
         raise UsageError(f"no GGUF file at {str(file)!r}")
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    folder = root / "presets" / _key(file)
-    if (folder / "art_preset.json").exists():
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
-        _build(tmp, file)
-        try:
-            os.replace(tmp, folder)
-        except OSError:
-            # Another process finished first: its folder is complete; keep it.
-            if not (folder / "art_preset.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+    return cached_folder(_key(file), lambda tmp: _build(tmp, file), cache_dir)

@@ -19,14 +19,13 @@ development path and benchmarks; it learns formats only through training.
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["TINY_PRESET", "TinySpec", "build_tiny", "default_cache_dir"]
+from art_langgraph.presets.cache import cached_folder
+
+__all__ = ["TINY_PRESET", "TinySpec", "build_tiny"]
 
 VERSION = 4
 TINY_PRESET = "tiny"
@@ -62,14 +61,6 @@ class TinySpec:
     std of ~0.2 and, since that norm caps the hidden state, no LoRA update can sharpen them:
     the model could never learn to emit a format. 6.0 gives logits a std of ~1.4 (entropy
     still near uniform) and room to learn."""
-
-
-def default_cache_dir() -> Path:
-    """`$ART_CACHE_DIR`, else `$XDG_CACHE_HOME/art_langgraph`, else `~/.cache/art_langgraph`."""
-    if env := os.environ.get("ART_CACHE_DIR"):
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "art_langgraph"
 
 
 _WORDS = (
@@ -189,24 +180,8 @@ def _build(folder: Path, spec: TinySpec) -> None:
 def build_tiny(cache_dir: Path | None = None, spec: TinySpec | None = None) -> Path:
     """Build (or reuse from the cache) the tiny preset and return its folder."""
     spec = spec or TinySpec()
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     key = f"tiny-v{VERSION}" if spec == TinySpec() else f"tiny-v{VERSION}-{_spec_key(spec)}"
-    folder = root / "presets" / key
-    if (folder / "art_preset.json").exists():
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=folder.parent))
-    try:
-        _build(tmp, spec)
-        try:
-            os.replace(tmp, folder)
-        except OSError:
-            # Another process finished first: its folder is complete; keep it.
-            if not (folder / "art_preset.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+    return cached_folder(key, lambda tmp: _build(tmp, spec), cache_dir)
 
 
 def _spec_key(spec: TinySpec) -> str:
