@@ -68,6 +68,9 @@ def split_scenarios(
     return order[n_val:], order[:n_val]
 
 
+_SENTENCE = r'^[A-Z][^ \n"\\]{0,30}( [^ \n"\\]{1,30}){2,24} [^ \n"\\]{0,30}[.?!]$'
+"""A task is a sentence: a capital first, 4+ words, a final . ? or ! (enforced where the
+generator decodes under the JSON schema, as the local backend does)."""
 _SCHEMA = {
     "type": "object",
     "properties": {
@@ -77,7 +80,10 @@ _SCHEMA = {
             "items": {
                 "type": "object",
                 "properties": {
-                    "task": {"type": "string", "minLength": 8, "maxLength": 300},
+                    # A request in words: a capitalised sentence of 4+ words ending in . ? or !
+                    # (a small model otherwise writes tool names, e.g. "capitalize-country").
+                    # (no min/maxLength beside the pattern: llguidance cannot intersect them)
+                    "task": {"type": "string", "pattern": _SENTENCE},
                     "difficulty": {"type": "integer", "minimum": 1, "maximum": 5},
                 },
                 "required": ["task", "difficulty"],
@@ -92,18 +98,22 @@ _SCHEMA = {
 
 def _prompt(tools: list[dict[str, Any]], n: int, instructions: str) -> list[dict[str, str]]:
     listing = "\n".join(
-        f"- {t['function']['name']}: {t['function'].get('description', '')}" for t in tools
+        f"- {t['function']['name']}({', '.join((t['function'].get('parameters') or {}).get('properties', {}))})"
+        f": {t['function'].get('description', '')}"
+        for t in tools
     )
     return [
         {
             "role": "system",
             "content": "You write realistic, varied tasks for an AI agent that can only use the tools listed. "
-            "Each task must be solvable with those tools. Reply with JSON only.",
+            "Each task is one request a user would type, as a full sentence, and must be solvable "
+            "with those tools. Reply with JSON only.",
         },
         {
             "role": "user",
             "content": f"Tools:\n{listing}\n\nWrite {n} distinct tasks with a difficulty from 1 to 5. "
-            f'{instructions}\nReply as {{"scenarios": [{{"task": "...", "difficulty": 3}}, ...]}}.',
+            f'{instructions}\nReply as {{"scenarios": [{{"task": "<a request in a full '
+            f'sentence>", "difficulty": 3}}, ...]}}.',
         },
     ]
 

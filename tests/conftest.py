@@ -1,6 +1,7 @@
 """Shared fixtures: one tiny engine per test session, a real server on a free loopback port.
 
-The tiny preset builds offline into the user cache (~/.cache/art_langgraph) once;
+The tiny preset builds offline into the user cache (~/.cache/art_langgraph) once, and so
+does the real `smollm2-135m` preset for the real-model tests (`smol_server`);
 `lora_adapter` writes a real peft adapter (non-zero LoRA weights, so it changes the
 outputs) into a temp folder.
 """
@@ -46,6 +47,16 @@ def server(engine: TorchEngine, registry: ModelRegistry) -> Iterator[ServerHandl
 def keyed_server(engine: TorchEngine, registry: ModelRegistry) -> Iterator[ServerHandle]:
     with start_server(engine, registry, api_key=API_KEY) as handle:
         yield handle
+
+
+@pytest.fixture(scope="session")
+def smol_server() -> Iterator[tuple[TorchEngine, ServerHandle]]:
+    """One SmolLM2-135M-Instruct engine and server (served as "smol") for every real-model
+    test: one copy of its 540 MB of weights in the suite, built only if a test asks."""
+    eng = TorchEngine.from_pretrained("smollm2-135m")
+    with start_server(eng, ModelRegistry("smol")) as handle:
+        yield eng, handle
+    eng.close_sync()
 
 
 @pytest.fixture(scope="session")

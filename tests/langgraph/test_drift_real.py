@@ -19,14 +19,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from langchain.agents import create_agent
 from langchain_core.tools import tool
 
 import art_langgraph as art
+from art_langgraph.backend import ServerHandle
+from art_langgraph.chat_model import build_chat_model
+from art_langgraph.engine import TorchEngine
 from art_langgraph.training import build_sequences
 from art_mcp.harness import _force_tool_calls
 from tests.langgraph.test_drift import _expected
@@ -47,18 +48,19 @@ def weather(city: str) -> str:
     return f"{city}: 21.5 °C, «sunny», wind 3 m/s"
 
 
-@pytest.fixture(scope="module")
-async def smol_model(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[art.TrainableModel]:
-    path: Path = tmp_path_factory.mktemp("smol-drift")
-    async with art.LocalBackend(path=path) as backend:
-        model = art.TrainableModel(name="smol", project="drift", base_model="smollm2-135m")
-        await model.register(backend)
-        yield model
-
-
-async def test_real_tokenizer_runs_have_zero_drift(smol_model: art.TrainableModel) -> None:
+async def test_real_tokenizer_runs_have_zero_drift(
+    smol_server: tuple[TorchEngine, ServerHandle],
+) -> None:
+    llm = build_chat_model(
+        name="smol",
+        step=None,
+        base_url=smol_server[1].base_url,
+        api_key="unused",
+        max_tokens=40,
+        temperature=0.8,
+    )
     agent = create_agent(
-        smol_model.chat_model(max_tokens=40, temperature=0.8),
+        llm,
         tools=[add, weather],
         middleware=[_force_tool_calls()],
     )

@@ -8,13 +8,12 @@ format). One server on a free loopback port, the real `openai` client.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from openai import AsyncOpenAI
 
-from art_langgraph.backend import ModelRegistry, ServerHandle, start_server
+from art_langgraph.backend import ServerHandle
 from art_langgraph.engine import TorchEngine
 from art_langgraph.engine.templates import ChatFormat
 from art_langgraph.presets import SMOLLM2_PRESET, resolve_preset
@@ -35,14 +34,6 @@ TOOLS = [
         },
     }
 ]
-
-
-@pytest.fixture(scope="module")
-def smol_server() -> Iterator[tuple[TorchEngine, ServerHandle]]:
-    engine = TorchEngine.from_pretrained(SMOLLM2_PRESET)
-    with start_server(engine, ModelRegistry("smol")) as handle:
-        yield engine, handle
-    engine.close_sync()
 
 
 def _client(handle: ServerHandle) -> AsyncOpenAI:
