@@ -15,7 +15,8 @@ cd "$root"
 out="${ART_DEMO_PATH:-.art-demo}"
 # `./scripts/demo.sh --real`: the same job on the real SmolLM2-135M-Instruct, RL alone (no
 # warm start: the untrained model already calls the right tool, and RL teaches it to finish
-# with complete_task), bf16 autocast in the trainer, about 17 minutes on 2 cores.
+# with complete_task), bf16 autocast in the trainer, ~20 minutes on 2 cores. Experimental:
+# one run of two ran out of memory at 24 GB (see the README).
 name=demo
 args=(--sft-epochs 28 --steps 30 --eval-every 5)
 if [ "${1:-}" = "--real" ]; then
