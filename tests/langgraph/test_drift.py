@@ -35,6 +35,27 @@ def _expected(calls: list[art.LLMCall]) -> list[tuple[list[int], list[bool]]]:
     return out
 
 
+def check_no_drift(trajs: list[art.Trajectory]) -> tuple[int, int, int]:
+    """Assert every trajectory trains on exactly its served ids; returns (runs with more than
+    one call, calls merged into the previous sequence, calls in all)."""
+    multi_turn = merged = calls_total = 0
+    for traj in trajs:
+        calls = [c for c in traj.calls if c.trainable]
+        assert calls
+        seqs, stats = build_sequences(traj, 0.5, max_seq_length=10**6)
+        want = _expected(calls)
+        assert [s.tokens for s in seqs] == [w[0] for w in want]
+        assert [s.trainable for s in seqs] == [w[1] for w in want]
+        for s in seqs:  # sampler logprobs sit exactly on the trainable tokens
+            assert all(
+                (lp == lp) == m for lp, m in zip(s.sampler_logprobs, s.trainable, strict=True)
+            )
+        multi_turn += len(calls) > 1
+        merged += stats.merged_calls
+        calls_total += len(calls)
+    return multi_turn, merged, calls_total
+
+
 async def test_200_runs_have_zero_drift(tool_model: art.TrainableModel) -> None:
     agent = create_agent(tool_model.chat_model(max_tokens=48, temperature=0.3), tools=TOOLS)
     questions = [
@@ -50,19 +71,6 @@ async def test_200_runs_have_zero_drift(tool_model: art.TrainableModel) -> None:
         return traj
 
     trajs = await asyncio.gather(*(run(q) for q in questions))
-    multi_turn = merged = 0
-    for traj in trajs:
-        calls = [c for c in traj.calls if c.trainable]
-        assert calls
-        seqs, stats = build_sequences(traj, 0.5, max_seq_length=10**6)
-        want = _expected(calls)
-        assert [s.tokens for s in seqs] == [w[0] for w in want]
-        assert [s.trainable for s in seqs] == [w[1] for w in want]
-        for s in seqs:  # sampler logprobs sit exactly on the trainable tokens
-            assert all(
-                (lp == lp) == m for lp, m in zip(s.sampler_logprobs, s.trainable, strict=True)
-            )
-        multi_turn += len(calls) > 1
-        merged += stats.merged_calls
+    multi_turn, merged, _ = check_no_drift(trajs)
     assert multi_turn >= 40, f"only {multi_turn} of 200 runs had more than one turn"
     assert merged >= 20, f"only {merged} calls merged into the previous sequence"

@@ -28,9 +28,8 @@ import art_langgraph as art
 from art_langgraph.backend import ServerHandle
 from art_langgraph.chat_model import build_chat_model
 from art_langgraph.engine import TorchEngine
-from art_langgraph.training import build_sequences
 from art_mcp.harness import _force_tool_calls
-from tests.langgraph.test_drift import _expected
+from tests.langgraph.test_drift import check_no_drift
 
 pytestmark = pytest.mark.slow
 RUNS = 40
@@ -77,17 +76,7 @@ async def test_real_tokenizer_runs_have_zero_drift(
         return traj
 
     trajs = await asyncio.gather(*(run(q) for q in questions))
-    calls_total = merged = multi_turn = 0
-    for traj in trajs:
-        calls = [c for c in traj.calls if c.trainable]
-        assert calls
-        seqs, stats = build_sequences(traj, 0.5, max_seq_length=10**6)
-        want = _expected(calls)
-        assert [s.tokens for s in seqs] == [w[0] for w in want]
-        assert [s.trainable for s in seqs] == [w[1] for w in want]
-        calls_total += len(calls)
-        multi_turn += len(calls) > 1
-        merged += stats.merged_calls
+    multi_turn, merged, calls_total = check_no_drift(trajs)
     later_turns = calls_total - len(trajs)
     assert multi_turn == RUNS, f"only {multi_turn} of {RUNS} runs had more than one turn"
     assert merged >= 0.4 * later_turns, f"only {merged} of {later_turns} later turns merged"
