@@ -338,3 +338,20 @@ def test_a_step_with_no_trainable_tokens_is_a_finite_no_op(trainer: LoRATrainer,
     assert m["trainable_tokens"] == 0
     for name, value in lora_state(trainer).items():
         assert torch.equal(value, before[name])
+
+
+def test_token_logprobs_equal_a_full_log_softmax_in_value_and_gradient() -> None:
+    """The chunked, recomputed head gives what (N, V) logits + log_softmax give, gradients too."""
+    from art_langgraph.training.trainer import token_logprobs
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 50, bias=False)
+    hidden = torch.randn(7, 16, requires_grad=True)  # (N, H)
+    targets = torch.randint(0, 50, (7,))  # (N,)
+    want = torch.log_softmax(head(hidden), -1)[torch.arange(7), targets]  # (N,)
+    (g_want,) = torch.autograd.grad(want.sum(), hidden)
+    got = token_logprobs(hidden, head, targets, chunk=3)  # 3 chunks: 3, 3, 1 rows
+    (g_got,) = torch.autograd.grad(got.sum(), hidden)
+    assert torch.allclose(got, want, atol=1e-6)
+    assert torch.allclose(g_got, g_want, atol=1e-6)
+    assert token_logprobs(hidden[:0], head, targets[:0]).shape == (0,)
