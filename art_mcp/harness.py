@@ -305,10 +305,9 @@ async def train(
             return sum(t.reward for t in trajs) / len(trajs)
 
         report = Report(model=name, server=toolset.label, steps=cfg.steps, folder=str(folder))
-        history = _load_rows(folder)
-        report.rows = history
         old = _load_report(folder)
-        report.val_reward_untrained = old.val_reward_untrained if old else None
+        history = report.rows = list(old.get("rows", []))
+        report.val_reward_untrained = old.get("val_reward_untrained")
         if await model.get_step() == 0:
             demos = _demonstrations(sft, train_set, tools)
             if demos and cfg.sft_epochs > 0:
@@ -495,16 +494,6 @@ def _grpo_steps_done(folder: Path) -> int:
     return done
 
 
-def _load_rows(folder: Path) -> list[dict[str, float]]:
-    f = folder / "report.json"
-    if not f.exists():
-        return []
-    try:
-        return list(json.loads(f.read_text()).get("rows", []))
-    except ValueError:
-        return []
-
-
 def _fmt(x: float | None) -> str:
     return "-" if x is None or x != x else f"{x:.2f}"
 
@@ -527,14 +516,14 @@ def summary_lines(report: Report) -> list[str]:
     return out
 
 
-def _load_report(folder: Path) -> Report | None:
+def _load_report(folder: Path) -> dict[str, Any]:
+    """The previous run's report.json as plain JSON (rows hold null where not evaluated)."""
     f = folder / "report.json"
-    if not f.exists():
-        return None
     try:
-        return Report.model_validate_json(f.read_text())
+        data = json.loads(f.read_text()) if f.exists() else {}
     except ValueError:
-        return None
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _ok(x: float | None) -> bool:

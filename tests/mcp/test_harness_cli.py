@@ -50,7 +50,9 @@ def test_one_step_end_to_end_then_resume(tmp_path: Path) -> None:
     # a restart continues from the last checkpoint, without a second warm start
     second = _train(tmp_path, "--steps", "2")
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "SFT warm start" not in second.stdout
+    assert "SFT warm start on" not in second.stdout
+    # the untrained model's held-out reward survives the restart (rows hold nulls)
+    assert json.loads((folder / "report.json").read_text())["val_reward_untrained"] is not None
     assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["0001", "0002", "0003"]
 
 
