@@ -29,6 +29,8 @@ import openai
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 
+from art_langgraph.names import inference_name
+
 __all__ = ["ART_METADATA_KEY", "TrainableChatModel", "async_http_client", "sync_http_client"]
 
 ART_METADATA_KEY = "art_trainable"
@@ -80,7 +82,7 @@ def build_chat_model(
     extra_body = {"return_token_ids": True, **(kwargs.pop("extra_body", None) or {})}
     metadata = {ART_METADATA_KEY: True, "art_model": name, **(kwargs.pop("metadata", None) or {})}
     return TrainableChatModel(
-        model=name if step is None else f"{name}@{step}",
+        model=inference_name(name, step),
         base_url=base_url,
         api_key=api_key,  # type: ignore[arg-type]
         logprobs=True,

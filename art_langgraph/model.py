@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from art_langgraph.errors import UsageError
+from art_langgraph.names import check_path_name, inference_name
 from art_langgraph.training.config import ModelConfig, TrainConfig
 
 if TYPE_CHECKING:
@@ -56,10 +57,8 @@ class Model(BaseModel):
     _backend: LocalBackend | None = PrivateAttr(default=None)
 
     def model_post_init(self, _: Any) -> None:
-        if not self.name or "@" in self.name or "/" in self.name:
-            raise UsageError(f"model name {self.name!r} must be non-empty, without '@' or '/'")
-        if not self.project or "/" in self.project or self.project.startswith("."):
-            raise UsageError(f"project {self.project!r} must be a plain folder name")
+        check_path_name(self.name, "model name")
+        check_path_name(self.project, "project")
 
     @property
     def trainable(self) -> bool:
@@ -110,7 +109,7 @@ class Model(BaseModel):
 
     def inference_name(self, step: int | None = None) -> str:
         """The model string for requests: latest, or pinned to `step`."""
-        return self.name if step is None else f"{self.name}@{step}"
+        return inference_name(self.name, step)
 
     async def get_step(self) -> int:
         """The step served as latest (0 before any training)."""

@@ -35,6 +35,7 @@ from art_langgraph.backend.registry import ModelRegistry
 from art_langgraph.backend.runner import ServerHandle, start_server
 from art_langgraph.errors import UsageError
 from art_langgraph.model import Model, TrainableModel, TrainResult
+from art_langgraph.names import check_path_name, inference_name
 from art_langgraph.training.advantages import compute_advantages, is_zero_variance
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.sft import sft_sequences
@@ -107,6 +108,8 @@ class LocalBackend:
                 f"this backend serves {self._base_model!r}; model {model.name!r} wants {model.base_model!r}: "
                 "use one LocalBackend per base model"
             )
+        check_path_name(model.name, "model name")  # fields may have been reassigned since
+        check_path_name(model.project, "project")
         store = CheckpointStore(self.path / model.project / "models" / model.name)
         for step in store.steps():
             trained_on = store.meta(step).get("base_model")
@@ -377,7 +380,7 @@ def _rl(
 
 
 def _adapter(name: str, step: int) -> str:
-    return f"{name}@{step}"
+    return inference_name(name, step)
 
 
 def _stalest(trajs: list[Trajectory]) -> int:

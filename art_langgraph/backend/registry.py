@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass
 
 from art_langgraph.errors import UnknownModelError, UsageError
+from art_langgraph.names import inference_name
 
 __all__ = ["ModelRegistry", "Served"]
 
@@ -31,7 +32,7 @@ class Served:
 
     @property
     def label(self) -> str:
-        return f"{self.name}@{self.step}"
+        return inference_name(self.name, self.step)
 
 
 class ModelRegistry:
@@ -104,9 +105,14 @@ class ModelRegistry:
             return self._labels()
 
     def _labels(self) -> list[str]:
-        return [f"{n}@{s}" for n, steps in sorted(self._steps.items()) for s in sorted(steps)]
+        return [
+            inference_name(n, s) for n, steps in sorted(self._steps.items()) for s in sorted(steps)
+        ]
 
 
 def _check_name(name: str) -> None:
-    if not name or "@" in name:
-        raise UsageError(f"invalid model name {name!r}: it must be non-empty and hold no '@'")
+    if not name or "@" in name or name != name.strip() or not name.isprintable():
+        raise UsageError(
+            f"invalid model name {name!r}: it must be non-empty, printable, hold no '@' and "
+            "no leading or trailing whitespace"
+        )

@@ -1,0 +1,36 @@
+"""Names that become folder names: a model's name and its project.
+
+`check_path_name(value, what)` accepts 1 to 128 characters of ASCII letters, digits and
+`. _ + -`, starting with a letter or a digit. That rules out `.` and `..`, hidden
+folders, separators, NUL, whitespace and anything a filesystem could read as a path, so
+`{path}/{project}/models/{name}` always stays inside `{path}`. `inference_name(name,
+step)` spells the served name, `name` or `name@step`.
+
+Left out: unicode names (they would be safe as paths, but differ between filesystems'
+normalization forms).
+"""
+
+from __future__ import annotations
+
+import re
+
+from art_langgraph.errors import UsageError
+
+__all__ = ["check_path_name", "inference_name"]
+
+_PATH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+
+
+def check_path_name(value: str, what: str) -> str:
+    """`value` if it is safe as one folder name; else a UsageError naming `what`."""
+    if not isinstance(value, str) or not _PATH_NAME.fullmatch(value):
+        raise UsageError(
+            f"{what} {value!r} is not a valid name: use 1-128 ASCII letters, digits and '._+-', "
+            "starting with a letter or digit (it becomes a folder name)"
+        )
+    return value
+
+
+def inference_name(name: str, step: int | None = None) -> str:
+    """The served name: `name` (latest step) or `name@step` (pinned)."""
+    return name if step is None else f"{name}@{step}"
