@@ -13,6 +13,7 @@ from __future__ import annotations
 
 __all__ = [
     "ArtError",
+    "CheckpointError",
     "ContextLengthError",
     "InfrastructureError",
     "MissingExtraError",
@@ -37,6 +38,14 @@ class ModelBehaviorError(ArtError):
 
 class InfrastructureError(ArtError, RuntimeError):
     """A server, engine or file system failed underneath a valid request."""
+
+
+class CheckpointError(InfrastructureError):
+    """A checkpoint on disk is corrupt or holds non-finite numbers, or a step would write one."""
+
+    def __init__(self, path: object, detail: str) -> None:
+        self.path = str(path)
+        super().__init__(f"checkpoint {self.path}: {detail}")
 
 
 class NonFiniteRewardError(UsageError):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import importlib
 import inspect
 import json
@@ -40,7 +41,7 @@ from art_mcp.scenarios import (
 )
 from art_mcp.toolset import MCPToolset
 
-__all__ = ["HarnessConfig", "Report", "load_reward", "train"]
+__all__ = ["HarnessConfig", "Report", "default_name", "load_reward", "train"]
 
 RewardFn = Callable[[art.Trajectory, Scenario], float | Awaitable[float]]
 
@@ -68,7 +69,11 @@ class HarnessConfig(BaseModel):
         ),
     )
     name: str | None = Field(
-        None, description="Model name; default: 'agent-' + the server's label hash."
+        None,
+        description=(
+            "Model name; default: 'agent-' + a hash of the server command and base model, the "
+            "same in every process, so running the same command again resumes."
+        ),
     )
     project: str = Field("mcp", description="Project folder under --path.")
     path: str = Field(".art", description="Where models live on disk.")
@@ -163,6 +168,13 @@ class Report(BaseModel):
     folder: str = ""
 
 
+def default_name(server_label: str, base_model: str) -> str:
+    """The model name when none is given: the same server and base model give the same
+    name in every process, so a second run resumes the first (Python's `hash()` would not)."""
+    digest = hashlib.sha256(f"{server_label}\n{base_model}".encode()).hexdigest()
+    return f"agent-{digest[:10]}"
+
+
 def load_reward(spec: str) -> RewardFn:
     """`module:function` -> the function (reward(trajectory, scenario) -> float, sync or async)."""
     module, _, fn = spec.partition(":")
@@ -250,7 +262,9 @@ async def train(
     toolset = MCPToolset(server)
     try:
         await toolset.start()
-        name = cfg.name or f"agent-{abs(hash(toolset.label)) % 10**6:06d}"
+        name = cfg.name or default_name(toolset.label, cfg.base_model)
+        if cfg.name is None:
+            log(f"model name {name} (from the server and base model; --name sets one)")
         model = art.TrainableModel(
             name=name,
             project=cfg.project,

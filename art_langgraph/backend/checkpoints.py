@@ -9,9 +9,11 @@ Layout (ART's):
 
 A checkpoint is built in a hidden temp folder beside its final place and renamed into
 place only when complete, so a process killed mid-write leaves the previous
-checkpoint intact and no half-written one. A folder that has no valid
-`checkpoint.json` (a copy gone wrong, a disk error) is never loaded and never
-deleted: it is renamed aside with a warning. Every path handed out stays inside the
+checkpoint intact and no half-written one. A folder (or stray file) named like a step
+that has no valid `checkpoint.json` (a copy gone wrong, a disk error) is never loaded
+and never deleted: it is renamed aside with a warning. The history is derivable from
+the checkpoints: each marker holds its step's metrics, and `reconcile_history` restores
+a line a kill lost. Every path handed out stays inside the
 model's folder.
 
 Left out: remote storage (S3 and the like).
@@ -88,12 +90,17 @@ class CheckpointStore:
         for p in self.checkpoints.iterdir():
             if p.name.startswith(".tmp-"):
                 shutil.rmtree(p, ignore_errors=True)
-            elif p.is_dir() and p.name.isdigit() and self._meta(p) is None:
-                dest = p.with_name(f"{p.name}.invalid-{int(time.time())}")
-                log.warning("checkpoint %s has no valid %s; set aside as %s", p, MARKER, dest.name)
-                p.rename(dest)
-                aside.append(dest.name)
+            elif p.name.isdigit() and self._meta(p) is None:
+                aside.append(self._aside(p, f"no valid {MARKER}"))
         return aside
+
+    @staticmethod
+    def _aside(p: Path, reason: str) -> str:
+        """Rename `p` (a folder or a stray file) out of the way, never deleting it."""
+        dest = p.with_name(f"{p.name}.invalid-{int(time.time())}-{uuid.uuid4().hex[:6]}")
+        log.warning("checkpoint %s: %s; set aside as %s", p, reason, dest.name)
+        os.rename(p, dest)
+        return dest.name
 
     @staticmethod
     def _meta(p: Path) -> dict[str, Any] | None:
@@ -124,8 +131,13 @@ class CheckpointStore:
     def write(self, step: int, fill: Callable[[Path], None], meta: dict[str, Any]) -> Path:
         """Build checkpoint `step` with `fill(tmp_folder)`, then rename it into place."""
         final = self.path(step)
-        if final.exists():
-            raise UsageError(f"checkpoint {step} already exists at {final}")
+        if final.exists() or final.is_symlink():
+            if self._meta(final) is not None:
+                raise UsageError(
+                    f"checkpoint {step} already exists at {final}: is another process training "
+                    "this model?"
+                )
+            self._aside(final, "in the way of a new checkpoint, and not a complete one")
         tmp = self._inside(self.checkpoints / f".tmp-{step:04d}-{uuid.uuid4().hex[:8]}")
         tmp.mkdir()
         try:
@@ -146,11 +158,9 @@ class CheckpointStore:
 
     def set_aside(self, step: int, reason: str) -> str:
         """Rename checkpoint `step` out of the way (kept for inspection); returns its new name."""
-        p = self.path(step)
-        dest = p.with_name(f"{p.name}.invalid-{int(time.time())}")
-        os.rename(p, dest)
-        (dest / "set_aside.txt").write_text(reason + "\n")
-        return dest.name
+        name = self._aside(self.path(step), reason)
+        (self.checkpoints / name / "set_aside.txt").write_text(reason + "\n")
+        return name
 
     def delete(self, steps: list[int]) -> None:
         for s in steps:
@@ -168,6 +178,28 @@ class CheckpointStore:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
+
+    def reconcile_history(self) -> list[int]:
+        """Append a `train` history line, from its marker's metrics, for every complete
+        checkpoint that has none (a process killed between the checkpoint's rename and the
+        history append). Returns the steps recovered."""
+        have = {h.get("step") for h in self.history() if h.get("split") == "train"}
+        missing = [s for s in self.steps() if s not in have]
+        for step in missing:
+            meta = self.meta(step)
+            metrics: dict[str, Any] = meta.get("metrics") or {}
+            if not isinstance(metrics, dict):
+                metrics = {}
+            self.append_history(
+                {
+                    **metrics,
+                    "step": step,
+                    "split": "train",
+                    "time": meta.get("created_at", time.time()),
+                    "recovered": 1.0,
+                }
+            )
+        return missing
 
     def history(self) -> list[dict[str, Any]]:
         if not self.history_file.exists():

@@ -33,7 +33,7 @@ from typing import Any
 from art_langgraph.backend.checkpoints import CheckpointStore
 from art_langgraph.backend.registry import ModelRegistry
 from art_langgraph.backend.runner import ServerHandle, start_server
-from art_langgraph.errors import UsageError
+from art_langgraph.errors import CheckpointError, UsageError
 from art_langgraph.model import Model, TrainableModel, TrainResult
 from art_langgraph.names import check_path_name, inference_name
 from art_langgraph.training.advantages import compute_advantages, is_zero_variance
@@ -111,6 +111,10 @@ class LocalBackend:
         check_path_name(model.name, "model name")  # fields may have been reassigned since
         check_path_name(model.project, "project")
         store = CheckpointStore(self.path / model.project / "models" / model.name)
+        if recovered := store.reconcile_history():
+            log.warning(
+                "%s: history lines of steps %s restored from checkpoints", model.name, recovered
+            )
         for step in store.steps():
             trained_on = store.meta(step).get("base_model")
             if trained_on not in (None, model.base_model):
@@ -184,12 +188,38 @@ class LocalBackend:
             old = run.loaded.pop(0)
             await self.engine.unload_adapter(_adapter(name, old))
 
-    def _trainer(self, run: _Run) -> LoRATrainer:
-        if run.trainer is None:
-            assert self._base_path is not None and isinstance(run.model, TrainableModel)
-            run.trainer = LoRATrainer(self._base_path, run.model.config, self.device)
-            if run.step > 0:
-                run.trainer.load(run.store.path(run.step))
+    def _build_trainer(self, run: _Run) -> LoRATrainer:
+        """A trainer holding exactly the latest checkpoint (adapter and optimizer)."""
+        assert self._base_path is not None and isinstance(run.model, TrainableModel)
+        trainer = LoRATrainer(self._base_path, run.model.config, self.device)
+        if run.step > 0:
+            trainer.load(run.store.path(run.step))
+        return trainer
+
+    async def _trainer(self, run: _Run) -> LoRATrainer:
+        """The run's trainer, built on first use. A latest checkpoint whose trainer state does
+        not load (a corrupt optimizer file) is set aside like one that does not serve, and
+        training goes on from the one before it, never from a fresh optimizer."""
+        assert self.registry is not None
+        while run.trainer is None:
+            try:
+                run.trainer = await asyncio.to_thread(self._build_trainer, run)
+            except CheckpointError as exc:
+                bad = run.step
+                aside = run.store.set_aside(bad, str(exc))
+                self.registry.drop_step(run.model.name, bad)
+                if bad in run.loaded:
+                    run.loaded.remove(bad)
+                    await self.engine.unload_adapter(_adapter(run.model.name, bad))
+                log.warning(
+                    "checkpoint %d of %s cannot resume training (%s); set aside as %s",
+                    bad,
+                    run.model.name,
+                    exc,
+                    aside,
+                )
+                run.step = 0
+                await self._resume(run)
         return run.trainer
 
     # ------------------------------------------------------------------- train
@@ -205,6 +235,7 @@ class LocalBackend:
     ) -> TrainResult:
         run = self._run(model)
         async with run.lock:
+            await self._trainer(run)  # may fall back a step (a checkpoint that cannot resume)
             new_step = run.step + 1
             seqs, metrics = self._prepare(run, groups, config, new_step)
             write_jsonl(run.store.trajectories_path("train", new_step), groups)
@@ -273,10 +304,16 @@ class LocalBackend:
             self.registry.pause(name)
         t0 = time.perf_counter()
         try:
-            trainer = await asyncio.to_thread(self._trainer, run)
-            metrics.update(await asyncio.to_thread(work, trainer))
-            meta = {"base_model": run.model.base_model, "metrics": _finite(metrics)}
-            await asyncio.to_thread(run.store.write, new_step, trainer.save, meta)
+            trainer = await self._trainer(run)
+            try:
+                metrics.update(await asyncio.to_thread(work, trainer))
+                meta = {"base_model": run.model.base_model, "metrics": _finite(metrics)}
+                await asyncio.to_thread(run.store.write, new_step, trainer.save, meta)
+            except BaseException:
+                # All or nothing: the trainer may hold an update that no checkpoint has; drop
+                # it, so the next step starts again from the latest checkpoint on disk.
+                run.trainer = None
+                raise
             t_swap = time.perf_counter()
             await self._load(run, new_step)
             run.step = new_step
@@ -302,6 +339,7 @@ class LocalBackend:
             raise UsageError(f"epochs and batch_size must be >= 1, got {epochs} and {batch_size}")
         run = self._run(model)
         async with run.lock:
+            await self._trainer(run)
             seqs, stats = sft_sequences(self.engine.tokenizer, items, config.max_seq_length)
             if not seqs:
                 raise UsageError("train_sft got nothing to train on")

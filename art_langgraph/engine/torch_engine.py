@@ -637,7 +637,8 @@ class TorchEngine:
 
 
 def _check_adapter_fits(model: Any, name: str, path: str) -> None:
-    """Refuse, before touching the model, an adapter whose LoRA shapes do not fit it."""
+    """Refuse, before touching the model, an adapter whose LoRA shapes do not fit it or
+    whose weights are not all finite (it would serve one token over and over)."""
     from safetensors import safe_open
 
     files = list(Path(path).glob("adapter_model.safetensors"))
@@ -668,6 +669,8 @@ def _check_adapter_fits(model: Any, name: str, path: str) -> None:
                     f"adapter {name!r} does not fit this base model: {target} has {want} "
                     f"features, the adapter has {got} (was it trained on another base model?)"
                 )
+            if not bool(torch.isfinite(f.get_tensor(k)).all()):
+                raise UsageError(f"adapter {name!r}: {k} holds NaN or infinite weights")
 
 
 _MIN_SHARED_PREFIX = 16

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from art_langgraph.errors import CheckpointError
 from art_langgraph.training import loss as L
 from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.tensorize import MicroBatch, TrainSequence, micro_batches
@@ -269,9 +270,16 @@ class LoRATrainer:
 
     # ------------------------------------------------------------------ state
     def save(self, folder: Path) -> None:
-        """Write the adapter and the optimizer state into `folder` (which must exist)."""
+        """Write the adapter and the optimizer state into `folder` (which must exist).
+        Refuses (CheckpointError) to save non-finite adapter weights."""
         from safetensors.torch import save_file
 
+        if not all(bool(torch.isfinite(p).all()) for p in self.params):
+            raise CheckpointError(
+                folder,
+                "the step made the adapter weights non-finite; nothing was saved "
+                "(lower the learning rate, or set max_grad_norm)",
+            )
         self.model.save_pretrained(str(folder))
         sd = self.optimizer.state_dict()
         tensors = {
@@ -284,18 +292,34 @@ class LoRATrainer:
         (folder / "optimizer.json").write_text(json.dumps({"param_groups": sd["param_groups"]}))
 
     def load(self, folder: Path) -> None:
-        """Restore the adapter weights and the optimizer state saved by `save`."""
+        """Restore the adapter weights and the optimizer state saved by `save`. Any failure
+        (a missing, truncated or corrupt file, a shape that does not fit, a non-finite number)
+        is a CheckpointError; a trainer whose `load` failed must be thrown away."""
+        try:
+            self._load(folder)
+        except CheckpointError:
+            raise
+        except Exception as exc:  # safetensors, JSON, shapes: all mean "this checkpoint is bad"
+            raise CheckpointError(folder, f"cannot restore the trainer: {exc!r}") from exc
+
+    def _load(self, folder: Path) -> None:
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
         weights = load_file(str(folder / "adapter_model.safetensors"), device=str(self.device))
-        set_peft_model_state_dict(self.model, weights)
+        if not all(bool(torch.isfinite(w).all()) for w in weights.values()):
+            raise CheckpointError(folder, "the adapter weights are not all finite")
+        result: Any = set_peft_model_state_dict(self.model, weights)
+        if unexpected := list(getattr(result, "unexpected_keys", ())):
+            raise CheckpointError(folder, f"unexpected adapter tensors {unexpected[:3]}")
         opt_file = folder / "optimizer.safetensors"
         if opt_file.exists():
             flat = load_file(str(opt_file))
             state: dict[int, dict[str, torch.Tensor]] = {}
             for key, v in flat.items():
                 idx, name = key.split(".", 1)
+                if not bool(torch.isfinite(v).all()):
+                    raise CheckpointError(folder, f"optimizer tensor {key} is not finite")
                 state.setdefault(int(idx), {})[name] = v.to(self.device) if name != "step" else v
             groups = json.loads((folder / "optimizer.json").read_text())["param_groups"]
             for g in groups:

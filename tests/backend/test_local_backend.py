@@ -252,3 +252,114 @@ async def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path: 
         )
         with pytest.raises(art.UsageError, match="was trained on 'tiny'"):
             await wrong.register(b3)
+
+
+def _adam_step(checkpoint: Path) -> float:
+    from safetensors.torch import load_file
+
+    return float(load_file(str(checkpoint / "optimizer.safetensors"))["0.step"])
+
+
+async def test_a_failed_step_changes_nothing_in_memory_or_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from art_langgraph.backend.checkpoints import CheckpointStore
+
+    async with art.LocalBackend(path=tmp_path) as b:
+        m = await _model(b, "victim")
+        await m.train(await _groups(m), LR)
+        ckpts = tmp_path / "tests" / "models" / "victim" / "checkpoints"
+        assert _adam_step(ckpts / "0001") == 1.0
+        real_write = CheckpointStore.write
+        fails = {"left": 3}
+
+        def flaky_write(self: CheckpointStore, step: int, fill: object, meta: object) -> Path:
+            if fails["left"]:
+                fails["left"] -= 1
+                raise OSError(28, "No space left on device")  # after the optimizer step
+            return real_write(self, step, fill, meta)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(CheckpointStore, "write", flaky_write)
+        groups = await _groups(m)
+        for _ in range(3):
+            with pytest.raises(OSError, match="No space left"):
+                await m.train(groups, LR)
+            assert await m.get_step() == 1
+        assert (await rollout(m, "x")).calls[0].model == "victim@1"  # still served, unpaused
+        await m.train(groups, LR)
+        assert await m.get_step() == 2
+        # one optimizer step on top of checkpoint 1, not four
+        assert _adam_step(ckpts / "0002") == 2.0
+
+
+async def test_a_corrupt_optimizer_state_is_set_aside_not_silently_reset(tmp_path: Path) -> None:
+    async with art.LocalBackend(path=tmp_path) as b1:
+        m1 = await _model(b1, "victim")
+        await m1.train(await _groups(m1), LR)
+        await m1.train(await _groups(m1), LR)
+    ckpts = tmp_path / "tests" / "models" / "victim" / "checkpoints"
+    (ckpts / "0002" / "optimizer.safetensors").write_bytes(b"\x00" * 64)
+    async with art.LocalBackend(path=tmp_path) as b2:
+        m2 = await _model(b2, "victim")
+        assert await m2.get_step() == 2  # the adapter itself still loads and serves
+        result = await m2.train(await _groups(m2), LR)
+        # training resumed from checkpoint 1's optimizer, and the bad checkpoint is kept aside
+        assert result.step == 2 and _adam_step(ckpts / "0002") == 2.0
+        (aside,) = [p for p in ckpts.iterdir() if p.name.startswith("0002.invalid-")]
+        assert "cannot restore the trainer" in (aside / "set_aside.txt").read_text()
+        assert (await rollout(m2, "x")).calls[0].model == "victim@2"
+
+
+async def test_a_stray_file_named_like_the_next_step_is_moved_aside(tmp_path: Path) -> None:
+    async with art.LocalBackend(path=tmp_path) as b:
+        m = await _model(b, "victim")
+        await m.train(await _groups(m), LR)
+        ckpts = tmp_path / "tests" / "models" / "victim" / "checkpoints"
+        (ckpts / "0002").write_text("left here by someone")
+        assert (await m.train(await _groups(m), LR)).step == 2
+        assert (ckpts / "0002" / "checkpoint.json").is_file()
+        (stray,) = [p for p in ckpts.iterdir() if p.name.startswith("0002.invalid-")]
+        assert stray.read_text() == "left here by someone"
+
+
+async def test_a_history_line_lost_to_a_kill_is_restored_from_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    async with art.LocalBackend(path=tmp_path) as b1:
+        m1 = await _model(b1, "victim")
+        await m1.train(await _groups(m1), LR)
+    history = tmp_path / "tests" / "models" / "victim" / "history.jsonl"
+    lines = history.read_text().splitlines()
+    lost = json.loads(lines[-1])
+    history.write_text("".join(line + "\n" for line in lines[:-1]))  # killed before the append
+    async with art.LocalBackend(path=tmp_path) as b2:
+        await _model(b2, "victim")
+    (back,) = [json.loads(x) for x in history.read_text().splitlines() if '"train"' in x]
+    assert back["step"] == 1 and back["recovered"] == 1.0
+    assert back["reward"] == pytest.approx(lost["reward"])
+
+
+async def test_nan_adapter_weights_are_never_served(tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    async with art.LocalBackend(path=tmp_path) as b1:
+        m1 = await _model(b1, "victim")
+        await m1.train(await _groups(m1), LR)
+        await m1.train(await _groups(m1), LR)
+    file = (
+        tmp_path
+        / "tests"
+        / "models"
+        / "victim"
+        / "checkpoints"
+        / "0002"
+        / "adapter_model.safetensors"
+    )
+    weights = load_file(str(file))
+    first = next(iter(weights))
+    weights[first] = weights[first] * float("nan")
+    save_file(weights, str(file))
+    async with art.LocalBackend(path=tmp_path) as b2:
+        m2 = await _model(b2, "victim")
+        assert await m2.get_step() == 1  # step 2 set aside: NaN weights
+        assert (await rollout(m2, "x")).calls[0].model == "victim@1"

@@ -23,7 +23,7 @@ def _train(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
             "--server", "python -m examples.mcp_server.server",
             "--scenarios", "examples/mcp_server/scenarios.jsonl",
             "--reward", "examples.mcp_server.tasks:score",
-            "--path", str(tmp_path), "--name", "cli", "--group-size", "2", "--groups-per-step", "2",
+            "--path", str(tmp_path), "--group-size", "2", "--groups-per-step", "2",
             "--sft-epochs", "2", "--max-tokens", "48", "--val-fraction", "0.1", "--eval-every", "1",
             "--tool-choice", "required", *extra,
         ],
@@ -31,14 +31,15 @@ def _train(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_one_step_end_to_end_then_resume(tmp_path: Path) -> None:
+def test_one_step_end_to_end_then_resume_without_a_name(tmp_path: Path) -> None:
     first = _train(tmp_path, "--steps", "1")
     assert first.returncode == 0, first.stderr[-3000:]
     # the warm start trains on the train split only: a held-out scenario is never seen
     scen = load_scenarios(ROOT / "examples/mcp_server/scenarios.jsonl")
     train, _ = split_scenarios(scen, 0.1, 0)
     assert f"SFT warm start on {len(train)} demonstrations" in first.stdout
-    folder = tmp_path / "mcp" / "models" / "cli"
+    (folder,) = (tmp_path / "mcp" / "models").iterdir()  # no --name: a stable default name
+    assert f"model name {folder.name}" in first.stdout
     report = json.loads((folder / "report.json").read_text())
     assert [r["step"] for r in report["rows"]] == [
         1.0,
@@ -51,6 +52,7 @@ def test_one_step_end_to_end_then_resume(tmp_path: Path) -> None:
     second = _train(tmp_path, "--steps", "2")
     assert second.returncode == 0, second.stderr[-3000:]
     assert "SFT warm start on" not in second.stdout
+    assert [p.name for p in (tmp_path / "mcp" / "models").iterdir()] == [folder.name]
     # the untrained model's held-out reward survives the restart (rows hold nulls)
     assert json.loads((folder / "report.json").read_text())["val_reward_untrained"] is not None
     assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["0001", "0002", "0003"]
