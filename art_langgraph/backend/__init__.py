@@ -3,10 +3,12 @@
 from art_langgraph.backend.registry import ModelRegistry, Served
 from art_langgraph.backend.runner import ServerHandle, check_bind, serve, start_server
 from art_langgraph.backend.server import create_app
+from art_langgraph.backend.server_config import ServerConfig
 
 __all__ = [
     "ModelRegistry",
     "Served",
+    "ServerConfig",
     "ServerHandle",
     "check_bind",
     "create_app",

@@ -33,6 +33,7 @@ from typing import Any
 from art_langgraph.backend.checkpoints import CheckpointStore
 from art_langgraph.backend.registry import ModelRegistry
 from art_langgraph.backend.runner import ServerHandle, start_server
+from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.errors import CheckpointError, UsageError
 from art_langgraph.model import Model, TrainableModel, TrainResult
 from art_langgraph.names import check_path_name, inference_name
@@ -72,13 +73,16 @@ class LocalBackend:
         engine_config: Any = None,
         device: str | None = None,
         max_loaded_adapters: int = 4,
+        server_config: ServerConfig | None = None,
     ) -> None:
         """`path`: where models live on disk. `max_loaded_adapters`: steps kept in the engine's
-        memory per model; older pinned steps are loaded from disk on demand."""
+        memory per model; older pinned steps are loaded from disk on demand. `server_config`:
+        the OpenAI server's limits and timeouts."""
         self.path = Path(path).resolve()
         self.host, self.port, self.api_key = host, port, api_key
         self.engine_config, self.device = engine_config, device
         self.max_loaded_adapters = max_loaded_adapters
+        self.server_config = server_config
         self.engine: Any = None
         self.registry: ModelRegistry | None = None
         self.server: ServerHandle | None = None
@@ -166,7 +170,12 @@ class LocalBackend:
         self.engine = TorchEngine.from_pretrained(self._base_path, cfg)
         self.registry = ModelRegistry(base_model)
         self.server = start_server(
-            self.engine, self.registry, host=self.host, port=self.port, api_key=self.api_key
+            self.engine,
+            self.registry,
+            host=self.host,
+            port=self.port,
+            api_key=self.api_key,
+            config=self.server_config,
         )
         self._base_model = base_model
 

@@ -8,17 +8,103 @@ Left out: audio, images, `functions` (the deprecated form of `tools`), `logit_bi
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["ChatCompletionRequest"]
+__all__ = ["ChatCompletionRequest", "ChatMessage", "NamedToolChoice", "Tool"]
 
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
     include_usage: bool = False
     """Send a last chunk with the usage of the whole request."""
+
+
+class FunctionCall(BaseModel):
+    """An assistant message's call: the function's name and its JSON arguments."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1, max_length=256)
+    arguments: str | dict[str, Any] = "{}"
+    """A JSON string (OpenAI's form); an object is accepted and serialized."""
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ContentPart(BaseModel):
+    """A part of a message's content; only text parts are rendered."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    """One OpenAI-format message."""
+
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    """Assistant messages only: the calls it made."""
+    tool_call_id: str | None = None
+    """Tool messages only: the call this result answers."""
+
+
+class FunctionSpec(BaseModel):
+    """A function tool: its name, description and JSON Schema parameters."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1, max_length=256)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    """A JSON Schema object (checked against the JSON Schema meta-schema)."""
+    strict: bool | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            _check_json_schema(v)
+        return v
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function"] = "function"
+    function: FunctionSpec
+
+
+class NamedFunction(BaseModel):
+    name: str = Field(min_length=1, max_length=256)
+
+
+class NamedToolChoice(BaseModel):
+    """`{"type": "function", "function": {"name": ...}}`: call this tool."""
+
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+def _check_json_schema(schema: dict[str, Any]) -> None:
+    import jsonschema
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise ValueError(f"not a valid JSON Schema at {where}: {exc.message[:200]}") from None
+
+
+_SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1  # what torch.manual_seed accepts
 
 
 class ChatCompletionRequest(BaseModel):
@@ -28,11 +114,11 @@ class ChatCompletionRequest(BaseModel):
 
     model: str
     """`name` (latest step) or `name@step` (pinned)."""
-    messages: list[dict[str, Any]] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1)
     """OpenAI-format messages."""
-    tools: list[dict[str, Any]] | None = None
+    tools: list[Tool] | None = None
     """OpenAI function tools: `{"type": "function", "function": {name, description, parameters}}`."""
-    tool_choice: str | dict[str, Any] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     """"none", "auto" (default with tools), "required", or `{"type": "function", "function": {"name": ...}}`."""
     parallel_tool_calls: bool = True
     """Allow several tool calls in one turn (applies to forced calls)."""
@@ -48,7 +134,7 @@ class ChatCompletionRequest(BaseModel):
     """Completions to sample for the one prompt."""
     stop: str | list[str] | None = None
     """Up to 4 strings that end a completion."""
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=_SEED_MIN, le=_SEED_MAX)
     """Seed: the same request with the same seed gives the same completion (choice i uses seed + i)."""
     logprobs: bool = False
     """Return the logprob of each sampled token."""
@@ -73,8 +159,8 @@ class ChatCompletionRequest(BaseModel):
         if v is None:
             return None
         items = [v] if isinstance(v, str) else v
-        if len(items) > 4 or any(not s for s in items):
-            raise ValueError("stop takes at most 4 non-empty strings")
+        if len(items) > 4 or any(not s or len(s) > 256 for s in items):
+            raise ValueError("stop takes at most 4 non-empty strings of at most 256 characters")
         return items
 
     @field_validator("response_format")
@@ -89,6 +175,7 @@ class ChatCompletionRequest(BaseModel):
             js = v.get("json_schema")
             if not isinstance(js, dict) or not isinstance(js.get("schema", {}), dict):
                 raise ValueError("response_format.json_schema.schema must be an object")
+            _check_json_schema(js.get("schema", {}))
         return v
 
     @field_validator("structured_outputs")
@@ -99,6 +186,23 @@ class ChatCompletionRequest(BaseModel):
         keys = [k for k in ("json", "regex", "grammar", "choice") if v.get(k) is not None]
         if len(keys) != 1:
             raise ValueError("structured_outputs takes exactly one of json, regex, grammar, choice")
+        (key,) = keys
+        value = v[key]
+        if key == "json":
+            if isinstance(value, str):
+                try:
+                    value = json.loads(value)
+                except ValueError:
+                    raise ValueError("structured_outputs.json is not valid JSON") from None
+            if not isinstance(value, dict):
+                raise ValueError("structured_outputs.json must be a JSON Schema object")
+            _check_json_schema(value)
+        elif key in ("regex", "grammar") and not isinstance(value, str):
+            raise ValueError(f"structured_outputs.{key} must be a string")
+        elif key == "choice" and (
+            not isinstance(value, list) or not value or not all(isinstance(c, str) for c in value)
+        ):
+            raise ValueError("structured_outputs.choice must be a non-empty list of strings")
         return v
 
     def completion_limit(self) -> int | None:
@@ -115,6 +219,16 @@ class ChatCompletionRequest(BaseModel):
             return "none"
         if tc == "required":
             return "required"
-        if isinstance(tc, dict):
-            return "named"
-        raise ValueError(f"tool_choice {tc!r} is not 'none', 'auto', 'required' or a function")
+        return "named"
+
+    def message_dicts(self) -> list[dict[str, Any]]:
+        """The messages as plain dicts (unknown fields kept), for the chat template."""
+        return [m.model_dump(exclude_none=True) for m in self.messages]
+
+    def tool_dicts(self) -> list[dict[str, Any]] | None:
+        if not self.tools:
+            return None
+        return [
+            {"type": "function", "function": t.function.model_dump(exclude_none=True)}
+            for t in self.tools
+        ]

@@ -6,7 +6,7 @@ picks a free port (the handle reports the one bound). `serve(base_model=...)` bu
 an engine and serves it until interrupted, which is what `art-langgraph serve` runs.
 
 Security: the host defaults to 127.0.0.1, and binding any non-loopback address
-without an API key is refused.
+without an API key is refused. Limits and timeouts come from `ServerConfig`.
 
 Left out: TLS and multi-process workers (one engine owns the model).
 """
@@ -25,6 +25,7 @@ import uvicorn
 
 from art_langgraph.backend.registry import ModelRegistry
 from art_langgraph.backend.server import create_app
+from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.engine.base import InferenceEngine
 from art_langgraph.errors import InfrastructureError, UsageError
 
@@ -76,15 +77,18 @@ class ServerHandle:
         self.stop()
 
 
-def _config(app: Any, host: str, port: int, log_level: str) -> uvicorn.Config:
+def _config(
+    app: Any, host: str, port: int, log_level: str, limits: ServerConfig, access_log: bool = False
+) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        access_log=False,
+        access_log=access_log,
         lifespan="off",
-        timeout_keep_alive=30,
+        timeout_keep_alive=max(1, round(limits.keep_alive_s)),
+        timeout_graceful_shutdown=max(0, round(limits.graceful_shutdown_s)),
     )
 
 
@@ -97,11 +101,19 @@ def start_server(
     api_key: str | None = None,
     log_level: str = "warning",
     startup_timeout_s: float = 30.0,
+    config: ServerConfig | None = None,
 ) -> ServerHandle:
     """Serve `engine` in a background thread; returns once the port is bound."""
     check_bind(host, api_key)
+    limits = config or ServerConfig()
     server = uvicorn.Server(
-        _config(create_app(engine, registry, api_key=api_key), host, port, log_level)
+        _config(
+            create_app(engine, registry, api_key=api_key, config=limits),
+            host,
+            port,
+            log_level,
+            limits,
+        )
     )
     errors: list[BaseException] = []
 
@@ -137,15 +149,18 @@ def serve(
     served_name: str | None = None,
     chat_template: str | None = None,
     log_level: str = "info",
+    config: ServerConfig | None = None,
 ) -> None:
-    """Build a torch engine for `base_model` and serve it in the foreground until Ctrl-C."""
+    """Build a torch engine for `base_model` and serve it in the foreground until Ctrl-C or
+    SIGTERM (running requests get `graceful_shutdown_s`, then are cancelled)."""
     from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
 
     check_bind(host, api_key)
+    limits = config or ServerConfig()
     engine = TorchEngine.from_pretrained(base_model, TorchEngineConfig(chat_template=chat_template))
-    registry = ModelRegistry(served_name or base_model)
-    app = create_app(engine, registry, api_key=api_key)
     try:
-        uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="off")
+        registry = ModelRegistry(served_name or base_model)
+        app = create_app(engine, registry, api_key=api_key, config=limits)
+        uvicorn.Server(_config(app, host, port, log_level, limits, access_log=True)).run()
     finally:
         engine.close_sync()

@@ -18,13 +18,14 @@ Left out: the legacy `/v1/completions`, embeddings, and adapter management over 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
-import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +35,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from art_langgraph.backend.protocol import ChatCompletionRequest
+from art_langgraph.backend.guard import Guard
+from art_langgraph.backend.protocol import ChatCompletionRequest, NamedToolChoice
 from art_langgraph.backend.registry import ModelRegistry, Served
+from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.engine.base import GenerateResult, InferenceEngine, SamplingParams, TokenEvent
 from art_langgraph.engine.chat_format import (
     ToolCallHoldback,
@@ -95,11 +98,25 @@ class _Plan:
 
 
 def create_app(
-    engine: InferenceEngine, registry: ModelRegistry, *, api_key: str | None = None
+    engine: InferenceEngine,
+    registry: ModelRegistry,
+    *,
+    api_key: str | None = None,
+    config: ServerConfig | None = None,
 ) -> FastAPI:
     """The FastAPI app; run it with uvicorn (see `backend/runner.py`)."""
+    if api_key is not None and not api_key.strip():
+        raise UsageError("the API key is empty or whitespace: pass a real key, or none")
+    limits = config or ServerConfig()
     app = FastAPI(title="art_langgraph", docs_url=None, redoc_url=None)
+    app.add_middleware(Guard, api_key=api_key, max_body_bytes=limits.max_body_bytes)
     tok = engine.tokenizer
+    # Parsing, validation, chat templates and tokenization run here, one request at a time,
+    # never on the event loop: a large prompt must not stall /health or other clients.
+    cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="art-render")
+
+    async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(cpu, fn, *args)
 
     @functools.lru_cache(maxsize=1 << 16)
     def token_text(token_id: int) -> str:
@@ -112,24 +129,11 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        loc = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
-        msg = f"{loc}: {first.get('msg', 'invalid request')}" if loc else str(first.get("msg", exc))
-        return _error_body(400, msg, "invalid_request_error", param=loc or None)
+        return _error_body(400, _validation_message(exc.errors()), "invalid_request_error")
 
     @app.exception_handler(StarletteHTTPException)
     async def _starlette(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _error_body(exc.status_code, str(exc.detail), "invalid_request_error")
-
-    @app.middleware("http")
-    async def _auth(request: Request, call_next: Any) -> Any:
-        if api_key is not None and request.url.path.startswith("/v1"):
-            given = request.headers.get("authorization", "")
-            if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-                return _error_body(
-                    401, "invalid or missing API key", "authentication_error", "invalid_api_key"
-                )
-        return await call_next(request)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -151,21 +155,13 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise _HTTPError(
-                400, "the request body is not valid JSON", "invalid_request_error"
-            ) from None
-        if not isinstance(body, dict):
-            raise _HTTPError(400, "the request body must be a JSON object", "invalid_request_error")
-        try:
-            req = ChatCompletionRequest.model_validate(body)
-        except ValidationError as exc:
-            raise RequestValidationError(exc.errors()) from None
+        raw = await request.body()  # the Guard bounds its size
+        req: ChatCompletionRequest = await off_loop(_parse, raw, limits.max_json_depth)
         while registry.is_paused(req.model):  # a step is training: wait for it (ART's semantics)
+            if await request.is_disconnected():
+                return None
             await asyncio.sleep(0.005)
-        plan = _plan(req)
+        plan: _Plan = await off_loop(_plan, req)
         adapter = plan.served.adapter
         if adapter is not None and plan.served.path and adapter not in engine.list_adapters():
             try:
@@ -176,14 +172,22 @@ def create_app(
                 ) from None
         if req.stream:
             return StreamingResponse(_stream(plan), media_type="text/event-stream")
+        share = asyncio.Semaphore(limits.max_parallel_choices)
+
+        async def one(s: SamplingParams) -> GenerateResult:
+            async with share:
+                return await engine.generate(plan.prompt_ids, s, plan.served.adapter)
+
         try:
-            results = await asyncio.gather(
-                *(engine.generate(plan.prompt_ids, s, plan.served.adapter) for s in plan.samplings)
+            results = await _unless_disconnected(
+                request, asyncio.gather(*(one(s) for s in plan.samplings))
             )
         except UsageError as exc:
             raise _HTTPError(400, str(exc), "invalid_request_error") from None
         except InfrastructureError as exc:
             raise _HTTPError(500, str(exc), "server_error") from None
+        if results is None:
+            return None  # the client left: its rows were cancelled, nobody reads an answer
         return _response(plan, results)
 
     def _plan(req: ChatCompletionRequest) -> _Plan:
@@ -195,8 +199,8 @@ def create_app(
             ) from None
         try:
             mode = req.mode()
-            messages = normalize_messages(req.messages)
-            tools = _check_tools(req.tools) if mode != "none" else None
+            messages = normalize_messages(req.message_dicts())
+            tools = req.tool_dicts() if mode != "none" else None
             prompt = render_prompt(tok, messages, tools)
             n_prompt, ctx = len(prompt), engine.context_length
             limit = req.completion_limit()
@@ -204,14 +208,21 @@ def create_app(
                 raise ContextLengthError(n_prompt, None, ctx)
             if limit is not None and n_prompt + limit > ctx:
                 raise ContextLengthError(n_prompt, limit, ctx)
+            max_tokens = limit or min(limits.default_max_tokens, ctx - n_prompt)
+            if req.n * max_tokens > limits.max_request_tokens:
+                raise UsageError(
+                    f"n x max_tokens = {req.n} x {max_tokens} = {req.n * max_tokens} completion "
+                    f"tokens, more than this server allows in one request "
+                    f"({limits.max_request_tokens}); lower n or max_tokens"
+                )
             grammar = _grammar(req, mode, tools)
             samplings = [
                 SamplingParams(
-                    max_tokens=limit or ctx - n_prompt,
+                    max_tokens=max_tokens,
                     temperature=1.0 if req.temperature is None else req.temperature,
                     top_p=1.0 if req.top_p is None else req.top_p,
                     stop=tuple(req.stop or ()),
-                    seed=None if req.seed is None else req.seed + i,
+                    seed=None if req.seed is None else (req.seed + i) % 2**64,
                     top_logprobs=(req.top_logprobs or 0) if req.logprobs else 0,
                     grammar=grammar,
                     ignore_eos=req.ignore_eos,
@@ -241,8 +252,8 @@ def create_app(
             assert tools is not None
             return engine.grammars.tool_calls(tools, parallel=req.parallel_tool_calls)
         if mode == "named":
-            assert tools is not None and isinstance(req.tool_choice, dict)
-            want = (req.tool_choice.get("function") or {}).get("name")
+            assert tools is not None and isinstance(req.tool_choice, NamedToolChoice)
+            want = req.tool_choice.function.name
             chosen = [t for t in tools if t["function"]["name"] == want]
             if not chosen:
                 raise UsageError(f"tool_choice names {want!r}, which is not among the tools")
@@ -326,10 +337,13 @@ def create_app(
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         q: asyncio.Queue[tuple[int, TokenEvent | GenerateResult | BaseException]] = asyncio.Queue()
 
+        share = asyncio.Semaphore(limits.max_parallel_choices)
+
         async def pump(i: int, s: SamplingParams) -> None:
             try:
-                async for item in engine.stream(plan.prompt_ids, s, plan.served.adapter):
-                    await q.put((i, item))
+                async with share:
+                    async for item in engine.stream(plan.prompt_ids, s, plan.served.adapter):
+                        await q.put((i, item))
             except BaseException as exc:  # delivered to the client as an error event
                 await q.put((i, exc))
 
@@ -446,16 +460,88 @@ def create_app(
     return app
 
 
-def _check_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    out = []
-    for j, t in enumerate(tools or []):
-        fn = t.get("function") if isinstance(t, dict) else None
-        if t.get("type", "function") != "function" or not isinstance(fn, dict):
-            raise UsageError(f"tools[{j}] must be {{'type': 'function', 'function': {{...}}}}")
-        if not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise UsageError(f"tools[{j}].function.name must be a non-empty string")
-        params = fn.get("parameters")
-        if params is not None and not isinstance(params, dict):
-            raise UsageError(f"tools[{j}].function.parameters must be a JSON schema object")
-        out.append({"type": "function", "function": fn})
-    return out
+def _validation_message(errors: Any) -> str:
+    first = errors[0] if errors else {}
+    loc = ""
+    for part in first.get("loc", ()):
+        if part == "body":
+            continue
+        loc += f"[{part}]" if isinstance(part, int) else f".{part}" if loc else str(part)
+    msg = str(first.get("msg", "invalid request"))
+    return f"{loc}: {msg}" if loc else msg
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse(raw: bytes, max_depth: int) -> ChatCompletionRequest:
+    """Body bytes -> a validated request, or an _HTTPError 400 saying what is wrong."""
+    try:
+        body = json.loads(raw, parse_constant=_no_constants)
+    except RecursionError:
+        raise _HTTPError(
+            400,
+            f"the request body is nested deeper than {max_depth} levels",
+            "invalid_request_error",
+        ) from None
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError, NaN/Infinity
+        raise _HTTPError(
+            400, "the request body is not valid JSON", "invalid_request_error"
+        ) from None
+    if not isinstance(body, dict):
+        raise _HTTPError(400, "the request body must be a JSON object", "invalid_request_error")
+    if problem := _check_json(body, max_depth):
+        raise _HTTPError(400, problem, "invalid_request_error")
+    try:
+        return ChatCompletionRequest.model_validate(body)
+    except ValidationError as exc:
+        raise _HTTPError(400, _validation_message(exc.errors()), "invalid_request_error") from None
+
+
+def _check_json(value: Any, max_depth: int) -> str | None:
+    """Depth and text checks pydantic does not make: nesting deeper than `max_depth`, and
+    strings that are not valid Unicode (a lone surrogate cannot become UTF-8)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict | list):
+            if depth > max_depth:
+                return f"the request body is nested deeper than {max_depth} levels"
+            items = v.items() if isinstance(v, dict) else enumerate(v)
+            for k, x in items:
+                if isinstance(k, str) and not _utf8_ok(k):
+                    return f"the key {k.encode('utf-8', 'replace')!r} is not valid Unicode"
+                stack.append((x, depth + 1))
+        elif isinstance(v, str) and not _utf8_ok(v):
+            return "a string in the request body holds a lone surrogate (not valid Unicode)"
+    return None
+
+
+def _utf8_ok(s: str) -> bool:
+    if s.isascii():
+        return True
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[Any]) -> Any:
+    """Await `work`, but cancel it (and return None) if the client disconnects first: an
+    abandoned request must not keep its batch slots."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=0.25)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                log.info("client disconnected; cancelling its generation")
+                return None
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
