@@ -5,7 +5,7 @@
     art-mcp train --server http://127.0.0.1:8000/mcp --judge local --generator local
 
 Every `train` flag comes from `HarnessConfig` (one source for the docs, the flags and
-validation), plus `--server`, `--scenarios`, `--reward` and `--sft`. `--help` lists
+validation), plus `--server`, `--scenarios`, `--reward`, `--sft` and `--env KEY=VALUE`. `--help` lists
 them all with their defaults.
 """
 
@@ -16,7 +16,7 @@ import asyncio
 import sys
 from typing import Any
 
-from art_langgraph.errors import ArtError
+from art_langgraph.errors import ArtError, UsageError
 from art_mcp.harness import HarnessConfig, train
 
 __all__ = ["main"]
@@ -53,12 +53,29 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="a JSONL file of conversations for an SFT warm start (default: the scenarios' demonstrations)",
     )
+    t.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a variable in a stdio server's environment (repeatable)",
+    )
     for name, field in HarnessConfig.model_fields.items():
         flag = "--" + name.replace("_", "-")
         kind: Any = field.annotation
         typ = {int: int, float: float}.get(kind, str)
         t.add_argument(flag, dest=name, type=typ, default=field.default, help=field.description)
     return p
+
+
+def _env(pairs: list[str]) -> dict[str, str] | None:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--env takes KEY=VALUE, got {pair!r}")
+        env[key] = value
+    return env or None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +86,12 @@ def main(argv: list[str] | None = None) -> int:
             config = HarnessConfig(**values)
             report = asyncio.run(
                 train(
-                    args.server, config, scenarios=args.scenarios, reward=args.reward, sft=args.sft
+                    args.server,
+                    config,
+                    scenarios=args.scenarios,
+                    reward=args.reward,
+                    sft=args.sft,
+                    env=_env(args.env),
                 )
             )
         except (ArtError, ValueError) as exc:

@@ -184,9 +184,16 @@ def load_reward(spec: str) -> RewardFn:
         # `python -m` puts the working directory on the path, console scripts do not: a
         # reward module beside the user's server should import either way.
         sys.path.insert(0, os.getcwd())
-    obj = getattr(importlib.import_module(module), fn, None)
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise UsageError(
+            f"cannot import the reward module {module!r} ({exc}); run from the folder that "
+            "holds it, or put it on PYTHONPATH"
+        ) from None
+    obj = getattr(mod, fn, None)
     if not callable(obj):
-        raise UsageError(f"{spec!r} is not a function")
+        raise UsageError(f"{spec!r} is not a function: {module!r} has no callable {fn!r}")
     return obj  # type: ignore[no-any-return]
 
 
@@ -241,15 +248,21 @@ async def train(
     reward: RewardFn | str | None = None,
     sft: list[Any] | str | Path | None = None,
     backend: art.LocalBackend | None = None,
+    env: dict[str, str] | None = None,
     log: Callable[[str], None] = print,
 ) -> Report:
-    """Train an agent over `server` (a command, a URL or a server object); see the module doc."""
+    """Train an agent over `server` (a command, a URL or a server object); see the module
+    doc. `env`: variables added to a stdio server's environment (API keys, settings)."""
     cfg = config or HarnessConfig()
     reward_fn = load_reward(reward) if isinstance(reward, str) else reward
     if reward_fn is None and cfg.judge is None:
         raise UsageError(
             "give a reward function (--reward module:function), a judge (--judge), or both"
         )
+    if isinstance(scenarios, str | Path):
+        scenarios = load_scenarios(scenarios)  # a bad file fails before anything starts
+    elif isinstance(scenarios, list) and not scenarios:
+        raise UsageError("scenarios is an empty list")
     t0 = time.perf_counter()
     own_backend = backend is None
     if backend is None and cfg.chat_template is not None:
@@ -259,9 +272,12 @@ async def train(
             path=cfg.path, engine_config=TorchEngineConfig(chat_template=cfg.chat_template)
         )
     backend = backend or art.LocalBackend(path=cfg.path)
-    toolset = MCPToolset(server)
+    server_log = Path(cfg.path) / cfg.project / "logs" / "mcp-server.log"
+    toolset = MCPToolset(server, env=env, stderr_log=server_log)
     try:
         await toolset.start()
+        if toolset.stderr_log is not None:
+            log(f"the server's stderr goes to {toolset.stderr_log}")
         name = cfg.name or default_name(toolset.label, cfg.base_model)
         if cfg.name is None:
             log(f"model name {name} (from the server and base model; --name sets one)")

@@ -44,8 +44,14 @@ class Scenario(BaseModel):
 
 
 def load_scenarios(path: str | Path) -> list[Scenario]:
-    """Read scenarios from JSONL; a bad line is an error naming `path:line`."""
-    return read_jsonl(path, Scenario)
+    """Read scenarios from JSONL; a missing or empty file, or a bad line (named `path:line`),
+    is a UsageError."""
+    if not Path(path).is_file():
+        raise UsageError(f"no scenarios file at {path}")
+    scenarios = read_jsonl(path, Scenario)
+    if not scenarios:
+        raise UsageError(f"{path} holds no scenarios (one JSON object per line)")
+    return scenarios
 
 
 def save_scenarios(path: str | Path, scenarios: list[Scenario]) -> None:

@@ -21,10 +21,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from art_langgraph.errors import InfrastructureError, UsageError
@@ -44,6 +48,13 @@ class ToolOutcome:
     latency_s: float = 0.0
 
 
+_EXIT_MARK = "art-mcp: the server exited with code "
+
+# POSIX: run the command under sh, which reports its exit code on stderr; the mcp client
+# does not expose the process, and "Connection closed" alone does not say why.
+_REPORT_EXIT = '"$@"; code=$?; echo "' + _EXIT_MARK + '$code" >&2; exit $code'
+
+
 def _target(server: Any, env: dict[str, str] | None) -> Any:
     from mcp import StdioServerParameters
 
@@ -55,8 +66,34 @@ def _target(server: Any, env: dict[str, str] | None) -> Any:
             raise UsageError("the MCP server command is empty")
         if argv[0] in ("python", "python3"):
             argv[0] = sys.executable  # the same interpreter (and environment) as ours
+        if env is not None and not all(
+            isinstance(k, str) and k and "=" not in k and isinstance(v, str) for k, v in env.items()
+        ):
+            raise UsageError("env must map variable names (no '=') to string values")
+        sh = shutil.which("sh") if os.name == "posix" else None
+        if sh is not None:
+            argv = [sh, "-c", _REPORT_EXIT, "sh", *argv]
         return StdioServerParameters(command=argv[0], args=argv[1:], env=env)
     return server  # an MCPServer / Server object, or a Transport
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The real errors inside (nested) exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
+    return [exc]
+
+
+def _tail(path: Path | None, lines: int = 15) -> list[str]:
+    if path is None:
+        return []
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 16384))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]
 
 
 class MCPToolset:
@@ -68,12 +105,28 @@ class MCPToolset:
         *,
         env: dict[str, str] | None = None,
         timeout_s: float = 30.0,
-        startup_timeout_s: float = 60.0,
+        startup_timeout_s: float = 30.0,
+        stderr_log: str | Path | None = None,
     ) -> None:
+        """`env`: variables added to a stdio server's environment. `stderr_log`: the file
+        a stdio server's stderr is appended to (None: a temporary file), so its tracebacks
+        never flood the console; a failed start quotes its last lines."""
         self.server = server
         self.timeout_s = timeout_s
         self.startup_timeout_s = startup_timeout_s
         self._target = _target(server, env)
+        self.stderr_log: Path | None = None
+        """Where a stdio server's stderr goes."""
+        if (
+            not isinstance(self._target, str)
+            and type(self._target).__name__ == "StdioServerParameters"
+        ):
+            if stderr_log is None:
+                fd, name = tempfile.mkstemp(prefix="art-mcp-server-", suffix=".log")
+                os.close(fd)
+                stderr_log = name
+            self.stderr_log = Path(stderr_log)
+            self.stderr_log.parent.mkdir(parents=True, exist_ok=True)
         self._client: Any = None
         self._owner: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -114,24 +167,35 @@ class MCPToolset:
         stop = self._stop
 
         async def own() -> None:
+            errlog = open(self.stderr_log, "a") if self.stderr_log is not None else None  # noqa: SIM115
             try:
-                async with Client(self._target) as client:
+                target = self._target
+                if errlog is not None:
+                    from mcp.client.stdio import stdio_client
+
+                    target = stdio_client(self._target, errlog=errlog)
+                async with Client(target) as client:
                     ready.set_result(client)
                     await stop.wait()
             except BaseException as exc:
                 if not ready.done():
                     ready.set_exception(exc)
+                    ready.exception()  # retrieved here: a late failure must not log as unread
                 else:
                     log.warning("MCP session for %s ended: %r", self.label, exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
             finally:
                 self._client = None
+                if errlog is not None:
+                    errlog.close()
 
         self._owner = asyncio.create_task(own(), name=f"mcp-session:{self.label}")
         try:
             client = await asyncio.wait_for(asyncio.shield(ready), self.startup_timeout_s)
         except Exception as exc:
-            await self._close_owner()
-            raise InfrastructureError(f"cannot start MCP server {self.label}: {exc!r}") from exc
+            await self._close_owner(graceful=False)
+            raise InfrastructureError(self._start_failure(exc)) from None
         self._client = client
         self.tools = list((await client.list_tools()).tools)
         try:
@@ -139,14 +203,35 @@ class MCPToolset:
         except Exception:  # a server without resources
             self.resources = []
 
-    async def _close_owner(self) -> None:
+    def _start_failure(self, exc: BaseException) -> str:
+        """Why the server did not start: its error, its exit code and its last stderr lines."""
+        if isinstance(exc, TimeoutError):
+            why = f"it did not answer MCP's initialize within {self.startup_timeout_s:g} s"
+        else:
+            why = "; ".join(dict.fromkeys(f"{type(e).__name__}: {e}" for e in _leaves(exc)))
+        lines = _tail(self.stderr_log)
+        codes = [x.removeprefix(_EXIT_MARK) for x in lines if x.startswith(_EXIT_MARK)]
+        lines = [x for x in lines if not x.startswith(_EXIT_MARK)]
+        msg = f"cannot start MCP server {self.label}: {why}"
+        if codes:
+            msg += f"; it exited with code {codes[-1]}"
+        if lines:
+            msg += f"\nits stderr ({self.stderr_log}) ends with:\n  " + "\n  ".join(lines)
+        return msg
+
+    async def _close_owner(self, *, graceful: bool = True) -> None:
+        """End the session task: let it close the session (graceful), or cancel it at once
+        (a session that never opened has nothing to close)."""
         if self._stop is not None:
             self._stop.set()
-        if self._owner is not None:
+        owner = self._owner
+        if owner is not None:
+            if not graceful:
+                owner.cancel()
             try:
-                await asyncio.wait_for(self._owner, 10)
+                await asyncio.wait_for(owner, 10)
             except (TimeoutError, asyncio.CancelledError, Exception):
-                self._owner.cancel()
+                owner.cancel()
         self._owner, self._client = None, None
 
     async def close(self) -> None:

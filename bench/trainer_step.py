@@ -8,7 +8,9 @@ advantages, sampler logprobs from the fp32 model):
   log-softmax and a gather (reproduced here by overriding `_logprobs`);
 - `gathered_fp32`: logits only at the trained positions, in chunks (the trainer now);
 - `gathered_bf16_autocast`: the same under bf16 autocast (`ModelConfig(compute_dtype=
-  "bfloat16")`); its sampler/trainer mismatch against the fp32 sampler logprobs is reported.
+  "bfloat16")`); its sampler/trainer mismatch against the fp32 sampler logprobs is reported;
+- `gathered_bf16_checkpointed`: the same with gradient checkpointing (activations
+  recomputed in the backward pass): the memory a CPU training run can afford.
 
 Each child runs `--warmup` untimed steps, then `--steps` timed ones (median, best).
 
@@ -30,7 +32,12 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).parent / "results" / "trainer_step.json"
-VARIANTS = ["full_logits_fp32", "gathered_fp32", "gathered_bf16_autocast"]
+VARIANTS = [
+    "full_logits_fp32",
+    "gathered_fp32",
+    "gathered_bf16_autocast",
+    "gathered_bf16_checkpointed",
+]
 
 
 def _sequences(tok_vocab: int, n: int, prompt: int, completion: int, seed: int) -> list[Any]:
@@ -58,7 +65,10 @@ def child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
 
     torch.manual_seed(0)
     path = resolve_preset("smollm2-135m")
-    cfg = ModelConfig(compute_dtype="bfloat16" if "bf16" in variant else "auto")
+    cfg = ModelConfig(
+        compute_dtype="bfloat16" if "bf16" in variant else "auto",
+        gradient_checkpointing="checkpointed" in variant,
+    )
     trainer = LoRATrainer(path, cfg, "cpu")
     if variant == "full_logits_fp32":
 

@@ -35,6 +35,7 @@ from art_langgraph.backend.registry import ModelRegistry
 from art_langgraph.backend.runner import ServerHandle, start_server
 from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.errors import CheckpointError, UsageError
+from art_langgraph.memory import release_free_memory
 from art_langgraph.model import Model, TrainableModel, TrainResult
 from art_langgraph.names import check_path_name, inference_name
 from art_langgraph.training.advantages import compute_advantages, is_zero_variance
@@ -323,6 +324,8 @@ class LocalBackend:
                 # it, so the next step starts again from the latest checkpoint on disk.
                 run.trainer = None
                 raise
+            finally:
+                release_free_memory()  # the step's activations, back to the OS (memory.py)
             t_swap = time.perf_counter()
             await self._load(run, new_step)
             run.step = new_step

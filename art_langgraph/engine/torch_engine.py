@@ -36,6 +36,7 @@ from art_langgraph.engine.base import GenerateResult, SamplingParams, TokenEvent
 from art_langgraph.engine.constrained import GrammarCompiler
 from art_langgraph.engine.sampling import raw_logprobs, sample_rows
 from art_langgraph.errors import InfrastructureError, UsageError
+from art_langgraph.memory import release_free_memory
 
 __all__ = ["TorchEngine", "TorchEngineConfig"]
 
@@ -562,6 +563,7 @@ class TorchEngine:
 
     def _reset_batch(self) -> None:
         self._rows, self._cache, self._mask, self._next, self._pos = [], None, None, None, None
+        release_free_memory()  # the KV cache's blocks, back to the OS (memory.py)
 
     # ---------------------------------------------------------------- adapters
     def _load_adapter(self, name: str, path: str) -> None:

@@ -160,7 +160,12 @@ class ModelConfig(BaseModel):
         description="Module names that get LoRA adapters. Default: all attention and MLP projections (ART's).",
     )
     gradient_checkpointing: bool = Field(
-        False, description="Recompute activations in the backward pass to save memory."
+        True,
+        description=(
+            "Recompute activations in the backward pass to save memory. Measured on "
+            "SmolLM2-135M, 16 x 400 tokens, bf16 autocast, 2048-token micro-batches: peak RSS "
+            "4.8 -> 2.3 GiB for +10% step time (bench/trainer_step.py)."
+        ),
     )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Trainer weights dtype. auto: bfloat16 on CUDA, float32 on the CPU."

@@ -65,9 +65,10 @@ class LoRATrainer:
         self.tokenizer = AutoTokenizer.from_pretrained(base_path)
         base = AutoModelForCausalLM.from_pretrained(base_path, dtype=self.dtype).to(self.device)  # type: ignore[arg-type]
         if config.gradient_checkpointing:
-            base.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
+            enable = getattr(base, "activation_checkpointing_enable", None) or (
+                base.gradient_checkpointing_enable  # transformers < 5.x's name
             )
+            enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             base.enable_input_require_grads()
         lora = LoraConfig(
             r=config.lora_r,

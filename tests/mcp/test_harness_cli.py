@@ -77,3 +77,39 @@ def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 2 and "reward function" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--scenarios", "missing.jsonl"], "no scenarios file at missing.jsonl"),
+        (["--scenarios", "EMPTY"], "holds no scenarios"),
+        (["--reward", "no_such_module:score"], "cannot import the reward module"),
+        (["--reward", "examples.mcp_server.tasks:nothing"], "has no callable 'nothing'"),
+        (["--env", "NOEQUALS"], "--env takes KEY=VALUE"),
+    ],
+)
+def test_bad_inputs_are_one_line_errors_not_tracebacks(
+    tmp_path: Path, args: list[str], needle: str
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    args = [str(empty) if a == "EMPTY" else a for a in args]
+    base = {"--scenarios": "examples/mcp_server/scenarios.jsonl", "--reward": "examples.mcp_server.tasks:score"}  # fmt: skip
+    for flag, value in base.items():
+        if flag not in args:
+            args += [flag, value]
+    out = subprocess.run(
+        [sys.executable, "-m", "art_mcp.cli", "train", "--server", "python -m examples.mcp_server.server", "--path", str(tmp_path), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert needle in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "mcp" / "models").exists()  # nothing started, nothing written
+
+
+def test_env_reaches_a_stdio_server(tmp_path: Path) -> None:
+    out = _train(tmp_path, "--env", "ART_MCP_TEST_TOOLS=1", "--steps", "0", "--sft-epochs", "0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "6 tools from" in out.stdout  # `wait` and `crash` exist only with the variable
+    assert "stderr goes to" in out.stdout

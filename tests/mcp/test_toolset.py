@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -95,6 +97,39 @@ async def test_langchain_tools_in_a_graph_record_tool_events(stdio_toolset: MCPT
     assert (await stdio_toolset.call("add", {"a": 1, "b": 1})).text == "2"  # restarted
 
 
-async def test_a_server_that_does_not_start_is_a_clear_error() -> None:
-    with pytest.raises(art.InfrastructureError, match="cannot start MCP server"):
-        await MCPToolset("python -c 'import sys; sys.exit(1)'", startup_timeout_s=20).start()
+async def test_a_server_that_exits_on_start_reports_its_exit_code_and_stderr() -> None:
+    cmd = "python -c 'import sys; print(\"missing API key\", file=sys.stderr); sys.exit(3)'"
+    with pytest.raises(art.InfrastructureError) as info:
+        await MCPToolset(cmd, startup_timeout_s=20).start()
+    msg = str(info.value)
+    assert "cannot start MCP server" in msg and "exited with code 3" in msg
+    assert "missing API key" in msg and "ExceptionGroup" not in msg
+
+
+async def test_a_server_that_hangs_on_initialize_is_a_clear_error_without_noise(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    cmd = "python -c 'import time; time.sleep(600)'"
+    with pytest.raises(art.InfrastructureError, match="did not answer MCP's initialize within 2 s"):
+        await MCPToolset(cmd, startup_timeout_s=2).start()
+    import gc
+
+    gc.collect()  # an unread future's complaint is logged when it is collected
+    await asyncio.sleep(0.1)
+    out, err = capfd.readouterr()
+    assert "never retrieved" not in out + err + caplog.text
+
+
+async def test_server_stderr_goes_to_its_log_file_not_the_console(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    log_file = tmp_path / "logs" / "server.log"
+    env = {"ART_MCP_TEST_TOOLS": "1", "PYTHONWARNINGS": "default"}
+    async with MCPToolset(SERVER, env=env, stderr_log=log_file, timeout_s=5) as ts:
+        assert {t.name for t in ts.tools} >= {"wait", "crash"}  # env reached the server
+        for _ in range(3):
+            assert (await ts.call("add", {"a": "x"})).is_error
+        assert (await ts.call("crash")).is_error
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err
+    assert log_file.stat().st_size > 0  # the server wrote there (its start-up and errors)
