@@ -164,7 +164,7 @@ class ModelConfig(BaseModel):
         description=(
             "Recompute activations in the backward pass to save memory. Measured on "
             "SmolLM2-135M, 16 x 400 tokens, bf16 autocast, 2048-token micro-batches: peak RSS "
-            "4.8 -> 2.3 GiB for +10% step time (bench/trainer_step.py)."
+            "4.8 -> 2.3 GiB for +10% step time (see the trainer benchmark in bench/)."
         ),
     )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(

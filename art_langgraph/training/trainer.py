@@ -65,10 +65,11 @@ class LoRATrainer:
         self.tokenizer = AutoTokenizer.from_pretrained(base_path)
         base = AutoModelForCausalLM.from_pretrained(base_path, dtype=self.dtype).to(self.device)  # type: ignore[arg-type]
         if config.gradient_checkpointing:
-            enable = getattr(base, "activation_checkpointing_enable", None) or (
-                base.gradient_checkpointing_enable  # transformers < 5.x's name
-            )
-            enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            kwargs = {"use_reentrant": False}
+            if hasattr(base, "activation_checkpointing_enable"):
+                base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:  # transformers before the rename
+                base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
             base.enable_input_require_grads()
         lora = LoraConfig(
             r=config.lora_r,
