@@ -289,6 +289,7 @@ class LocalBackend:
                     max_seq_length=config.max_seq_length,
                     tokenizer=tok,
                     allow_retokenize=config.allow_retokenize,
+                    vocab_size=self.engine.vocab_size,
                 )
                 seqs += s
                 stats.add(st)

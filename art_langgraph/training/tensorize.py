@@ -91,10 +91,28 @@ class TensorizeStats:
 
 
 def _call_ids(
-    call: LLMCall, traj: Trajectory, tokenizer: Any, allow_retokenize: bool, stats: TensorizeStats
+    call: LLMCall,
+    traj: Trajectory,
+    tokenizer: Any,
+    allow_retokenize: bool,
+    stats: TensorizeStats,
+    vocab_size: int | None = None,
 ) -> tuple[list[int], list[int], list[float] | None]:
     if call.prompt_token_ids is not None and call.completion_token_ids is not None:
-        return list(call.prompt_token_ids), list(call.completion_token_ids), call.logprobs
+        prompt, completion = list(call.prompt_token_ids), list(call.completion_token_ids)
+        where = f"trajectory {traj.id!r}, call {call.id}"
+        if vocab_size is not None:
+            bad = next((t for t in (*prompt, *completion) if not 0 <= t < vocab_size), None)
+            if bad is not None:
+                raise UsageError(
+                    f"{where}: token id {bad} is outside the model's vocabulary [0, {vocab_size}) "
+                    "(recorded from another model?)"
+                )
+        if call.logprobs is not None and len(call.logprobs) != len(completion):
+            raise UsageError(
+                f"{where}: {len(call.logprobs)} logprobs for {len(completion)} completion tokens"
+            )
+        return prompt, completion, call.logprobs
     if not allow_retokenize:
         raise UsageError(
             f"trajectory {traj.id!r} has a trainable call ({call.id}) without token ids (recorded from "
@@ -134,8 +152,10 @@ def build_sequences(
     max_seq_length: int,
     tokenizer: Any = None,
     allow_retokenize: bool = False,
+    vocab_size: int | None = None,
 ) -> tuple[list[TrainSequence], TensorizeStats]:
-    """The training sequences of one trajectory (see the module doc)."""
+    """The training sequences of one trajectory (see the module doc). With `vocab_size`,
+    a token id outside [0, vocab_size) is a UsageError naming the trajectory and call."""
     stats = TensorizeStats(trajectories=1)
     seqs: list[TrainSequence] = []
     current: TrainSequence | None = None
@@ -143,7 +163,9 @@ def build_sequences(
         if not call.trainable:
             continue
         stats.calls += 1
-        prompt, completion, lps = _call_ids(call, traj, tokenizer, allow_retokenize, stats)
+        prompt, completion, lps = _call_ids(
+            call, traj, tokenizer, allow_retokenize, stats, vocab_size
+        )
         if current is not None and prompt[: len(current)] == current.tokens:
             current.extend(prompt[len(current) :], False)
             stats.merged_calls += 1

@@ -112,6 +112,26 @@ async def test_bad_groups_are_refused_before_anything_is_saved(backend: art.Loca
     group = art.TrajectoryGroup([no_ids, art.Trajectory(calls=no_ids.calls, reward=0.0)])
     with pytest.raises(art.UsageError, match="without token ids"):
         await model.train([group], LR)
+
+    def with_ids(prompt: list[int], completion: list[int], lps: list[float]) -> art.Trajectory:
+        call = no_ids.calls[0].model_copy(
+            update={
+                "prompt_token_ids": prompt,
+                "completion_token_ids": completion,
+                "logprobs": lps,
+            }
+        )
+        return art.Trajectory(calls=[call], reward=1.0)
+
+    vocab = backend.engine.vocab_size
+    oov = with_ids([1, 2], [vocab + 5], [-1.0])
+    short = with_ids([1, 2], [3, 4], [-1.0, -1.0])
+    short.calls[0].logprobs = [-1.0]  # changed after the record was checked
+    for bad, needle in ((oov, f"token id {vocab + 5} is outside"), (short, "1 logprobs for 2")):
+        ok = with_ids([1, 2], [3], [-1.0])
+        ok.reward = 0.0
+        with pytest.raises(art.UsageError, match=f"trajectory '{bad.id}', call .*{needle}"):
+            await model.train([art.TrajectoryGroup([bad, ok])], LR)
     assert await model.get_step() == 0
     assert not list((backend.path / "tests" / "models" / "bad" / "checkpoints").iterdir())
 
