@@ -11,6 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.engine.torch_engine import TorchEngineConfig
 from art_langgraph.training.config import ModelConfig, TrainConfig, config_table
 from art_mcp.harness import HarnessConfig
@@ -27,6 +28,7 @@ def tables() -> dict[str, str]:
         "TrainConfig": config_table(TrainConfig),
         "ModelConfig": config_table(ModelConfig),
         "TorchEngineConfig": "\n".join(engine),
+        "ServerConfig": config_table(ServerConfig),
         "HarnessConfig": config_table(HarnessConfig),
     }
 

@@ -19,6 +19,8 @@ import logging
 import secrets
 from typing import Any
 
+from starlette.requests import ClientDisconnect
+
 __all__ = ["Guard", "error_json"]
 
 log = logging.getLogger(__name__)
@@ -132,6 +134,8 @@ class Guard:
             await self.app(scope, counting_receive, watching_send)
         except _BodyTooLarge:
             await reply(413, self._too_large())
+        except ClientDisconnect:
+            return  # the client left mid-body: nobody to answer
         except Exception:
             log.exception("unhandled error on %s %s", scope["method"], path)
             if started:
