@@ -12,6 +12,9 @@ Adapter loads and unloads run on the worker thread between two steps, so a swap 
 races a forward pass, and an adapter that is replaced is freed only once no running
 sequence uses it.
 
+The KV cache grows in place (`engine/kv_cache.py`): a decode step writes one column
+instead of copying the whole cache, as transformers' `DynamicCache` does.
+
 Runs on CUDA when present (bf16) and on the CPU otherwise (fp32). Left out: paged
 attention, prefix caching and chunked prefill; vLLM is the engine for those.
 """
@@ -34,6 +37,7 @@ import torch
 
 from art_langgraph.engine.base import GenerateResult, SamplingParams, TokenEvent
 from art_langgraph.engine.constrained import GrammarCompiler
+from art_langgraph.engine.kv_cache import drop_left, growing_cache, merge_rows
 from art_langgraph.engine.sampling import raw_logprobs, sample_rows
 from art_langgraph.errors import InfrastructureError, UsageError
 from art_langgraph.memory import release_free_memory
@@ -374,12 +378,10 @@ class TorchEngine:
         and tool specs) and an adapter, the prefix runs once and its cache is copied to
         every row; each row's own suffix then runs left-padded after it, so the row layout
         is [prefix | pads | suffix] with the pads masked out and positions continuing."""
-        from transformers import DynamicCache
-
         keys = [r.adapter_key for r in new]
         shared = _shared_prefix(new) if len(set(keys)) == 1 else 0
         shared = shared if shared >= _MIN_SHARED_PREFIX else 0
-        cache = DynamicCache(config=self.model.config)
+        cache = growing_cache(self.model.config)
         b = len(new)
         if shared:
             head = torch.tensor([new[0].prompt_ids[:shared]], device=self.device)  # (1, P)
@@ -389,8 +391,10 @@ class TorchEngine:
             )
             layer: Any
             for layer in cache.layers:
-                layer.keys = layer.keys.expand(b, -1, -1, -1).contiguous()  # (B, H, P, D)
-                layer.values = layer.values.expand(b, -1, -1, -1).contiguous()
+                # (B, H, P, D) views; the suffix's forward copies them once into each layer's
+                # buffer (kv_cache.py)
+                layer.keys = layer.keys.expand(b, -1, -1, -1)
+                layer.values = layer.values.expand(b, -1, -1, -1)
         width = max(len(r.prompt_ids) - shared for r in new)
         ids = torch.full((b, width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((b, width), dtype=torch.long)
@@ -534,9 +538,7 @@ class TorchEngine:
         lead = int(used[0]) if len(used) else 0
         if lead:
             self._mask = self._mask[:, lead:]
-            for layer in self._cache.layers:
-                layer.keys = layer.keys[:, :, lead:]
-                layer.values = layer.values[:, :, lead:]
+            drop_left(self._cache, lead)
 
     def _merge(self, new: list[_Request], cache: Any, mask: torch.Tensor, nxt, pos) -> None:
         if not self._rows:
@@ -551,11 +553,7 @@ class TorchEngine:
         assert self._mask is not None and self._next is not None and self._pos is not None
         t_old, t_new = self._mask.shape[1], mask.shape[1]
         width = max(t_old, t_new)
-        for old_l, new_l in zip(self._cache.layers, cache.layers, strict=True):
-            old_l.keys = torch.cat([_pad_left(old_l.keys, width), _pad_left(new_l.keys, width)], 0)
-            old_l.values = torch.cat(
-                [_pad_left(old_l.values, width), _pad_left(new_l.values, width)], 0
-            )
+        merge_rows(self._cache, cache, width)
         self._mask = torch.cat([_pad_left_2d(self._mask, width), _pad_left_2d(mask, width)], 0)
         self._next = torch.cat([self._next, nxt])
         self._pos = torch.cat([self._pos, pos])
@@ -688,12 +686,6 @@ def _shared_prefix(rows: list[_Request]) -> int:
     n = min(len(lo), len(hi))
     common = next((i for i in range(n) if lo[i] != hi[i]), n)
     return max(min(common, min(len(x) for x in ids) - 1), 0)
-
-
-def _pad_left(x: torch.Tensor, width: int) -> torch.Tensor:
-    """(B, H, T, D) -> (B, H, width, D), zeros on the left."""
-    extra = width - x.shape[2]
-    return x if extra == 0 else torch.nn.functional.pad(x, (0, 0, extra, 0))
 
 
 def _pad_left_2d(x: torch.Tensor, width: int) -> torch.Tensor:
