@@ -6,7 +6,8 @@ served name is `model.name` (the latest step) or `f"{model.name}@{step}"` (pinne
 `TrainableModel.train(groups)` runs one GRPO step and returns the new step; the
 backend swaps the new adapter in before `train` returns.
 
-Left out: remote backends (a `RemoteBackend` would implement the same `_`-methods).
+A model depends only on the `Backend` protocol (`backend/base.py`). Left out: remote
+backends (a `RemoteBackend` implements the same protocol).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from art_langgraph.backend.base import Backend, TrainResult
 from art_langgraph.errors import UsageError
 from art_langgraph.names import check_path_name, inference_name
 from art_langgraph.training.config import ModelConfig, TrainConfig
@@ -23,21 +25,11 @@ from art_langgraph.training.config import ModelConfig, TrainConfig
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
-    from art_langgraph.backend.local import LocalBackend
     from art_langgraph.chat_model import TrainableChatModel
     from art_langgraph.training.trainer import ProgressFn
     from art_langgraph.trajectory import Trajectory, TrajectoryGroup
 
 __all__ = ["Model", "TrainResult", "TrainableModel"]
-
-
-class TrainResult(BaseModel):
-    """What one `train` / `train_sft` call did."""
-
-    step: int
-    """The step now served (the new checkpoint)."""
-    metrics: dict[str, float] = Field(default_factory=dict)
-    """Rewards, loss, clip fraction, sampler/trainer mismatch, counts of skipped groups, timings."""
 
 
 class Model(BaseModel):
@@ -54,7 +46,7 @@ class Model(BaseModel):
     inference_api_key: str | None = Field(
         None, description="Set by register: the key for that URL."
     )
-    _backend: LocalBackend | None = PrivateAttr(default=None)
+    _backend: Backend | None = PrivateAttr(default=None)
 
     def model_post_init(self, _: Any) -> None:
         check_path_name(self.name, "model name")
@@ -64,12 +56,17 @@ class Model(BaseModel):
     def trainable(self) -> bool:
         return False
 
-    async def register(self, backend: LocalBackend) -> None:
+    async def register(self, backend: Backend) -> None:
         """Serve this model on `backend` (resuming from its checkpoints, if any)."""
+        if not isinstance(backend, Backend):
+            raise UsageError(
+                f"{type(backend).__name__} is not a Backend (LocalBackend, or anything with "
+                "the methods of art_langgraph.backend.base.Backend)"
+            )
         await backend.register(self)
         self._backend = backend
 
-    def backend(self) -> LocalBackend:
+    def backend(self) -> Backend:
         if self._backend is None:
             raise UsageError(
                 f"model {self.name!r} is not registered: await model.register(backend) first"
@@ -113,13 +110,13 @@ class Model(BaseModel):
 
     async def get_step(self) -> int:
         """The step served as latest (0 before any training)."""
-        return await self.backend()._get_step(self)
+        return await self.backend().get_step(self)
 
     async def log(
         self, groups: Iterable[TrajectoryGroup] | Iterable[Trajectory], split: str = "val"
     ) -> None:
         """Save trajectories under `split` for the current step and record their reward in history."""
-        await self.backend()._log(self, list(groups), split)
+        await self.backend().log(self, list(groups), split)
 
 
 class TrainableModel(Model):
@@ -141,7 +138,7 @@ class TrainableModel(Model):
         progress: ProgressFn | None = None,
     ) -> TrainResult:
         """One GRPO step on `groups`; returns once step N+1 is saved and served."""
-        return await self.backend()._train(self, list(groups), config or TrainConfig(), progress)
+        return await self.backend().train(self, list(groups), config or TrainConfig(), progress)
 
     async def train_sft(
         self,
@@ -152,7 +149,7 @@ class TrainableModel(Model):
         batch_size: int = 8,
     ) -> TrainResult:
         """Supervised warm start on trajectories or conversations; one checkpoint at the end."""
-        return await self.backend()._train_sft(
+        return await self.backend().train_sft(
             self, list(items), config or TrainConfig(), epochs, batch_size
         )
 
@@ -160,4 +157,4 @@ class TrainableModel(Model):
         self, best_checkpoint_metric: str = "val/reward", keep_last: int = 1
     ) -> list[int]:
         """Keep the latest `keep_last` checkpoints and the best by `best_checkpoint_metric`; returns deleted steps."""
-        return await self.backend()._delete_checkpoints(self, best_checkpoint_metric, keep_last)
+        return await self.backend().delete_checkpoints(self, best_checkpoint_metric, keep_last)

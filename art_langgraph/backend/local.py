@@ -28,22 +28,25 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from art_langgraph.backend.base import TrainResult
 from art_langgraph.backend.checkpoints import CheckpointStore
 from art_langgraph.backend.registry import ModelRegistry
 from art_langgraph.backend.runner import ServerHandle, start_server
 from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.errors import CheckpointError, UsageError
 from art_langgraph.memory import release_free_memory
-from art_langgraph.model import Model, TrainableModel, TrainResult
 from art_langgraph.names import check_path_name, inference_name
-from art_langgraph.training.advantages import compute_advantages, is_zero_variance
 from art_langgraph.training.config import TrainConfig
+from art_langgraph.training.prepare import prepare_step
 from art_langgraph.training.sft import sft_sequences
-from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, build_sequences
+from art_langgraph.training.tensorize import TrainSequence
 from art_langgraph.training.trainer import LoRATrainer, ProgressFn
 from art_langgraph.trajectory import Trajectory, TrajectoryGroup, write_jsonl
+
+if TYPE_CHECKING:
+    from art_langgraph.model import Model, TrainableModel
 
 __all__ = ["LocalBackend"]
 
@@ -200,8 +203,8 @@ class LocalBackend:
 
     def _build_trainer(self, run: _Run) -> LoRATrainer:
         """A trainer holding exactly the latest checkpoint (adapter and optimizer)."""
-        assert self._base_path is not None and isinstance(run.model, TrainableModel)
-        trainer = LoRATrainer(self._base_path, run.model.config, self.device)
+        assert self._base_path is not None and run.model.trainable
+        trainer = LoRATrainer(self._base_path, run.model.config, self.device)  # type: ignore[attr-defined]
         if run.step > 0:
             trainer.load(run.store.path(run.step))
         return trainer
@@ -233,74 +236,31 @@ class LocalBackend:
         return run.trainer
 
     # ------------------------------------------------------------------- train
-    async def _get_step(self, model: Model) -> int:
+    async def get_step(self, model: Model) -> int:
         return self._run(model).step
 
-    async def _train(
+    async def train(
         self,
         model: TrainableModel,
         groups: list[TrajectoryGroup],
         config: TrainConfig,
-        progress: ProgressFn | None,
+        progress: ProgressFn | None = None,
     ) -> TrainResult:
         run = self._run(model)
         async with run.lock:
             await self._trainer(run)  # may fall back a step (a checkpoint that cannot resume)
             new_step = run.step + 1
-            seqs, metrics = self._prepare(run, groups, config, new_step)
+            seqs, metrics = prepare_step(
+                groups,
+                config,
+                new_step,
+                tokenizer=self.engine.tokenizer,
+                vocab_size=self.engine.vocab_size,
+            )
             write_jsonl(run.store.trajectories_path("train", new_step), groups)
             return await self._commit(
                 run, new_step, config, metrics, lambda t: _rl(t, seqs, config, progress)
             )
-
-    def _prepare(
-        self, run: _Run, groups: list[TrajectoryGroup], config: TrainConfig, new_step: int
-    ) -> tuple[list[TrainSequence], dict[str, float]]:
-        tok = self.engine.tokenizer
-        counts = {"groups": 0, "empty_groups": 0, "zero_variance_groups": 0, "stale_groups": 0}
-        stats = TensorizeStats()
-        seqs: list[TrainSequence] = []
-        rewards: list[float] = []
-        for i, group in enumerate(groups):
-            if not isinstance(group, TrajectoryGroup):
-                raise UsageError(f"groups[{i}] is a {type(group).__name__}, not a TrajectoryGroup")
-            if group.pending:
-                raise UsageError(f"groups[{i}] still holds unfinished rollouts: gather it first")
-            counts["groups"] += 1
-            trajs = list(group)
-            if not trajs:
-                counts["empty_groups"] += 1
-                continue
-            r = group.rewards()
-            rewards += r
-            if (
-                config.max_staleness is not None
-                and _stalest(trajs) < new_step - 1 - config.max_staleness
-            ):
-                counts["stale_groups"] += 1
-                continue
-            if is_zero_variance(r):
-                counts["zero_variance_groups"] += 1
-                continue
-            for traj, adv in zip(trajs, compute_advantages(r, config.scale_rewards), strict=True):
-                s, st = build_sequences(
-                    traj,
-                    adv,
-                    max_seq_length=config.max_seq_length,
-                    tokenizer=tok,
-                    allow_retokenize=config.allow_retokenize,
-                    vocab_size=self.engine.vocab_size,
-                )
-                seqs += s
-                stats.add(st)
-        metrics: dict[str, float] = {k: float(v) for k, v in counts.items()}
-        metrics.update({f"tensorize/{k}": float(v) for k, v in vars(stats).items()})
-        if rewards:
-            metrics["reward"] = statistics.fmean(rewards)
-            metrics["reward_std"] = statistics.pstdev(rewards)
-        metrics["trajectories"] = float(len(rewards))
-        metrics["nothing_trainable"] = float(not seqs)
-        return seqs, metrics
 
     async def _commit(
         self, run: _Run, new_step: int, config: TrainConfig, metrics: dict[str, float], work: Any
@@ -309,7 +269,7 @@ class LocalBackend:
         assert self.registry is not None
         name = run.model.name
         paused = not (
-            isinstance(run.model, TrainableModel) and run.model.config.serve_during_training
+            run.model.trainable and run.model.config.serve_during_training  # type: ignore[attr-defined]
         )
         if paused:
             self.registry.pause(name)
@@ -340,7 +300,7 @@ class LocalBackend:
         )
         return TrainResult(step=new_step, metrics=metrics)
 
-    async def _train_sft(
+    async def train_sft(
         self,
         model: TrainableModel,
         items: list[Any],
@@ -372,7 +332,7 @@ class LocalBackend:
             return await self._commit(run, run.step + 1, config, metrics, work)
 
     # --------------------------------------------------------------------- log
-    async def _log(self, model: Model, items: list[Any], split: str) -> None:
+    async def log(self, model: Model, items: list[Any], split: str) -> None:
         run = self._run(model)
         groups = [g if isinstance(g, TrajectoryGroup) else TrajectoryGroup([g]) for g in items]
         if any(not isinstance(t, Trajectory) for g in groups for t in g):
@@ -389,7 +349,7 @@ class LocalBackend:
             record["reward"] = statistics.fmean(rewards)
         run.store.append_history(record)
 
-    async def _delete_checkpoints(self, model: Model, metric: str, keep_last: int) -> list[int]:
+    async def delete_checkpoints(self, model: Model, metric: str, keep_last: int) -> list[int]:
         run = self._run(model)
         if keep_last < 1:
             raise UsageError(
@@ -432,13 +392,6 @@ def _rl(
 
 def _adapter(name: str, step: int) -> str:
     return inference_name(name, step)
-
-
-def _stalest(trajs: list[Trajectory]) -> int:
-    steps = [
-        c.adapter_step for t in trajs for c in t.calls if c.trainable and c.adapter_step is not None
-    ]
-    return min(steps) if steps else 10**9
 
 
 def _finite(metrics: dict[str, float]) -> dict[str, float]:

@@ -1,0 +1,79 @@
+"""The contract between a model and the backend that serves and trains it (`Backend`).
+
+A `Model` knows only this protocol: `LocalBackend` (engine, server and trainer in this
+process) implements it, and so can a backend on another machine. Every method takes
+the model it acts on; a backend keeps one run per registered model name.
+
+`TrainResult` is what a training call returns, whichever backend ran it.
+
+Left out: the wire format of a remote backend (it carries the same calls).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+if TYPE_CHECKING:
+    from art_langgraph.model import Model, TrainableModel
+    from art_langgraph.training.config import TrainConfig
+    from art_langgraph.training.trainer import ProgressFn
+    from art_langgraph.trajectory import TrajectoryGroup
+
+__all__ = ["Backend", "TrainResult"]
+
+
+class TrainResult(BaseModel):
+    """What one `train` / `train_sft` call did."""
+
+    step: int
+    """The step now served (the new checkpoint)."""
+    metrics: dict[str, float] = Field(default_factory=dict)
+    """Rewards, loss, clip fraction, sampler/trainer mismatch, counts of skipped groups, timings."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Serves models over an OpenAI-compatible endpoint and trains their LoRA adapters."""
+
+    async def register(self, model: Model) -> None:
+        """Serve `model` (resuming from its checkpoints); sets its inference URL and key."""
+        ...
+
+    async def get_step(self, model: Model) -> int:
+        """The step served as `model.name` (0 before any training)."""
+        ...
+
+    async def train(
+        self,
+        model: TrainableModel,
+        groups: list[TrajectoryGroup],
+        config: TrainConfig,
+        progress: ProgressFn | None = None,
+    ) -> TrainResult:
+        """One GRPO step; returns once the new step is saved and served. All or nothing."""
+        ...
+
+    async def train_sft(
+        self,
+        model: TrainableModel,
+        items: list[Any],
+        config: TrainConfig,
+        epochs: int,
+        batch_size: int,
+    ) -> TrainResult:
+        """A supervised warm start on trajectories or conversations; one new step."""
+        ...
+
+    async def log(self, model: Model, items: list[Any], split: str) -> None:
+        """Save trajectories under `split` at the current step; record their mean reward."""
+        ...
+
+    async def delete_checkpoints(self, model: Model, metric: str, keep_last: int) -> list[int]:
+        """Keep the last `keep_last` steps and the best by `metric`; returns deleted steps."""
+        ...
+
+    async def close(self) -> None:
+        """Stop serving; what was trained is already on disk."""
+        ...
