@@ -40,7 +40,7 @@ from art_langgraph.engine.constrained import GrammarCompiler
 from art_langgraph.engine.kv_cache import drop_left, growing_cache, merge_rows
 from art_langgraph.engine.sampling import raw_logprobs, sample_rows
 from art_langgraph.errors import InfrastructureError, UsageError
-from art_langgraph.memory import release_free_memory
+from art_langgraph.memory import release_free_memory, use_mmap_for_large_blocks
 
 __all__ = ["TorchEngine", "TorchEngineConfig"]
 
@@ -104,6 +104,8 @@ class TorchEngine:
         self.base_model = model
         self.model = model  # becomes a PeftModel with the first adapter
         self.device = next(model.parameters()).device
+        if self.device.type == "cpu":
+            use_mmap_for_large_blocks()  # KV blocks go back to the OS when freed (memory.py)
         self.context_length = int(
             getattr(model.config, "max_position_embeddings", None) or tokenizer.model_max_length
         )
