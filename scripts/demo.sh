@@ -15,15 +15,16 @@ cd "$root"
 out="${ART_DEMO_PATH:-.art-demo}"
 # `./scripts/demo.sh --real`: the same job on the real SmolLM2-135M-Instruct, RL alone (no
 # warm start: the untrained model already calls the right tool, and RL teaches it to finish
-# with complete_task), bf16 autocast in the trainer, ~20 minutes on 2 cores. Experimental:
-# one run of two ran out of memory at 24 GB (see the README).
+# with complete_task), a bf16 engine and bf16 autocast in the trainer. Experimental (see
+# the README for its time, memory and spread).
 name=demo
 args=(--sft-epochs 28 --steps 30 --eval-every 5)
 if [ "${1:-}" = "--real" ]; then
   shift
   name=demo-real
   args=(--base-model smollm2-135m --sft-epochs 0 --steps 8 --eval-every 4 --groups-per-step 4
-    --max-turns 3 --learning-rate 2e-4 --compute-dtype bfloat16 --micro-batch-tokens 2048)
+    --max-turns 3 --learning-rate 2e-4 --compute-dtype bfloat16 --engine-dtype bfloat16
+    --micro-batch-tokens 2048)
 fi
 "$venv/bin/python" -m art_mcp.cli train \
     --server "$venv/bin/python -m examples.mcp_server.server" \
