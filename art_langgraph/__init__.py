@@ -30,6 +30,7 @@ from art_langgraph.trajectory import (
     Trajectory,
     TrajectoryGroup,
     append_jsonl,
+    read_groups,
     read_jsonl,
     write_jsonl,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "current_trajectory",
     "gather_trajectories",
     "gather_trajectory_groups",
+    "read_groups",
     "read_jsonl",
     "rewards",
     "utils",

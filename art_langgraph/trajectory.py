@@ -50,6 +50,7 @@ __all__ = [
     "TrajectoryGroup",
     "append_jsonl",
     "normalize_message",
+    "read_groups",
     "read_jsonl",
     "write_jsonl",
 ]
@@ -561,5 +562,15 @@ def read_jsonl(path: str | os.PathLike[str], kind: type[Any] = Trajectory) -> li
             try:
                 records.append(kind.model_validate_json(line))
             except ValidationError as exc:
-                raise UsageError(f"{path}:{lineno}: not a valid {kind.__name__}: {exc}") from exc
+                hint = ""
+                if kind is Trajectory and '"trajectories"' in line:
+                    hint = " (this file holds TrajectoryGroups, as the backend writes them: read it with art.read_groups(path))"
+                raise UsageError(
+                    f"{path}:{lineno}: not a valid {kind.__name__}{hint}: {exc}"
+                ) from exc
     return records
+
+
+def read_groups(path: str | os.PathLike[str]) -> list[TrajectoryGroup]:
+    """Read a file of TrajectoryGroups, e.g. a backend's `trajectories/{split}/{step}.jsonl`."""
+    return read_jsonl(path, TrajectoryGroup)

@@ -66,8 +66,12 @@ async def test_train_step_swaps_the_adapter_into_serving(backend: art.LocalBacke
         "checkpoint.json",
     } <= files
     assert not [f for f in files if f.endswith((".pt", ".bin", ".pkl"))]
-    saved = art.read_jsonl(root / "trajectories" / "train" / "0001.jsonl", kind=art.TrajectoryGroup)
+    group_file = root / "trajectories" / "train" / "0001.jsonl"
+    saved = art.read_groups(group_file)
     assert len(saved) == 2 and saved[0].trajectories[0].calls[0].completion_token_ids
+    assert art.read_jsonl(group_file, kind=art.TrajectoryGroup) == saved
+    with pytest.raises(art.UsageError, match=r"holds TrajectoryGroups.*read_groups"):
+        art.read_jsonl(group_file)  # the default kind is Trajectory: the error says what to do
     history = [json.loads(x) for x in (root / "history.jsonl").read_text().splitlines()]
     assert history[-1]["step"] == 1 and history[-1]["split"] == "train"
 
