@@ -28,6 +28,7 @@ import httpx
 import openai
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
+from pydantic import model_validator
 
 from art_langgraph.names import inference_name
 
@@ -38,7 +39,22 @@ ART_METADATA_KEY = "art_trainable"
 
 
 class TrainableChatModel(ChatOpenAI):
-    """ChatOpenAI against the backend, recording token ids in `response_metadata`."""
+    """ChatOpenAI against the backend, recording token ids in `response_metadata`.
+
+    Built directly or by `model.chat_model()`, it always asks for token ids and logprobs
+    and marks its calls trainable for `art.capture()` (a user's `extra_body`/`metadata`
+    are merged over these, never replaced)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _art_defaults(cls, values: Any) -> Any:
+        if isinstance(values, dict):
+            values = dict(values)
+            values["extra_body"] = {"return_token_ids": True, **(values.get("extra_body") or {})}
+            values["metadata"] = {ART_METADATA_KEY: True, **(values.get("metadata") or {})}
+            values.setdefault("logprobs", True)
+            values.setdefault("stream_usage", True)
+        return values
 
     def _create_chat_result(
         self, response: dict | openai.BaseModel, generation_info: dict | None = None
@@ -79,15 +95,11 @@ def build_chat_model(
     *, name: str, step: int | None, base_url: str, api_key: str, **kwargs: Any
 ) -> TrainableChatModel:
     """The chat model for `model.chat_model()`; kwargs go to ChatOpenAI (temperature, max_tokens, ...)."""
-    extra_body = {"return_token_ids": True, **(kwargs.pop("extra_body", None) or {})}
-    metadata = {ART_METADATA_KEY: True, "art_model": name, **(kwargs.pop("metadata", None) or {})}
+    metadata = {"art_model": name, **(kwargs.pop("metadata", None) or {})}
     return TrainableChatModel(
         model=inference_name(name, step),
         base_url=base_url,
         api_key=api_key,  # type: ignore[arg-type]
-        logprobs=True,
-        stream_usage=True,
-        extra_body=extra_body,
         metadata=metadata,
         max_retries=kwargs.pop("max_retries", 2),
         # 300 s bounds any wait, then max_retries retries.

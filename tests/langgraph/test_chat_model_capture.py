@@ -236,3 +236,23 @@ def test_chat_models_share_loop_local_http_clients_without_finalizers() -> None:
     p1, p2 = asyncio.run(pool()), asyncio.run(pool())
     assert p1 is not p2  # one pool per event loop: connections never cross loops
     assert p1 not in transport._pools.values()  # a closed loop's pool is dropped
+
+
+async def test_a_chat_model_built_directly_is_trainable_with_exact_ids(
+    fresh_model: art.TrainableModel,
+) -> None:
+    from art_langgraph.chat_model import TrainableChatModel, async_http_client
+
+    llm = TrainableChatModel(
+        model=fresh_model.name,
+        base_url=fresh_model.inference_base_url,
+        api_key="local",  # type: ignore[arg-type]
+        max_tokens=6,
+        extra_body={"top_logprobs": 0},  # the user's own extras are merged, not lost
+        http_async_client=async_http_client(),
+    )
+    with art.capture() as traj:
+        await llm.ainvoke("hello")
+    (call,) = traj.calls
+    assert call.trainable and call.prompt_token_ids and call.completion_token_ids
+    assert call.logprobs is not None and len(call.logprobs) == len(call.completion_token_ids)
