@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,12 @@ from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.tensorize import MicroBatch, TrainSequence, micro_batches
 
 __all__ = ["LoRATrainer", "ProgressFn", "token_logprobs"]
+
+# peft still asks transformers the deprecated `is_gradient_checkpointing` during training;
+# the warning would print once per run into the user's console and says nothing to them.
+warnings.filterwarnings(
+    "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
+)
 
 ProgressFn = Callable[[str, dict[str, Any]], None]
 """Called as progress(stage, info) with stage in {"micro_batch", "optimizer_step"}."""
