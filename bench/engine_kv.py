@@ -116,6 +116,8 @@ def main() -> None:
     lines.append(f"Greedy tokens identical across variants: {'yes' if same else 'NO'}.")
     table = "\n".join(lines)
     print(table)
+    for r in rows:
+        r.pop("tokens")  # compared above; 36 x 256 ids per variant would bloat the JSON
     write_results(args.out, {"rows": rows, "identical_tokens": same})
     if args.out == RESULTS:
         update_readme("engine_kv", table)
