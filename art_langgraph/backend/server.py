@@ -530,18 +530,19 @@ def _utf8_ok(s: str) -> bool:
 
 async def _unless_disconnected(request: Request, work: Awaitable[Any]) -> Any:
     """Await `work`, but cancel it (and return None) if the client disconnects first: an
-    abandoned request must not keep its batch slots."""
+    abandoned request must not keep its batch slots. Event-driven: once the body is read,
+    the server's next `receive()` message is the disconnect."""
     task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(request.receive())
     try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=0.25)
-            if done:
-                return task.result()
-            if await request.is_disconnected():
-                log.info("client disconnected; cancelling its generation")
-                return None
+        done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        log.info("client disconnected; cancelling its generation")
+        return None
     finally:
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+        for t in (task, gone):
+            if not t.done():
+                t.cancel()
+                with contextlib.suppress(BaseException):
+                    await t
