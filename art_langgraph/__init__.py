@@ -2,11 +2,15 @@
 
 The public surface, in ART's vocabulary. Subpackages hold the rest:
 `art_langgraph.engine` (token-in/token-out inference), `art_langgraph.backend` (the
-OpenAI-compatible server), `art_langgraph.presets` (the offline tiny model).
+`Backend` contract, the OpenAI-compatible server), `art_langgraph.presets` (the offline
+models), `art_langgraph.utils` (helpers the examples use). `import art_langgraph` does not
+import torch: `LocalBackend` loads it on first use, `RemoteBackend` never does.
 """
 
-from art_langgraph import rewards, utils
-from art_langgraph.backend.local import LocalBackend
+from typing import TYPE_CHECKING
+
+from art_langgraph import rewards
+from art_langgraph._lazy import lazy_getattr
 from art_langgraph.capture import TrajectoryCallback, capture, current_trajectory
 from art_langgraph.chat_model import TrainableChatModel
 from art_langgraph.errors import (
@@ -35,6 +39,20 @@ from art_langgraph.trajectory import (
     write_jsonl,
 )
 
+if TYPE_CHECKING:
+    from art_langgraph.backend.local import LocalBackend
+    from art_langgraph.backend.remote import RemoteBackend
+
+# The backends load on first use: `LocalBackend` brings torch, `RemoteBackend` does not.
+__getattr__ = lazy_getattr(
+    __name__,
+    globals(),
+    {
+        "LocalBackend": "art_langgraph.backend.local",
+        "RemoteBackend": "art_langgraph.backend.remote",
+    },
+)
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -49,6 +67,7 @@ __all__ = [
     "ModelBehaviorError",
     "ModelConfig",
     "NonFiniteRewardError",
+    "RemoteBackend",
     "ToolCall",
     "ToolEvent",
     "TrainConfig",
@@ -69,6 +88,5 @@ __all__ = [
     "read_groups",
     "read_jsonl",
     "rewards",
-    "utils",
     "write_jsonl",
 ]

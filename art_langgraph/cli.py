@@ -1,9 +1,12 @@
 """The `art-langgraph` command line.
 
     art-langgraph serve --base-model tiny [--host 127.0.0.1] [--port 8000] [--api-key K]
+    art-langgraph backend [--path .art] [--host 127.0.0.1] [--port 8090] [--api-key K]
 
-`serve` starts the OpenAI-compatible server on the torch engine. The API key may also
-come from `$ART_API_KEY`. Left out: training commands (they come with the trainer).
+`serve` starts the OpenAI-compatible server on the torch engine. `backend` starts the
+backend server for `RemoteBackend(url)`: engine, trainer and checkpoints under `--path`,
+the training API on `/art/v1` and the OpenAI endpoint on `/v1` of the same port. The API
+key may also come from `$ART_API_KEY`.
 """
 
 from __future__ import annotations
@@ -49,6 +52,28 @@ def _parser() -> argparse.ArgumentParser:
         "--served-name", default=None, help="the model name clients use (default: the base model)"
     )
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    b = sub.add_parser("backend", help="serve the training API for RemoteBackend (and /v1)")
+    b.add_argument("--path", default=".art", help="where models live on disk (default .art)")
+    b.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; others need --api-key)",
+    )
+    b.add_argument(
+        "--port", type=int, default=8090, help="port to bind (default 8090; 0 picks a free one)"
+    )
+    b.add_argument(
+        "--api-key",
+        default=os.environ.get("ART_API_KEY"),
+        help="require 'Authorization: Bearer KEY' on /v1 and /art (default: $ART_API_KEY)",
+    )
+    b.add_argument(
+        "--engine-dtype",
+        default=None,
+        choices=["float32", "bfloat16", "float16"],
+        help="the inference engine's dtype (default: the engine's choice for the device)",
+    )
+    b.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
 
@@ -66,6 +91,26 @@ def main(argv: list[str] | None = None) -> int:
                 served_name=args.served_name,
                 chat_template=args.chat_template,
                 log_level=args.log_level,
+            )
+        except UsageError as exc:
+            print(f"art-langgraph: error: {exc}", file=sys.stderr)
+            return 2
+    elif args.command == "backend":
+        from art_langgraph.backend.backend_server import serve_backend
+
+        engine_config = None
+        if args.engine_dtype:
+            from art_langgraph.engine.torch_engine import TorchEngineConfig
+
+            engine_config = TorchEngineConfig(dtype=args.engine_dtype)
+        try:
+            serve_backend(
+                args.path,
+                host=args.host,
+                port=args.port,
+                api_key=args.api_key,
+                log_level=args.log_level,
+                engine_config=engine_config,
             )
         except UsageError as exc:
             print(f"art-langgraph: error: {exc}", file=sys.stderr)

@@ -19,6 +19,7 @@ __all__ = [
     "MissingExtraError",
     "ModelBehaviorError",
     "NonFiniteRewardError",
+    "NotRegisteredError",
     "UnknownModelError",
     "UsageError",
 ]
@@ -86,6 +87,10 @@ class UnknownModelError(UsageError):
         self.model = model
         self.available = available
         super().__init__(f"model {model!r} is not served here; available: {sorted(available)}")
+
+
+class NotRegisteredError(UsageError):
+    """A backend was asked about a model it does not hold (never registered, or restarted)."""
 
 
 class MissingExtraError(ImportError):

@@ -30,8 +30,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 import art_langgraph as art
+from art_langgraph.backend.base import Backend
 from art_langgraph.errors import UsageError
-from art_langgraph.utils import atomic_write
+from art_langgraph.utils import atomic_write, iterate_dataset
 from art_mcp.scenarios import (
     Scenario,
     generate_scenarios,
@@ -155,6 +156,14 @@ class HarnessConfig(BaseModel):
         ),
     )
     seed: int = Field(0, description="Seed for the split and the step order.")
+    backend: str | None = Field(
+        None,
+        description=(
+            "URL of an `art-langgraph backend` server to train on (RemoteBackend; its key from "
+            "$ART_API_KEY); default: an embedded LocalBackend. chat_template and engine_dtype "
+            "are then the server's."
+        ),
+    )
 
 
 class Report(BaseModel):
@@ -257,7 +266,7 @@ async def train(
     scenarios: list[Scenario] | str | Path | None = None,
     reward: RewardFn | str | None = None,
     sft: list[Any] | str | Path | None = None,
-    backend: art.LocalBackend | None = None,
+    backend: Backend | None = None,
     env: dict[str, str] | None = None,
     log: Callable[[str], None] = print,
 ) -> Report:
@@ -275,6 +284,8 @@ async def train(
         raise UsageError("scenarios is an empty list")
     t0 = time.perf_counter()
     own_backend = backend is None
+    if backend is None and cfg.backend is not None:
+        backend = art.RemoteBackend(cfg.backend, api_key=os.environ.get("ART_API_KEY"))
     if backend is None and (cfg.chat_template is not None or cfg.engine_dtype != "auto"):
         from art_langgraph.engine import TorchEngineConfig
 
@@ -304,7 +315,9 @@ async def train(
             config=art.ModelConfig(compute_dtype=cfg.compute_dtype),
         )
         await model.register(backend)
-        folder = Path(backend.path) / cfg.project / "models" / name
+        # The harness's own files (scenarios, report) go beside the checkpoints when the
+        # backend is embedded, under --path here when it is remote.
+        folder = Path(getattr(backend, "path", cfg.path)) / cfg.project / "models" / name
         scen = await _scenarios(scenarios, cfg, toolset, model, folder, log)
         train_set, val_set = split_scenarios(scen, cfg.val_fraction, cfg.seed)
         log(
@@ -382,9 +395,9 @@ async def train(
                 }
             )
             log(f"RL step 0 (before RL): held-out reward {before:.2f}")
-        grpo_done = _grpo_steps_done(folder)
+        grpo_done = _grpo_steps_done(folder, report.rows)
         epochs = 1 + (cfg.steps * cfg.groups_per_step) // max(len(train_set), 1)
-        batches = art.utils.iterate_dataset(
+        batches = iterate_dataset(
             train_set,
             groups_per_step=cfg.groups_per_step,
             num_epochs=epochs,
@@ -525,11 +538,12 @@ def _judge(cfg: HarnessConfig, model: art.Model) -> Any:
     )
 
 
-def _grpo_steps_done(folder: Path) -> int:
-    """GRPO steps already trained in this model's folder (SFT steps are not counted)."""
+def _grpo_steps_done(folder: Path, rows: list[dict[str, Any]]) -> int:
+    """GRPO steps already trained in this model's folder (SFT steps are not counted); with a
+    remote backend (no history here), the last RL step of the previous report."""
     f = folder / "history.jsonl"
     if not f.exists():
-        return 0
+        return max((int(r.get("rl_step") or 0) for r in rows), default=0)
     done = 0
     for line in f.read_text().splitlines():
         try:

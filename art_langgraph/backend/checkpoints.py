@@ -197,9 +197,24 @@ class CheckpointStore:
                     "split": "train",
                     "time": meta.get("created_at", time.time()),
                     "recovered": 1.0,
+                    **({"request_id": meta["request_id"]} if "request_id" in meta else {}),
                 }
             )
         return missing
+
+    def find_request(self, request_id: str) -> tuple[int, dict[str, float]] | None:
+        """The step (and its metrics) that a train request with this id committed, if any:
+        a client retrying a step whose answer it never got must not train it twice. The
+        checkpoints' markers are checked, then the history (a checkpoint may be deleted)."""
+        for step in reversed(self.steps()):
+            meta = self.meta(step)
+            if meta.get("request_id") == request_id:
+                return step, dict(meta.get("metrics") or {})
+        for h in reversed(self.history()):
+            if h.get("request_id") == request_id and h.get("split") == "train":
+                metrics = {k: v for k, v in h.items() if isinstance(v, int | float)}
+                return int(h["step"]), metrics
+        return None
 
     def history(self) -> list[dict[str, Any]]:
         if not self.history_file.exists():

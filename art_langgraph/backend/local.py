@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 from art_langgraph.backend.base import TrainResult
 from art_langgraph.backend.checkpoints import CheckpointStore
 from art_langgraph.backend.registry import ModelRegistry
-from art_langgraph.backend.runner import ServerHandle, start_server
+from art_langgraph.backend.runner import ServerHandle, start_app_server
+from art_langgraph.backend.server import create_app
 from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.errors import CheckpointError, UsageError
 from art_langgraph.memory import release_free_memory
@@ -78,10 +79,12 @@ class LocalBackend:
         device: str | None = None,
         max_loaded_adapters: int = 4,
         server_config: ServerConfig | None = None,
+        http: bool = True,
     ) -> None:
         """`path`: where models live on disk. `max_loaded_adapters`: steps kept in the engine's
         memory per model; older pinned steps are loaded from disk on demand. `server_config`:
-        the OpenAI server's limits and timeouts."""
+        the OpenAI server's limits and timeouts. `http=False` starts no server of its own:
+        the OpenAI app is left in `self.app` for a server that mounts it (the backend server)."""
         self.path = Path(path).resolve()
         self.host, self.port, self.api_key = host, port, api_key
         self.engine_config, self.device = engine_config, device
@@ -90,6 +93,9 @@ class LocalBackend:
         self.engine: Any = None
         self.registry: ModelRegistry | None = None
         self.server: ServerHandle | None = None
+        self.http = http
+        self.app: Any = None
+        """The OpenAI ASGI app, once the engine runs (with or without a server of our own)."""
         self._base_model: str | None = None
         self._base_path: str | None = None
         self._runs: dict[str, _Run] = {}
@@ -132,7 +138,7 @@ class LocalBackend:
                 )
         if self.engine is None:
             await asyncio.to_thread(self._start, model.base_model)
-        assert self.registry is not None and self.server is not None
+        assert self.registry is not None
         run = _Run(model, store)
         self._runs[model.name] = run
         self.registry.add_model(model.name)
@@ -142,8 +148,14 @@ class LocalBackend:
             )
         if model.trainable:
             await self._resume(run)
-        model.inference_base_url = self.server.base_url
-        model.inference_api_key = self.api_key or "local"
+        if self.server is not None:
+            model.inference_base_url = self.server.base_url
+            model.inference_api_key = self.api_key or "local"
+
+    @property
+    def base_model(self) -> str | None:
+        """The base model this backend serves (None until the first register)."""
+        return self._base_model
 
     async def _resume(self, run: _Run) -> None:
         """Serve the last checkpoint that loads; one that does not is set aside, never deleted."""
@@ -173,14 +185,17 @@ class LocalBackend:
         cfg = self.engine_config or TorchEngineConfig(device=self.device)
         self.engine = TorchEngine.from_pretrained(self._base_path, cfg)
         self.registry = ModelRegistry(base_model)
-        self.server = start_server(
-            self.engine,
-            self.registry,
-            host=self.host,
-            port=self.port,
-            api_key=self.api_key,
-            config=self.server_config,
+        self.app = create_app(
+            self.engine, self.registry, api_key=self.api_key, config=self.server_config
         )
+        if self.http:
+            self.server = start_app_server(
+                self.app,
+                host=self.host,
+                port=self.port,
+                api_key=self.api_key,
+                config=self.server_config,
+            )
         self._base_model = base_model
 
     def _run(self, model: Model) -> _Run:
@@ -245,9 +260,15 @@ class LocalBackend:
         groups: list[TrajectoryGroup],
         config: TrainConfig,
         progress: ProgressFn | None = None,
+        *,
+        request_id: str | None = None,
     ) -> TrainResult:
+        """One GRPO step (see the module docstring). `request_id`: a retry of a request whose
+        step was already committed returns that step's result instead of training again."""
         run = self._run(model)
         async with run.lock:
+            if request_id and (done := self._replay(run, request_id)):
+                return done
             await self._trainer(run)  # may fall back a step (a checkpoint that cannot resume)
             new_step = run.step + 1
             seqs, metrics = prepare_step(
@@ -259,11 +280,29 @@ class LocalBackend:
             )
             write_jsonl(run.store.trajectories_path("train", new_step), groups)
             return await self._commit(
-                run, new_step, config, metrics, lambda t: _rl(t, seqs, config, progress)
+                run, new_step, metrics, lambda t: _rl(t, seqs, config, progress), request_id
             )
 
+    def _replay(self, run: _Run, request_id: str) -> TrainResult | None:
+        found = run.store.find_request(request_id)
+        if found is None:
+            return None
+        step, metrics = found
+        log.info(
+            "%s: request %s was committed as step %d; not training again",
+            run.model.name,
+            request_id,
+            step,
+        )
+        return TrainResult(step=step, metrics={**metrics, "replayed": 1.0})
+
     async def _commit(
-        self, run: _Run, new_step: int, config: TrainConfig, metrics: dict[str, float], work: Any
+        self,
+        run: _Run,
+        new_step: int,
+        metrics: dict[str, float],
+        work: Any,
+        request_id: str | None,
     ) -> TrainResult:
         """Train (in a thread), checkpoint atomically, swap the adapter in; the step advances."""
         assert self.registry is not None
@@ -278,7 +317,12 @@ class LocalBackend:
             trainer = await self._trainer(run)
             try:
                 metrics.update(await asyncio.to_thread(work, trainer))
-                meta = {"base_model": run.model.base_model, "metrics": _finite(metrics)}
+                meta: dict[str, Any] = {
+                    "base_model": run.model.base_model,
+                    "metrics": _finite(metrics),
+                }
+                if request_id:
+                    meta["request_id"] = request_id
                 await asyncio.to_thread(run.store.write, new_step, trainer.save, meta)
             except BaseException:
                 # All or nothing: the trainer may hold an update that no checkpoint has; drop
@@ -295,9 +339,10 @@ class LocalBackend:
             if paused:
                 self.registry.resume(name)
         metrics["step_seconds"] = time.perf_counter() - t0
-        run.store.append_history(
-            {"step": new_step, "split": "train", "time": time.time(), **_finite(metrics)}
-        )
+        record: dict[str, Any] = {"step": new_step, "split": "train", "time": time.time()}
+        if request_id:
+            record["request_id"] = request_id
+        run.store.append_history({**record, **_finite(metrics)})
         return TrainResult(step=new_step, metrics=metrics)
 
     async def train_sft(
@@ -307,11 +352,15 @@ class LocalBackend:
         config: TrainConfig,
         epochs: int,
         batch_size: int,
+        *,
+        request_id: str | None = None,
     ) -> TrainResult:
         if epochs < 1 or batch_size < 1:
             raise UsageError(f"epochs and batch_size must be >= 1, got {epochs} and {batch_size}")
         run = self._run(model)
         async with run.lock:
+            if request_id and (done := self._replay(run, request_id)):
+                return done
             await self._trainer(run)
             seqs, stats = sft_sequences(self.engine.tokenizer, items, config.max_seq_length)
             if not seqs:
@@ -329,7 +378,7 @@ class LocalBackend:
                     "sft_steps": float(len(losses)),
                 }
 
-            return await self._commit(run, run.step + 1, config, metrics, work)
+            return await self._commit(run, run.step + 1, metrics, work, request_id)
 
     # --------------------------------------------------------------------- log
     async def log(self, model: Model, items: list[Any], split: str) -> None:

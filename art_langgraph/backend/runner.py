@@ -29,7 +29,7 @@ from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.engine.base import InferenceEngine
 from art_langgraph.errors import InfrastructureError, UsageError
 
-__all__ = ["ServerHandle", "check_bind", "serve", "start_server"]
+__all__ = ["ServerHandle", "check_bind", "serve", "start_app_server", "start_server"]
 
 
 def _is_loopback(host: str) -> bool:
@@ -105,16 +105,32 @@ def start_server(
 ) -> ServerHandle:
     """Serve `engine` in a background thread; returns once the port is bound."""
     check_bind(host, api_key)
-    limits = config or ServerConfig()
-    server = uvicorn.Server(
-        _config(
-            create_app(engine, registry, api_key=api_key, config=limits),
-            host,
-            port,
-            log_level,
-            limits,
-        )
+    app = create_app(engine, registry, api_key=api_key, config=config)
+    return start_app_server(
+        app,
+        host=host,
+        port=port,
+        api_key=api_key,
+        log_level=log_level,
+        startup_timeout_s=startup_timeout_s,
+        config=config,
     )
+
+
+def start_app_server(
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    api_key: str | None = None,
+    log_level: str = "warning",
+    startup_timeout_s: float = 30.0,
+    config: ServerConfig | None = None,
+) -> ServerHandle:
+    """Serve an ASGI app made by `create_app` (which holds the key) in a background thread."""
+    check_bind(host, api_key)
+    limits = config or ServerConfig()
+    server = uvicorn.Server(_config(app, host, port, log_level, limits))
     errors: list[BaseException] = []
 
     def run() -> None:

@@ -53,7 +53,7 @@ from art_langgraph.errors import (
     UsageError,
 )
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "validation_message"]
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error_body(400, _validation_message(exc.errors()), "invalid_request_error")
+        return _error_body(400, validation_message(exc.errors()), "invalid_request_error")
 
     @app.exception_handler(StarletteHTTPException)
     async def _starlette(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -460,7 +460,7 @@ def create_app(
     return app
 
 
-def _validation_message(errors: Any) -> str:
+def validation_message(errors: Any) -> str:
     first = errors[0] if errors else {}
     loc = ""
     for part in first.get("loc", ()):
@@ -496,7 +496,7 @@ def _parse(raw: bytes, max_depth: int) -> ChatCompletionRequest:
     try:
         return ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:
-        raise _HTTPError(400, _validation_message(exc.errors()), "invalid_request_error") from None
+        raise _HTTPError(400, validation_message(exc.errors()), "invalid_request_error") from None
 
 
 def _check_json(value: Any, max_depth: int) -> str | None:

@@ -1,7 +1,20 @@
-"""Inference engines: token ids in, token ids out, with LoRA adapters served by name."""
+"""Inference engines: token ids in, token ids out, with LoRA adapters served by name.
 
+`TorchEngine` loads torch on first use, so the protocol can be imported without it."""
+
+from typing import TYPE_CHECKING
+
+from art_langgraph._lazy import lazy_getattr
 from art_langgraph.engine.base import GenerateResult, InferenceEngine, SamplingParams, TokenEvent
-from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
+
+if TYPE_CHECKING:
+    from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
+
+__getattr__ = lazy_getattr(
+    __name__,
+    globals(),
+    {n: "art_langgraph.engine.torch_engine" for n in ("TorchEngine", "TorchEngineConfig")},
+)
 
 __all__ = [
     "GenerateResult",

@@ -1,8 +1,10 @@
 """Train a LangGraph agent with two tools (add, get_weather) on the tiny preset, on a CPU.
 
-    python -m examples.langgraph_agent [--steps 6] [--out runs/langgraph_agent]
+    python -m examples.langgraph_agent [--steps 6] [--out runs/langgraph_agent] [--backend URL]
 
-1. Start the embedded backend and register a trainable model (the tiny preset).
+1. Start the embedded backend (or, with `--backend URL`, use an `art-langgraph backend`
+   server: the one line that changes is `LocalBackend()` -> `RemoteBackend(url)`) and
+   register a trainable model (the tiny preset).
 2. Warm-start it with a short SFT on tool-call demonstrations: a random model cannot
    emit the tool-call format at all, so RL would have nothing to reward.
 3. The agent is an ordinary `langchain.agents.create_agent` graph; the only change to
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import re
 import time
@@ -164,12 +167,22 @@ def plot(rows: list[dict[str, float]], path: Path) -> None:
 
 
 async def run(
-    steps: int, out: Path, groups_per_step: int, group_size: int, seed: int
+    steps: int,
+    out: Path,
+    groups_per_step: int,
+    group_size: int,
+    seed: int,
+    backend_url: str | None = None,
 ) -> list[dict[str, float]]:
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     val = [task(random.Random(10_000 + i)) for i in range(16)]
-    async with art.LocalBackend(path=out / ".art") as backend:
+    backend: art.LocalBackend | art.RemoteBackend = (
+        art.RemoteBackend(backend_url, api_key=os.environ.get("ART_API_KEY"))
+        if backend_url
+        else art.LocalBackend(path=out / ".art")
+    )
+    async with backend:
         model = art.TrainableModel(
             name=f"agent-{int(time.time())}", project="langgraph-agent", base_model="tiny"
         )
@@ -229,8 +242,13 @@ def main(argv: list[str] | None = None) -> None:
         "--out", type=Path, default=Path("runs/langgraph_agent"), help="where the report goes"
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--backend",
+        default=None,
+        help="URL of an `art-langgraph backend` server (key: $ART_API_KEY); default: embedded",
+    )
     a = p.parse_args(argv)
-    asyncio.run(run(a.steps, a.out, a.groups_per_step, a.group_size, a.seed))
+    asyncio.run(run(a.steps, a.out, a.groups_per_step, a.group_size, a.seed, a.backend))
 
 
 if __name__ == "__main__":
