@@ -14,6 +14,9 @@ leaves the block is recorded on the trajectory, then re-raised.
 judge, a planner) are recorded with `trainable=False`. The handler never raises into
 the user's graph: a failure inside it is logged on the trajectory and skipped.
 
+Calls made through `model.openai_client()` (a plain OpenAI client: hand-written loops, the
+OpenAI Agents SDK, MCP harnesses) are recorded by its HTTP transport (`openai_capture.py`).
+
 Left out: LangChain's legacy text LLMs (`on_llm_start`), which chat graphs do not use.
 """
 
@@ -36,7 +39,7 @@ from langchain_core.tracers.context import register_configure_hook
 from art_langgraph.chat_model import ART_METADATA_KEY
 from art_langgraph.trajectory import ExceptionInfo, LLMCall, ToolEvent, Trajectory
 
-__all__ = ["TrajectoryCallback", "capture", "current_trajectory"]
+__all__ = ["TrajectoryCallback", "capture", "current_handler", "current_trajectory"]
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +158,10 @@ class TrajectoryCallback(BaseCallbackHandler):
             started_at=start["started_at"],
             metadata=start["metadata"],
         )
+        self.record_call(call)
+
+    def record_call(self, call: LLMCall) -> None:
+        """Add a finished call, in the order the calls started (concurrent calls end in any order)."""
         with self._lock:
             calls = self.trajectory.calls
             calls.append(call)
@@ -273,6 +280,11 @@ _CURRENT: contextvars.ContextVar[TrajectoryCallback | None] = contextvars.Contex
     "art_capture", default=None
 )
 register_configure_hook(_CURRENT, inheritable=True)
+
+
+def current_handler() -> TrajectoryCallback | None:
+    """The handler recording in this context, if a `capture()` is open."""
+    return _CURRENT.get()
 
 
 def current_trajectory() -> Trajectory | None:

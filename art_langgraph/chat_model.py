@@ -32,7 +32,13 @@ from pydantic import model_validator
 
 from art_langgraph.names import inference_name
 
-__all__ = ["ART_METADATA_KEY", "TrainableChatModel", "async_http_client", "sync_http_client"]
+__all__ = [
+    "ART_METADATA_KEY",
+    "TrainableChatModel",
+    "async_http_client",
+    "shared_async_transport",
+    "sync_http_client",
+]
 
 ART_METADATA_KEY = "art_trainable"
 """Metadata key that marks a chat model's calls as trainable for the capture handler."""
@@ -162,6 +168,11 @@ _LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100, keep
 _ASYNC_TRANSPORT = _PerLoopTransport(limits=_LIMITS)
 _SYNC_CLIENT: httpx.Client | None = None
 _SYNC_LOCK = threading.Lock()
+
+
+def shared_async_transport() -> httpx.AsyncBaseTransport:
+    """The transport over the shared per-loop pools (closing it closes nothing)."""
+    return _ASYNC_TRANSPORT
 
 
 def async_http_client() -> httpx.AsyncClient:

@@ -74,15 +74,23 @@ class Model(BaseModel):
         return self._backend
 
     def openai_client(self, **kwargs: Any) -> AsyncOpenAI:
-        """An AsyncOpenAI client pointed at the backend (kwargs go to the client)."""
+        """An AsyncOpenAI client pointed at the backend (kwargs go to the client).
+
+        Inside `art.capture()`, its chat completions are recorded with their exact token
+        ids (see `openai_capture.py`); it asks for token ids and logprobs by default."""
+        import httpx
         from openai import AsyncOpenAI
 
-        from art_langgraph.chat_model import async_http_client
+        from art_langgraph.chat_model import shared_async_transport
+        from art_langgraph.openai_capture import CapturingTransport
 
         self.backend()
         # Our own http_client: openai's default one closes itself from `__del__`, which can
         # unregister live sockets of other clients from the event loop (see chat_model.py).
-        kwargs.setdefault("http_client", async_http_client())
+        kwargs.setdefault(
+            "http_client",
+            httpx.AsyncClient(transport=CapturingTransport(shared_async_transport()), timeout=None),
+        )
         return AsyncOpenAI(
             base_url=self.inference_base_url, api_key=self.inference_api_key or "local", **kwargs
         )

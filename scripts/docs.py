@@ -11,6 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from art_langgraph.backend.backend_server import BackendServerConfig
 from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.engine.torch_engine import TorchEngineConfig
 from art_langgraph.training.config import ModelConfig, TrainConfig, config_table
@@ -29,6 +30,7 @@ def tables() -> dict[str, str]:
         "ModelConfig": config_table(ModelConfig),
         "TorchEngineConfig": "\n".join(engine),
         "ServerConfig": config_table(ServerConfig),
+        "BackendServerConfig": config_table(BackendServerConfig),
         "HarnessConfig": config_table(HarnessConfig),
     }
 

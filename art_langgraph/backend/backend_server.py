@@ -63,12 +63,13 @@ log = logging.getLogger(__name__)
 class BackendServerConfig(BaseModel):
     """Limits of the training API (the OpenAI endpoint's are `ServerConfig`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    max_upload_bytes: int = Field(256 * 2**20, ge=1024)
+    max_upload_bytes: int = Field(64 * 2**20, ge=1024)
     """Largest request body as sent (gzip-compressed or not): 413 above it, before reading."""
-    max_decoded_bytes: int = Field(1024 * 2**20, ge=1024)
-    """Largest request body once decompressed: 413 above it (a gzip bomb is never expanded)."""
+    max_decoded_bytes: int = Field(256 * 2**20, ge=1024)
+    """Largest request body once decompressed: 413 above it (a gzip bomb is never expanded
+    past it). 256 MiB holds a step of about 10M tokens of trajectories."""
     heartbeat_s: float = Field(5.0, gt=0)
     """A train call's stream sends a heartbeat line this often while the step runs, so
     proxies and the client see a live connection."""

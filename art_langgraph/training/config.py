@@ -200,5 +200,6 @@ def config_table(cls: type[BaseModel]) -> str:
             if isinstance(default, str)
             else str(default)
         )
-        rows.append(f"| `{name}` | `{shown}` | {(f.description or '').replace('|', '/')} |")
+        meaning = " ".join((f.description or "").split()).replace("|", "/")
+        rows.append(f"| `{name}` | `{shown}` | {meaning} |")
     return "\n".join(rows)

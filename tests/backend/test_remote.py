@@ -79,7 +79,7 @@ class Backend:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+def backend_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
     b = Backend(tmp_path_factory.mktemp("remote"), _free_port()).start()
     yield b
     b.stop()
@@ -95,11 +95,11 @@ async def _groups(model: art.Model, n_groups: int = 2, size: int = 4) -> list[ar
     return groups
 
 
-async def test_train_through_remote_backend(server: Backend) -> None:
-    backend = art.RemoteBackend(server.url, api_key=KEY)
+async def test_train_through_remote_backend(backend_server: Backend) -> None:
+    backend = art.RemoteBackend(backend_server.url, api_key=KEY)
     model = art.TrainableModel(name="remote-a", project="r", base_model="tiny")
     await model.register(backend)
-    assert model.inference_base_url == server.url + "/v1"
+    assert model.inference_base_url == backend_server.url + "/v1"
     assert await model.get_step() == 0
     groups = await _groups(model)
     stages: list[str] = []
@@ -115,17 +115,17 @@ async def test_train_through_remote_backend(server: Backend) -> None:
     assert second.step == 2 and "replayed" not in second.metrics  # same groups, next step
     await model.log(groups, split="val")
     assert await model.delete_checkpoints("val/reward", keep_last=1) == [1]
-    folder = server.path / "r" / "models" / "remote-a"
+    folder = backend_server.path / "r" / "models" / "remote-a"
     assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["0002"]
     assert len(art.read_groups(folder / "trajectories" / "val" / "0002.jsonl")) == 2
     # Another client (a new process, say) registering the same model resumes at step 2.
     again = art.TrainableModel(name="remote-a", project="r", base_model="tiny")
-    await again.register(art.RemoteBackend(server.url, api_key=KEY))
+    await again.register(art.RemoteBackend(backend_server.url, api_key=KEY))
     assert await again.get_step() == 2
 
 
-async def test_a_retried_request_trains_once(server: Backend) -> None:
-    backend = art.RemoteBackend(server.url, api_key=KEY)
+async def test_a_retried_request_trains_once(backend_server: Backend) -> None:
+    backend = art.RemoteBackend(backend_server.url, api_key=KEY)
     model = art.TrainableModel(name="remote-b", project="r", base_model="tiny")
     await model.register(backend)
     groups = await _groups(model)
@@ -133,7 +133,7 @@ async def test_a_retried_request_trains_once(server: Backend) -> None:
         model=ModelSpec.of(model), groups=groups, config=art.TrainConfig(), request_id="ab" * 16
     ).model_dump_json()
     headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
-    url = server.url + "/art/v1/train"
+    url = backend_server.url + "/art/v1/train"
     async with httpx.AsyncClient(timeout=120) as client:
         # A client that leaves right after its request was accepted: the step goes on.
         async with client.stream("POST", url, content=body, headers=headers) as r:
@@ -153,17 +153,21 @@ async def test_a_retried_request_trains_once(server: Backend) -> None:
         ]
         assert replay[-1]["data"]["step"] == 1 and replay[-1]["data"]["metrics"]["replayed"] == 1.0
     assert await model.get_step() == 1
-    history = (server.path / "r" / "models" / "remote-b" / "history.jsonl").read_text().splitlines()
+    history = (
+        (backend_server.path / "r" / "models" / "remote-b" / "history.jsonl")
+        .read_text()
+        .splitlines()
+    )
     assert [json.loads(h)["split"] for h in history] == ["train"]
 
 
-async def test_keys_and_binds(server: Backend, tmp_path: Path) -> None:
+async def test_keys_and_binds(backend_server: Backend, tmp_path: Path) -> None:
     model = art.TrainableModel(name="remote-c", project="r", base_model="tiny")
     with pytest.raises(art.UsageError, match="refused the API key"):
-        await model.register(art.RemoteBackend(server.url, api_key="wrong"))
+        await model.register(art.RemoteBackend(backend_server.url, api_key="wrong"))
     async with httpx.AsyncClient() as client:
         for path in ("/art/v1/health", "/v1/models"):
-            assert (await client.get(server.url + path)).status_code == 401
+            assert (await client.get(backend_server.url + path)).status_code == 401
     out = subprocess.run(
         [
             sys.executable,
@@ -186,12 +190,12 @@ async def test_keys_and_binds(server: Backend, tmp_path: Path) -> None:
         await model.register(art.RemoteBackend(f"http://127.0.0.1:{_free_port()}"))
 
 
-def test_the_client_never_imports_torch(server: Backend, tmp_path: Path) -> None:
+def test_the_client_never_imports_torch(backend_server: Backend, tmp_path: Path) -> None:
     """The LangGraph example, unchanged but for `--backend URL`, in a fresh process."""
     code = (
         "import sys\n"
         "from examples.langgraph_agent.agent import main\n"
-        f"main(['--steps', '1', '--groups-per-step', '2', '--group-size', '2', '--out', {str(tmp_path)!r}, '--backend', {server.url!r}])\n"
+        f"main(['--steps', '1', '--groups-per-step', '2', '--group-size', '2', '--out', {str(tmp_path)!r}, '--backend', {backend_server.url!r}])\n"
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch was imported'\n"
         "print('NO-TORCH')\n"
     )
@@ -209,7 +213,7 @@ def test_the_client_never_imports_torch(server: Backend, tmp_path: Path) -> None
     assert not (tmp_path / ".art").exists()  # checkpoints live on the server
 
 
-def test_art_mcp_trains_on_a_remote_backend(server: Backend, tmp_path: Path) -> None:
+def test_art_mcp_trains_on_a_remote_backend(backend_server: Backend, tmp_path: Path) -> None:
     # fmt: off
     args = [
         "--server", "python -m examples.mcp_server.server",
@@ -218,7 +222,7 @@ def test_art_mcp_trains_on_a_remote_backend(server: Backend, tmp_path: Path) -> 
         "--path", str(tmp_path), "--name", "mcp-remote", "--group-size", "2",
         "--groups-per-step", "2", "--sft-epochs", "1", "--max-tokens", "32",
         "--val-fraction", "0.1", "--steps", "1", "--tool-choice", "required",
-        "--backend", server.url,
+        "--backend", backend_server.url,
     ]
     # fmt: on
     out = subprocess.run(
@@ -231,7 +235,7 @@ def test_art_mcp_trains_on_a_remote_backend(server: Backend, tmp_path: Path) -> 
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "RL step 1" in out.stdout
-    remote = server.path / "mcp" / "models" / "mcp-remote"
+    remote = backend_server.path / "mcp" / "models" / "mcp-remote"
     assert [p.name for p in sorted((remote / "checkpoints").iterdir())] == ["0001", "0002"]
     local = tmp_path / "mcp" / "models" / "mcp-remote"
     assert (local / "report.json").exists() and not (local / "checkpoints").exists()

@@ -1,0 +1,139 @@
+"""Capture beyond LangChain: a plain `AsyncOpenAI` tool loop through `model.openai_client()`,
+recorded token-exactly inside `art.capture()`, then trained on."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import art_langgraph as art
+from art_langgraph.openai_capture import merge_stream_chunks
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "The answer to the user's sum.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
+]
+
+
+@pytest.fixture(scope="module")
+async def model(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[art.TrainableModel]:
+    async with art.LocalBackend(path=tmp_path_factory.mktemp("oc")) as backend:
+        m = art.TrainableModel(name="plain", project="oc", base_model="tiny")
+        await m.register(backend)
+        yield m
+
+
+async def _tool_loop(model: art.TrainableModel, seed: int) -> tuple[art.Trajectory, list[Any]]:
+    """A hand-written agent loop: a forced tool call, the tool's result, a final answer."""
+    client = model.openai_client()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "What is 2 + 3?"}]
+    responses = []
+    with art.capture(metadata={"seed": seed}) as traj:
+        first = await client.chat.completions.create(
+            model=model.name, messages=messages, tools=TOOLS, tool_choice="required",  # type: ignore[arg-type]
+            max_tokens=40, seed=seed,
+        )  # fmt: skip
+        responses.append(first)
+        call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
+        assert json.loads(call.function.arguments) == {}  # type: ignore[union-attr]
+        messages.append(first.choices[0].message.model_dump(exclude_none=True))
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": "5"})
+        final = await client.chat.completions.create(
+            model=model.name, messages=messages, tools=TOOLS, tool_choice="none",  # type: ignore[arg-type]
+            max_tokens=8, seed=seed,
+        )  # fmt: skip
+        responses.append(final)
+        traj.reward = 1.0 if "5" in (final.choices[0].message.content or "") else float(seed % 2)
+    return traj, responses
+
+
+async def test_a_plain_openai_tool_loop_is_captured_token_exactly(
+    model: art.TrainableModel,
+) -> None:
+    traj, responses = await _tool_loop(model, seed=1)
+    assert len(traj.calls) == 2 and traj.finished_at is not None
+    for call, r in zip(traj.calls, responses, strict=True):
+        extra = r.model_extra or {}
+        choice_extra = r.choices[0].model_extra or {}
+        assert call.prompt_token_ids == extra["prompt_token_ids"]
+        assert call.completion_token_ids == choice_extra["token_ids"]
+        assert call.logprobs == [t.logprob for t in r.choices[0].logprobs.content]
+        assert call.trainable and call.model == "plain@0" and call.adapter_step == 0
+    assert traj.calls[0].tools == TOOLS and traj.calls[0].tool_choice == "required"
+    assert traj.calls[0].response_message["tool_calls"][0]["function"]["name"] == "calculator"
+    assert traj.calls[1].messages[-1]["role"] == "tool"
+    assert traj.metadata == {"seed": 1}
+
+
+async def test_streamed_calls_are_recorded_whole(model: art.TrainableModel) -> None:
+    client = model.openai_client()
+    with art.capture() as traj:
+        stream = await client.chat.completions.create(
+            model=model.name,
+            messages=[{"role": "user", "content": "hello"}],
+            max_tokens=12,
+            stream=True,
+            seed=3,
+        )
+        text, ids = "", []
+        async for chunk in stream:
+            if chunk.choices:
+                text += chunk.choices[0].delta.content or ""
+                ids += (chunk.choices[0].model_extra or {}).get("token_ids") or []
+    (call,) = traj.calls
+    assert call.completion_token_ids == ids and len(ids) > 0
+    assert call.response_message["content"] == text
+    assert call.prompt_token_ids and call.logprobs is not None and len(call.logprobs) == len(ids)
+
+
+async def test_outside_capture_nothing_is_recorded_and_the_caller_sees_the_usual_response(
+    model: art.TrainableModel,
+) -> None:
+    client = model.openai_client()
+    r = await client.chat.completions.create(
+        model=model.name, messages=[{"role": "user", "content": "hi"}], max_tokens=4
+    )
+    assert r.choices[0].message.role == "assistant" and art.current_trajectory() is None
+    # a caller's explicit choice is kept: logprobs off stays off
+    r = await client.chat.completions.create(
+        model=model.name,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
+        logprobs=False,
+    )
+    assert r.choices[0].logprobs is None
+
+
+async def test_captured_openai_rollouts_train(model: art.TrainableModel) -> None:
+    trajs = [(await _tool_loop(model, seed=s))[0] for s in range(4)]
+    for i, t in enumerate(trajs):
+        t.reward = float(i % 2)
+    result = await model.train([art.TrajectoryGroup(trajs)], art.TrainConfig(learning_rate=1e-3))
+    assert result.step == 1
+    # token-exact: the trainer used the recorded ids of every call, none re-tokenized
+    assert result.metrics["tensorize/retokenized_calls"] == 0
+    assert result.metrics["tensorize/sequences"] >= 4 and result.metrics["grad_norm"] > 0
+
+
+def test_merge_stream_chunks_adds_up_tool_call_deltas() -> None:
+    chunks = [
+        {"id": "c", "model": "m@1", "prompt_token_ids": [1, 2], "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "t1", "function": {"name": "add", "arguments": '{"a"'}}]}, "token_ids": [5]}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}, "token_ids": [6], "finish_reason": "tool_calls"}]},
+    ]  # fmt: skip
+    merged = merge_stream_chunks(chunks)
+    (choice,) = merged["choices"]
+    assert merged["prompt_token_ids"] == [1, 2] and choice["token_ids"] == [5, 6]
+    assert choice["message"]["tool_calls"] == [
+        {"id": "t1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}
+    ]
+    assert choice["finish_reason"] == "tool_calls"
