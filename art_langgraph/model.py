@@ -12,10 +12,11 @@ backends (a `RemoteBackend` implements the same protocol).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from art_langgraph.backend.base import Backend, TrainResult
 from art_langgraph.errors import UsageError
@@ -128,11 +129,36 @@ class Model(BaseModel):
 
 
 class TrainableModel(Model):
-    """A model whose LoRA adapter trains with GRPO on the backend."""
+    """A model whose LoRA adapter trains with GRPO on the backend.
 
-    config: ModelConfig = Field(
-        default_factory=ModelConfig, description="The LoRA adapter and run settings."
+    `training` holds the LoRA adapter and run settings (`ModelConfig`); `config` is free for
+    your own settings, as in ART (`TrainableModel(config=MyAgentConfig(...))`)."""
+
+    training: ModelConfig = Field(
+        default_factory=ModelConfig,
+        description="The LoRA adapter and run settings the backend trains with.",
     )
+    config: Any = Field(
+        None,
+        description="Your own settings for rollouts (any value; the backend never reads it).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _settings_given_as_config(cls, data: Any) -> Any:
+        """`config=ModelConfig(...)` meant the training settings before they had their own
+        name: move it there, and say so once."""
+        if isinstance(data, dict) and isinstance(data.get("config"), ModelConfig):
+            if "training" in data:
+                raise UsageError("give the ModelConfig as training=..., not also as config=...")
+            warnings.warn(
+                "TrainableModel(config=ModelConfig(...)) is now TrainableModel(training=...); "
+                "config is left for your own settings, as in ART",
+                DeprecationWarning,
+                stacklevel=4,
+            )
+            data = {**data, "training": data["config"], "config": None}
+        return data
 
     @property
     def trainable(self) -> bool:

@@ -312,7 +312,7 @@ async def train(
             name=name,
             project=cfg.project,
             base_model=cfg.base_model,
-            config=art.ModelConfig(compute_dtype=cfg.compute_dtype),
+            training=art.ModelConfig(compute_dtype=cfg.compute_dtype),
         )
         await model.register(backend)
         # The harness's own files (scenarios, report) go beside the checkpoints when the

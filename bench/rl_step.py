@@ -387,7 +387,7 @@ async def run_ours(
         name="m",
         project="bench",
         base_model="tiny",
-        config=art.ModelConfig(lora_r=8, lora_alpha=16),
+        training=art.ModelConfig(lora_r=8, lora_alpha=16),
     )
     t_reg = time.perf_counter()
     await model.register(backend)

@@ -219,7 +219,7 @@ class LocalBackend:
     def _build_trainer(self, run: _Run) -> LoRATrainer:
         """A trainer holding exactly the latest checkpoint (adapter and optimizer)."""
         assert self._base_path is not None and run.model.trainable
-        trainer = LoRATrainer(self._base_path, run.model.config, self.device)  # type: ignore[attr-defined]
+        trainer = LoRATrainer(self._base_path, run.model.training, self.device)  # type: ignore[attr-defined]
         if run.step > 0:
             trainer.load(run.store.path(run.step))
         return trainer
@@ -308,7 +308,7 @@ class LocalBackend:
         assert self.registry is not None
         name = run.model.name
         paused = not (
-            run.model.trainable and run.model.config.serve_during_training  # type: ignore[attr-defined]
+            run.model.trainable and run.model.training.serve_during_training  # type: ignore[attr-defined]
         )
         if paused:
             self.registry.pause(name)

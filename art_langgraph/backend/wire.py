@@ -57,7 +57,9 @@ class ModelSpec(_Wire):
     project: str
     base_model: str
     trainable: bool
-    config: ModelConfig | None = Field(None, description="The LoRA settings (trainable only).")
+    training: ModelConfig | None = Field(
+        None, description="The LoRA and run settings (trainable only)."
+    )
 
     @field_validator("name", "project")
     @classmethod
@@ -67,13 +69,13 @@ class ModelSpec(_Wire):
 
     @classmethod
     def of(cls, model: Any) -> ModelSpec:
-        settings = getattr(model, "config", None) if model.trainable else None
+        settings = getattr(model, "training", None) if model.trainable else None
         return cls(
             name=model.name,
             project=model.project,
             base_model=model.base_model,
             trainable=model.trainable,
-            config=settings if isinstance(settings, ModelConfig) else None,
+            training=settings if isinstance(settings, ModelConfig) else None,
         )
 
     def build(self) -> Any:
@@ -85,7 +87,7 @@ class ModelSpec(_Wire):
                 name=self.name,
                 project=self.project,
                 base_model=self.base_model,
-                config=self.config or ModelConfig(),
+                training=self.training or ModelConfig(),
             )
         return Model(name=self.name, project=self.project, base_model=self.base_model)
 

@@ -23,7 +23,7 @@ async def backend(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[art
 
 async def _model(backend: art.LocalBackend, name: str, **config: object) -> art.TrainableModel:
     model = art.TrainableModel(
-        name=name, project="tests", base_model="tiny", config=art.ModelConfig(**config)
+        name=name, project="tests", base_model="tiny", training=art.ModelConfig(**config)
     )
     await model.register(backend)
     return model
