@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.base_model,
                 host=args.host,
                 port=args.port,
-                api_key=args.api_key,
+                api_key=args.api_key or None,
                 served_name=args.served_name,
                 chat_template=args.chat_template,
                 log_level=args.log_level,
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.path,
                 host=args.host,
                 port=args.port,
-                api_key=args.api_key,
+                api_key=args.api_key or None,
                 log_level=args.log_level,
                 engine_config=engine_config,
             )
