@@ -20,7 +20,6 @@ Left out: the Responses API (`use_responses_api`), which the backend does not se
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from typing import Any
 
@@ -30,6 +29,7 @@ from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import model_validator
 
+from art_langgraph.loops import PerLoop
 from art_langgraph.names import inference_name
 
 __all__ = [
@@ -139,21 +139,12 @@ class _PerLoopTransport(httpx.AsyncBaseTransport):
     """Delegates to one `httpx.AsyncHTTPTransport` per running event loop."""
 
     def __init__(self, **transport_kwargs: Any) -> None:
-        self._kwargs = transport_kwargs
-        self._pools: dict[asyncio.AbstractEventLoop, httpx.AsyncHTTPTransport] = {}
-        self._lock = threading.Lock()
+        self._pools: PerLoop[httpx.AsyncHTTPTransport] = PerLoop(
+            lambda: httpx.AsyncHTTPTransport(**transport_kwargs)
+        )
 
     def _pool(self) -> httpx.AsyncHTTPTransport:
-        loop = asyncio.get_running_loop()
-        pool = self._pools.get(loop)  # per request: one dict lookup, no lock
-        if pool is not None:
-            return pool
-        with self._lock:  # a new loop: drop the pools of closed ones, then make its pool
-            # A pool's connections reference their loop, so a weak key would never be
-            # freed; a closed loop's pool is unusable (its sockets close with it).
-            for old in [lp for lp in self._pools if lp.is_closed()]:
-                del self._pools[old]
-            return self._pools.setdefault(loop, httpx.AsyncHTTPTransport(**self._kwargs))
+        return self._pools.get()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         return await self._pool().handle_async_request(request)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any, Generic, ParamSpec, TypeVar
 
 from art_langgraph.errors import UsageError
+from art_langgraph.loops import PerLoop
 
 __all__ = ["DatasetBatch", "atomic_write", "iterate_dataset", "limit_concurrency"]
 
@@ -81,15 +82,11 @@ def limit_concurrency(n: int) -> Callable[[Callable[P, Awaitable[R]]], Callable[
         raise UsageError(f"limit_concurrency needs n >= 1, got {n}")
 
     def wrap(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-        semaphores: dict[Any, asyncio.Semaphore] = {}
+        semaphores = PerLoop(lambda: asyncio.Semaphore(n))
 
         @functools.wraps(fn)
         async def inner(*args: P.args, **kwargs: P.kwargs) -> R:
-            loop = asyncio.get_running_loop()
-            for stale in [lp for lp in semaphores if lp.is_closed()]:
-                del semaphores[stale]  # never keep a finished loop alive
-            sem = semaphores.setdefault(loop, asyncio.Semaphore(n))
-            async with sem:
+            async with semaphores.get():
                 return await fn(*args, **kwargs)
 
         return inner

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import torch
 
+from art_langgraph.devices import pick_device, pick_dtype, torch_dtype
 from art_langgraph.engine.base import GenerateResult, SamplingParams, TokenEvent
 from art_langgraph.engine.constrained import GrammarCompiler
 from art_langgraph.engine.kv_cache import drop_left, growing_cache, merge_rows
@@ -154,15 +155,15 @@ class TorchEngine:
 
         config = config or TorchEngineConfig()
         path = resolve_preset(base_model, cache_dir)
-        device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        dtype_name = config.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+        device = pick_device(config.device)
+        dtype_name = pick_dtype(config.dtype, device)
         hf_logging.disable_progress_bar()
         tokenizer = AutoTokenizer.from_pretrained(path)
         if config.chat_template is not None:
             from art_langgraph.engine.templates import load_chat_template
 
             tokenizer.chat_template = load_chat_template(config.chat_template)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype_name))
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype_name))
         model = model.to(device).eval()  # type: ignore[arg-type]
         engine = cls(model, tokenizer, config)
         engine.model_path = path

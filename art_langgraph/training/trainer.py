@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from art_langgraph.devices import pick_device, pick_dtype, torch_dtype
 from art_langgraph.errors import CheckpointError
 from art_langgraph.training import loss as L
 from art_langgraph.training.config import ModelConfig, TrainConfig
@@ -57,13 +58,9 @@ class LoRATrainer:
 
         hf_logging.disable_progress_bar()
         self.config = config
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        name = (
-            config.dtype
-            if config.dtype != "auto"
-            else ("bfloat16" if self.device.type == "cuda" else "float32")
-        )
-        self.dtype = getattr(torch, name)
+        self.device = torch.device(pick_device(device))
+        name = pick_dtype(config.dtype, self.device.type)
+        self.dtype = torch_dtype(name)
         self.compute_dtype = (
             self.dtype
             if config.compute_dtype in ("auto", name)
