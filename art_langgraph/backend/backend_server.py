@@ -38,9 +38,9 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from art_langgraph.backend.base import TrainResult
+from art_langgraph.backend.chat_service import validation_message
 from art_langgraph.backend.guard import Guard, error_json
 from art_langgraph.backend.local import LocalBackend
-from art_langgraph.backend.server import validation_message
 from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.backend.wire import (
     PREFIX,

@@ -1,7 +1,11 @@
-"""The request body of `/v1/chat/completions`, as the OpenAI API defines it, plus vLLM's extras.
+"""The wire format of `/v1/chat/completions`, as the OpenAI API defines it, plus vLLM's extras.
 
-Unknown fields are accepted and ignored (clients send fields we do not use, like
-`user` or `store`). Validation errors become HTTP 400 in the server.
+Requests: unknown fields are accepted and ignored (clients send fields we do not use,
+like `user` or `store`); validation errors become HTTP 400 in the server.
+
+Responses (`ChatCompletion`, `ChatCompletionChunk`): typed; an extra field (vLLM's
+`token_ids`, `prompt_token_ids`, a delta's parts) is left out of the JSON when it is None,
+while OpenAI's own fields are always there (`logprobs: null`, as OpenAI sends).
 
 Left out: audio, images, `functions` (the deprecated form of `tools`), `logit_bias`.
 """
@@ -9,11 +13,33 @@ Left out: audio, images, `functions` (the deprecated form of `tools`), `logit_bi
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
-__all__ = ["ChatCompletionRequest", "ChatMessage", "NamedToolChoice", "Tool"]
+__all__ = [
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "Choice",
+    "ChoiceLogprobs",
+    "ChunkChoice",
+    "Delta",
+    "NamedToolChoice",
+    "ResponseMessage",
+    "TokenLogprob",
+    "Tool",
+    "TopLogprob",
+    "Usage",
+]
 
 
 class StreamOptions(BaseModel):
@@ -232,3 +258,99 @@ class ChatCompletionRequest(BaseModel):
             {"type": "function", "function": t.function.model_dump(exclude_none=True)}
             for t in self.tools
         ]
+
+
+# ------------------------------------------------------------------------- responses
+class _Out(BaseModel):
+    """A response record: the fields named in `_omit_none` are left out when None."""
+
+    _omit_none: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_extras(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for key in self._omit_none:
+            if data.get(key, 0) is None:
+                del data[key]
+        return data
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[TokenLogprob]
+
+
+class ResponseMessage(_Out):
+    _omit_none = frozenset({"tool_calls"})
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    """Set only when the model called tools (OpenAI's `{"id", "type", "function"}` dicts)."""
+
+
+class Choice(_Out):
+    _omit_none = frozenset({"token_ids"})
+    index: int
+    message: ResponseMessage
+    finish_reason: str
+    logprobs: ChoiceLogprobs | None = None
+    token_ids: list[int] | None = None
+    """vLLM's extra: the completion's token ids (with `return_token_ids`)."""
+    stop_reason: int | str | None = None
+    """vLLM's extra: the stop string or token that ended the completion, if any."""
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatCompletion(_Out):
+    _omit_none = frozenset({"prompt_token_ids"})
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    """The weights that answered: `name@step`."""
+    choices: list[Choice]
+    usage: Usage
+    prompt_token_ids: list[int] | None = None
+    """vLLM's extra: the rendered prompt's token ids (with `return_token_ids`)."""
+
+
+class Delta(_Out):
+    _omit_none = frozenset({"role", "content", "tool_calls"})
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class ChunkChoice(_Out):
+    _omit_none = frozenset({"logprobs", "token_ids"})
+    index: int
+    delta: Delta
+    finish_reason: str | None = None
+    logprobs: ChoiceLogprobs | None = None
+    token_ids: list[int] | None = None
+    stop_reason: int | str | None = None
+
+
+class ChatCompletionChunk(_Out):
+    _omit_none = frozenset({"usage", "prompt_token_ids"})
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+    prompt_token_ids: list[int] | None = None
