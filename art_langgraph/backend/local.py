@@ -28,7 +28,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from art_langgraph.backend.base import TrainResult
 from art_langgraph.backend.checkpoints import CheckpointStore
@@ -80,11 +80,18 @@ class LocalBackend:
         max_loaded_adapters: int = 4,
         server_config: ServerConfig | None = None,
         http: bool = True,
+        engine: Literal["auto", "torch", "vllm"] = "auto",
     ) -> None:
         """`path`: where models live on disk. `max_loaded_adapters`: steps kept in the engine's
         memory per model; older pinned steps are loaded from disk on demand. `server_config`:
         the OpenAI server's limits and timeouts. `http=False` starts no server of its own:
-        the OpenAI app is left in `self.app` for a server that mounts it (the backend server)."""
+        the OpenAI app is left in `self.app` for a server that mounts it (the backend server).
+        `engine`: "torch" (our engine, in this process), "vllm" (a managed vLLM server from
+        `.venv-vllm`; `engine_config` is then a `VLLMEngineConfig`), or "auto": vLLM when it
+        is installed and a GPU is present, else torch."""
+        if engine not in ("auto", "torch", "vllm"):
+            raise UsageError(f"engine must be 'auto', 'torch' or 'vllm', not {engine!r}")
+        self.engine_kind = engine
         self.path = Path(path).resolve()
         self.host, self.port, self.api_key = host, port, api_key
         self.engine_config, self.device = engine_config, device
@@ -137,7 +144,12 @@ class LocalBackend:
                     f"{model.base_model!r}: use the same base_model, or another name/project"
                 )
         if self.engine is None:
-            await asyncio.to_thread(self._start, model.base_model)
+            await asyncio.to_thread(self._start, model.base_model, store.root)
+        rank_limit = getattr(getattr(self.engine, "config", None), "max_lora_rank", None)
+        if model.trainable and rank_limit is not None and model.training.lora_r > rank_limit:  # type: ignore[attr-defined]
+            raise UsageError(
+                f"lora_r={model.training.lora_r} is above the engine's max_lora_rank={rank_limit}"  # type: ignore[attr-defined]
+            )
         assert self.registry is not None
         run = _Run(model, store)
         self._runs[model.name] = run
@@ -177,13 +189,31 @@ class LocalBackend:
             run.step = step
             return
 
-    def _start(self, base_model: str) -> None:
-        from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
+    def _engine_kind(self) -> str:
+        if self.engine_kind != "auto":
+            return self.engine_kind
+        from art_langgraph.devices import pick_device
+        from art_langgraph.engine.vllm_engine import vllm_python
+
+        on_gpu = pick_device(self.device).startswith("cuda")
+        return "vllm" if on_gpu and vllm_python() is not None else "torch"
+
+    def _start(self, base_model: str, folder: Path) -> None:
         from art_langgraph.presets import resolve_preset
 
         self._base_path = resolve_preset(base_model)
-        cfg = self.engine_config or TorchEngineConfig(device=self.device)
-        self.engine = TorchEngine.from_pretrained(self._base_path, cfg)
+        if self._engine_kind() == "vllm":
+            from art_langgraph.engine.vllm_engine import VLLMEngine
+
+            # vLLM's log lands in the first model's folder (one engine serves them all)
+            self.engine = VLLMEngine.start(
+                self._base_path, self.engine_config, folder / "logs" / "vllm.log"
+            )
+        else:
+            from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
+
+            cfg = self.engine_config or TorchEngineConfig(device=self.device)
+            self.engine = TorchEngine.from_pretrained(self._base_path, cfg)
         self.registry = ModelRegistry(base_model)
         self.app = create_app(
             self.engine, self.registry, api_key=self.api_key, config=self.server_config

@@ -1,0 +1,451 @@
+"""`VLLMEngine`: the `InferenceEngine` contract on a vLLM OpenAI server run as a managed subprocess.
+
+vLLM runs from its own virtualenv (`scripts/setup-vllm.sh` makes `.venv-vllm`; its pins
+never meet ours) as `python -m vllm.entrypoints.openai.api_server` on a free loopback
+port, with LoRA enabled. Our server stays the one front door: it renders chat templates,
+parses tool calls, resolves `name@step` and checks every request; this engine only
+speaks token ids to vLLM's `/v1/completions` (`prompt` as a list of ids,
+`return_token_ids`, raw logprobs, top alternatives as ids via
+`return_tokens_as_token_ids`). Constraints (forced tool calls, `response_format`) are
+our llguidance grammars, handed to vLLM's structured outputs (its `guidance` backend).
+
+Adapters are loaded in place (`/v1/load_lora_adapter`, `load_inplace`) and then
+verified: vLLM must list the adapter with the new folder as its root, or the load fails
+loudly (`InfrastructureError`), so a step never silently serves the old weights.
+
+The subprocess: its log goes to `log_path`; start-up waits for `/health` (a clear error
+with the log's tail if it dies or times out); a request that finds it dead restarts it
+once (reloading the adapters it held) and retries; `close()` stops it. Left out:
+vLLM's own multi-GPU flags (pass them through `engine_args`), pipelined streaming of
+several choices per request (one request per choice, as our torch engine does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from art_langgraph.engine.base import GenerateResult, SamplingParams, TokenEvent
+from art_langgraph.errors import ContextLengthError, InfrastructureError, UsageError
+
+__all__ = ["VLLMEngine", "VLLMEngineConfig", "to_lark", "vllm_python"]
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def vllm_python() -> Path | None:
+    """The Python of the vLLM environment: `$ART_VLLM_PYTHON`, else `.venv-vllm` in the
+    repository; None when neither exists."""
+    env = os.environ.get("ART_VLLM_PYTHON")
+    candidates = [Path(env)] if env else []
+    candidates.append(ROOT / ".venv-vllm" / "bin" / "python")
+    for c in candidates:
+        if c.exists():
+            return c
+    return None
+
+
+@dataclass(frozen=True)
+class VLLMEngineConfig:
+    """Settings of the managed vLLM server."""
+
+    python: str | None = None
+    """The vLLM environment's Python; None: `vllm_python()`."""
+    dtype: str = "auto"
+    """vLLM's --dtype: auto (bfloat16 on GPUs; on CPUs vLLM picks bfloat16 where supported),
+    float32, bfloat16."""
+    max_model_len: int | None = None
+    """vLLM's --max-model-len; None: the model's own context length."""
+    max_loras: int = 4
+    """Adapters vLLM keeps loaded at once (--max-loras); the backend unloads older steps."""
+    max_lora_rank: int = 64
+    """Largest LoRA rank vLLM accepts (--max-lora-rank): at least the model's `lora_r`."""
+    kv_cache_gib: float = 2.0
+    """On the CPU: the KV cache's size (VLLM_CPU_KVCACHE_SPACE), in GiB."""
+    cpu_threads_bind: str | None = "auto"
+    """On the CPU: VLLM_CPU_OMP_THREADS_BIND; "auto" binds one thread per core (0-N), the
+    setting measured fastest here; None leaves vLLM's default."""
+    preload: bool = True
+    """On the CPU: LD_PRELOAD tcmalloc and Intel's OpenMP when the vLLM environment has them
+    (vLLM's CPU guide; measured faster here)."""
+    startup_timeout_s: float = 300.0
+    """How long to wait for the server's /health at start-up."""
+    engine_args: tuple[str, ...] = ()
+    """More flags for vLLM's server, passed through as given (e.g. ("--enforce-eager",))."""
+    extra_env: dict[str, str] = field(default_factory=dict)
+    """More environment variables for the vLLM process."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class VLLMEngine:
+    """An `InferenceEngine` over a managed vLLM server. Build it with `start`."""
+
+    def __init__(self, base_path: str, config: VLLMEngineConfig, log_path: Path) -> None:
+        from transformers import AutoConfig, AutoTokenizer
+
+        from art_langgraph.engine.constrained import GrammarCompiler
+
+        self.base_path, self.config, self.log_path = base_path, config, log_path
+        self.tokenizer = AutoTokenizer.from_pretrained(base_path)
+        hf = AutoConfig.from_pretrained(base_path)
+        self.vocab_size = int(hf.vocab_size)
+        native = int(getattr(hf, "max_position_embeddings", 0) or 2048)
+        self.context_length = int(config.max_model_len or native)
+        self.grammars = GrammarCompiler(self.tokenizer, self.vocab_size)
+        self.served_base = "base"
+        self._adapters: dict[str, str] = {}
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._url = ""
+        self._restart_lock = threading.Lock()
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ process
+    @classmethod
+    def start(cls, base_path: str, config: VLLMEngineConfig | None, log_path: Path) -> VLLMEngine:
+        engine = cls(base_path, config or VLLMEngineConfig(), log_path)
+        engine._spawn()
+        return engine
+
+    def _command(self, port: int) -> tuple[list[str], dict[str, str]]:
+        py = self.config.python or vllm_python()
+        if py is None:
+            raise UsageError(
+                "vLLM is not installed: run scripts/setup-vllm.sh (it makes .venv-vllm), or set "
+                "$ART_VLLM_PYTHON to a Python that has vllm"
+            )
+        cmd = [
+            str(py), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", self.base_path, "--served-model-name", self.served_base,
+            "--host", "127.0.0.1", "--port", str(port),
+            "--dtype", self.config.dtype, "--max-model-len", str(self.context_length),
+            "--enable-lora", "--max-loras", str(self.config.max_loras),
+            "--max-lora-rank", str(self.config.max_lora_rank),
+            "--structured-outputs-config", json.dumps({"backend": "guidance"}),
+            "--disable-uvicorn-access-log",
+            *self.config.engine_args,
+        ]  # fmt: skip
+        env = {
+            **os.environ,
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+            "VLLM_CPU_KVCACHE_SPACE": str(max(1, round(self.config.kv_cache_gib))),
+            "PYTHONUNBUFFERED": "1",
+            **self.config.extra_env,
+        }
+        env.pop("PYTHONPATH", None)  # our packages must not shadow vLLM's pins
+        if self.config.cpu_threads_bind == "auto":
+            env.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
+        elif self.config.cpu_threads_bind:
+            env.setdefault("VLLM_CPU_OMP_THREADS_BIND", self.config.cpu_threads_bind)
+        if self.config.preload and (libs := _preload_libs(Path(py).parent.parent)):
+            env["LD_PRELOAD"] = ":".join([*libs, env.get("LD_PRELOAD", "")]).rstrip(":")
+        return cmd, env
+
+    def _spawn(self) -> None:
+        port = _free_port()
+        cmd, env = self._command(port)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            out.write(f"\n--- {time.ctime()}: {' '.join(cmd)}\n".encode())
+            self._proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        self._url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        while True:
+            if self._proc.poll() is not None:
+                raise InfrastructureError(
+                    f"vLLM exited with code {self._proc.returncode} while starting; the end of "
+                    f"its log ({self.log_path}):\n{_tail(self.log_path)}"
+                )
+            try:
+                if httpx.get(self._url + "/health", timeout=2).status_code == 200:
+                    log.info("vLLM serves %s on %s", self.base_path, self._url)
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                self._stop()
+                raise InfrastructureError(
+                    f"vLLM did not answer /health within {self.config.startup_timeout_s:.0f} s; "
+                    f"the end of its log ({self.log_path}):\n{_tail(self.log_path)}"
+                )
+            time.sleep(0.25)
+
+    def _stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)
+            proc.wait(timeout=30)
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    async def _restart(self) -> None:
+        """Start vLLM again (it died) and reload the adapters it held."""
+        log.warning(
+            "vLLM is gone (exit code %s); restarting it", self._proc and self._proc.returncode
+        )
+        await asyncio.to_thread(self._restart_sync)
+        for name, path in list(self._adapters.items()):
+            await self._load(name, path)
+
+    def _restart_sync(self) -> None:
+        with self._restart_lock:
+            if not self.alive():
+                self._stop()
+                self._spawn()
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._stop)
+
+    def close_sync(self) -> None:
+        self._stop()
+
+    # ----------------------------------------------------------------- requests
+    def _http(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop or self._client.is_closed:
+            self._client = httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0))
+            self._client_loop = loop
+        return self._client
+
+    async def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """POST to vLLM; a dead server is restarted once and the request retried."""
+        for attempt in (0, 1):
+            try:
+                return await self._http().post(self._url + path, json=body)
+            except httpx.TransportError as exc:
+                if attempt == 0 and not self.alive():
+                    await self._restart()
+                    continue
+                raise InfrastructureError(f"vLLM did not answer {path}: {exc!r}") from None
+        raise AssertionError("unreachable")
+
+    def _body(
+        self, prompt_ids: Sequence[int], s: SamplingParams, adapter: str | None, stream: bool
+    ) -> dict[str, Any]:
+        if len(prompt_ids) >= self.context_length:
+            raise ContextLengthError(len(prompt_ids), None, self.context_length)
+        if adapter is not None and adapter not in self._adapters:
+            raise UsageError(f"adapter {adapter!r} is not loaded")
+        body: dict[str, Any] = {
+            "model": adapter or self.served_base,
+            "prompt": list(prompt_ids),
+            "max_tokens": min(s.max_tokens, self.context_length - len(prompt_ids)),
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "logprobs": max(1, s.top_logprobs),
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+            "ignore_eos": s.ignore_eos,
+            "stream": stream,
+        }
+        if s.stop:
+            body["stop"] = list(s.stop)
+        if s.stop_token_ids:
+            body["stop_token_ids"] = list(s.stop_token_ids)
+        if s.seed is not None:
+            body["seed"] = s.seed % 2**63
+        if s.grammar is not None:
+            body["structured_outputs"] = {"grammar": to_lark(s.grammar)}
+        return body
+
+    async def generate(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, adapter: str | None = None
+    ) -> GenerateResult:
+        t0 = time.perf_counter()
+        r = await self._post("/v1/completions", self._body(prompt_ids, sampling, adapter, False))
+        data = _json_or_error(r)
+        choice = data["choices"][0]
+        ids = [int(t) for t in choice.get("token_ids") or []]
+        lp = choice.get("logprobs") or {}
+        logprobs = [float(x) for x in lp.get("token_logprobs") or []]
+        if len(logprobs) != len(ids):
+            raise InfrastructureError(
+                f"vLLM returned {len(ids)} token ids but {len(logprobs)} logprobs"
+            )
+        tops = _tops(lp.get("top_logprobs"), sampling.top_logprobs)
+        return GenerateResult(
+            prompt_token_ids=list(prompt_ids),
+            completion_token_ids=ids,
+            logprobs=logprobs,
+            finish_reason=_finish(choice.get("finish_reason")),
+            stop_reason=choice.get("stop_reason"),
+            top_logprobs=tops,
+            adapter=adapter,
+            timings={"total": time.perf_counter() - t0},
+        )
+
+    async def stream(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, adapter: str | None = None
+    ) -> AsyncIterator[TokenEvent | GenerateResult]:
+        body = self._body(prompt_ids, sampling, adapter, True)
+        if not self.alive():
+            await self._restart()
+        ids: list[int] = []
+        logprobs: list[float] = []
+        tops_all: list[list[tuple[int, float]]] = []
+        finish, stop_reason = None, None
+        try:
+            async with self._http().stream("POST", self._url + "/v1/completions", json=body) as r:
+                if r.status_code != 200:
+                    _json_or_error(httpx.Response(r.status_code, content=await r.aread()))
+                async for line in r.aiter_lines():
+                    if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[5:])
+                    for choice in chunk.get("choices") or []:
+                        new = [int(t) for t in choice.get("token_ids") or []]
+                        lp = choice.get("logprobs") or {}
+                        lps = [float(x) for x in lp.get("token_logprobs") or []]
+                        tops = _tops(lp.get("top_logprobs"), sampling.top_logprobs)
+                        for k, t in enumerate(new):
+                            top = tops[k] if tops is not None and k < len(tops) else None
+                            ids.append(t)
+                            logprobs.append(lps[k] if k < len(lps) else float("nan"))
+                            if top is not None:
+                                tops_all.append(top)
+                            yield TokenEvent(t, logprobs[-1], top)
+                        if choice.get("finish_reason"):
+                            finish = choice["finish_reason"]
+                            stop_reason = choice.get("stop_reason")
+        except httpx.TransportError as exc:
+            raise InfrastructureError(f"vLLM's stream broke: {exc!r}") from None
+        yield GenerateResult(
+            prompt_token_ids=list(prompt_ids),
+            completion_token_ids=ids,
+            logprobs=logprobs,
+            finish_reason=_finish(finish),
+            stop_reason=stop_reason,
+            top_logprobs=tops_all if sampling.top_logprobs else None,
+            adapter=adapter,
+        )
+
+    # ----------------------------------------------------------------- adapters
+    async def load_adapter(self, name: str, path: str) -> None:
+        """Load (or replace, in place) adapter `name` from `path`, then check vLLM serves it."""
+        await self._load(name, path)
+        self._adapters[name] = path
+
+    async def _load(self, name: str, path: str) -> None:
+        body = {"lora_name": name, "lora_path": str(path), "load_inplace": True}
+        r = await self._post("/v1/load_lora_adapter", body)
+        if r.status_code != 200:
+            raise InfrastructureError(
+                f"vLLM refused to load adapter {name!r} from {path}: {r.status_code} {r.text[:500]}"
+            )
+        models = _json_or_error(await self._http().get(self._url + "/v1/models"))
+        roots = {m.get("id"): m.get("root") for m in models.get("data", [])}
+        if name not in roots or str(roots[name]) != str(path):
+            raise InfrastructureError(
+                f"vLLM did not take adapter {name!r} from {path}: it lists {roots.get(name)!r}; "
+                "the old weights would be served, so the step fails"
+            )
+
+    async def unload_adapter(self, name: str) -> None:
+        self._adapters.pop(name, None)
+        r = await self._post("/v1/unload_lora_adapter", {"lora_name": name})
+        if r.status_code not in (200, 404):
+            log.warning("vLLM could not unload %s: %s %s", name, r.status_code, r.text[:200])
+
+    def list_adapters(self) -> list[str]:
+        return list(self._adapters)
+
+
+def to_lark(grammar: str) -> str:
+    """Our llguidance grammar (`engine.constrained`) as the Lark text vLLM's `guidance`
+    backend takes: Lark stays Lark; a serialized JSON-schema or regex grammar becomes the
+    Lark rule that means the same (`%json {schema}` keeps its `x-guidance` settings)."""
+    if not grammar.lstrip().startswith("{"):
+        return grammar
+    spec = json.loads(grammar)
+    parts = spec.get("grammars") or []
+    if len(parts) != 1:
+        raise UsageError("vLLM takes one grammar per request")
+    part = parts[0]
+    if part.get("lark_grammar"):
+        return str(part["lark_grammar"])
+    if part.get("json_schema") is not None:
+        return "start: %json " + json.dumps(part["json_schema"]) + "\n"
+    raise UsageError(f"cannot hand this grammar to vLLM: {grammar[:200]}")
+
+
+def _json_or_error(r: httpx.Response) -> dict[str, Any]:
+    try:
+        data = r.json()
+    except ValueError:
+        data = {}
+    if r.status_code == 200 and isinstance(data, dict):
+        return data
+    message = (data.get("error") or {}).get("message") if isinstance(data, dict) else None
+    message = message or r.text[:500]
+    if 400 <= r.status_code < 500:
+        raise UsageError(f"vLLM: {message}")
+    raise InfrastructureError(f"vLLM answered {r.status_code}: {message}")
+
+
+def _tops(raw: Any, k: int) -> list[list[tuple[int, float]]] | None:
+    """vLLM's top_logprobs (dicts keyed "token_id:N" with return_tokens_as_token_ids)."""
+    if not k or not raw:
+        return None
+    out = []
+    for pos in raw:
+        pairs = sorted(
+            ((int(str(t).rpartition(":")[2]), float(v)) for t, v in (pos or {}).items()),
+            key=lambda p: -p[1],
+        )
+        out.append(pairs[:k])
+    return out
+
+
+def _finish(reason: Any) -> Any:
+    return reason if reason in ("stop", "length") else "abort" if reason is None else "stop"
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _preload_libs(venv: Path) -> list[str]:
+    """tcmalloc and Intel OpenMP from the vLLM environment or the system, when present."""
+    found = []
+    for pattern in ("libtcmalloc_minimal.so*", "libtcmalloc.so*", "libiomp5.so"):
+        hits = sorted(venv.glob(f"lib/python*/site-packages/**/{pattern}")) + sorted(
+            Path("/usr/lib/x86_64-linux-gnu").glob(pattern)
+        )
+        if hits:
+            found.append(str(hits[0]))
+    tc = [f for f in found if "tcmalloc" in f][:1]  # one tcmalloc is enough
+    return tc + [f for f in found if "iomp" in f]

@@ -1,0 +1,5 @@
+"""`python -m bench.rl_step`."""
+
+from bench.rl_step.cli import main
+
+main()
