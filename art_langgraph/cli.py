@@ -68,6 +68,12 @@ def _parser() -> argparse.ArgumentParser:
         help="require 'Authorization: Bearer KEY' on /v1 and /art (default: $ART_API_KEY)",
     )
     b.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "torch", "vllm"],
+        help="inference engine: torch (ours), vllm (scripts/setup-vllm.sh), auto (vLLM with a GPU)",
+    )
+    b.add_argument(
         "--engine-dtype",
         default=None,
         choices=["float32", "bfloat16", "float16"],
@@ -98,8 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "backend":
         from art_langgraph.backend.backend_server import serve_backend
 
-        engine_config = None
-        if args.engine_dtype:
+        engine_config: object = None
+        if args.engine == "vllm":
+            from art_langgraph.engine.vllm_engine import VLLMEngineConfig
+
+            engine_config = VLLMEngineConfig(dtype=args.engine_dtype or "auto")
+        elif args.engine_dtype:
             from art_langgraph.engine.torch_engine import TorchEngineConfig
 
             engine_config = TorchEngineConfig(dtype=args.engine_dtype)
@@ -111,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 api_key=args.api_key or None,
                 log_level=args.log_level,
                 engine_config=engine_config,
+                engine=args.engine,
             )
         except UsageError as exc:
             print(f"art-langgraph: error: {exc}", file=sys.stderr)

@@ -156,6 +156,13 @@ class HarnessConfig(BaseModel):
         ),
     )
     seed: int = Field(0, description="Seed for the split and the step order.")
+    engine: Literal["auto", "torch", "vllm"] = Field(
+        "auto",
+        description=(
+            "The embedded backend's inference engine: torch (ours), vllm (a managed vLLM "
+            "server; scripts/setup-vllm.sh installs it), auto (vLLM with a GPU, else torch)."
+        ),
+    )
     backend: str | None = Field(
         None,
         description=(
@@ -286,6 +293,11 @@ async def train(
     own_backend = backend is None
     if backend is None and cfg.backend is not None:
         backend = art.RemoteBackend(cfg.backend, api_key=os.environ.get("ART_API_KEY"))
+    if backend is None and cfg.engine == "vllm":
+        from art_langgraph.engine.vllm_engine import VLLMEngineConfig
+
+        vllm_config = VLLMEngineConfig(chat_template=cfg.chat_template, dtype=cfg.engine_dtype)
+        backend = art.LocalBackend(path=cfg.path, engine="vllm", engine_config=vllm_config)
     if backend is None and (cfg.chat_template is not None or cfg.engine_dtype != "auto"):
         from art_langgraph.engine import TorchEngineConfig
 
@@ -293,12 +305,12 @@ async def train(
             chat_template=cfg.chat_template,
             dtype=None if cfg.engine_dtype == "auto" else cfg.engine_dtype,
         )
-        backend = art.LocalBackend(path=cfg.path, engine_config=engine_config)
+        backend = art.LocalBackend(path=cfg.path, engine="torch", engine_config=engine_config)
     elif backend is not None and (cfg.chat_template is not None or cfg.engine_dtype != "auto"):
         log(
             "chat_template and engine_dtype apply to the backend train() builds; yours keeps its own"
         )
-    backend = backend or art.LocalBackend(path=cfg.path)
+    backend = backend or art.LocalBackend(path=cfg.path, engine=cfg.engine)
     server_log = Path(cfg.path) / cfg.project / "logs" / "mcp-server.log"
     toolset = MCPToolset(server, env=env, stderr_log=server_log)
     try:

@@ -82,14 +82,22 @@ def lora_adapter(tiny_path: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip `gpu` tests cleanly without CUDA, and `vllm` tests without a vLLM server binary."""
-    import shutil
+    """Skip `gpu` tests cleanly without CUDA, and `vllm` tests without a vLLM environment;
+    with $ART_REQUIRE_VLLM=1 (the test command sets it) a missing vLLM is a failure."""
+    import os
 
     import torch
 
+    from art_langgraph.engine.vllm_engine import vllm_python
+
     no_gpu = pytest.mark.skip(reason="needs a CUDA device")
-    no_vllm = pytest.mark.skip(reason="needs vLLM (`vllm` on PATH or $ART_VLLM_PYTHON)")
-    has_vllm = bool(shutil.which("vllm")) or bool(__import__("os").environ.get("ART_VLLM_PYTHON"))
+    no_vllm = pytest.mark.skip(reason="needs vLLM: scripts/setup-vllm.sh, or $ART_VLLM_PYTHON")
+    has_vllm = vllm_python() is not None
+    wanted = any("vllm" in item.keywords for item in items)
+    if not has_vllm and wanted and os.environ.get("ART_REQUIRE_VLLM") == "1":
+        raise pytest.UsageError(
+            "ART_REQUIRE_VLLM=1 but no vLLM environment: run scripts/setup-vllm.sh"
+        )
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(no_gpu)

@@ -29,7 +29,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
@@ -353,6 +353,7 @@ def serve_backend(
     config: BackendServerConfig | None = None,
     engine_config: Any = None,
     device: str | None = None,
+    engine: Literal["auto", "torch", "vllm"] = "auto",
 ) -> None:
     """Serve the training API and the OpenAI endpoint in the foreground until SIGINT/SIGTERM."""
     import uvicorn
@@ -369,6 +370,7 @@ def serve_backend(
         device=device,
         server_config=limits,
         http=False,
+        engine=engine,
     )
     app = create_backend_app(backend, api_key=api_key, config=config)
     server = uvicorn.Server(_config(app, host, port, log_level, limits, access_log=False))

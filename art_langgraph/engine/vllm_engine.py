@@ -89,6 +89,9 @@ class VLLMEngineConfig:
     """More flags for vLLM's server, passed through as given (e.g. ("--enforce-eager",))."""
     extra_env: dict[str, str] = field(default_factory=dict)
     """More environment variables for the vLLM process."""
+    chat_template: str | None = None
+    """A Jinja chat template (text or file) replacing the tokenizer's own; our server renders
+    prompts, so this is where it applies (as TorchEngineConfig.chat_template)."""
 
 
 def _free_port() -> int:
@@ -107,6 +110,10 @@ class VLLMEngine:
 
         self.base_path, self.config, self.log_path = base_path, config, log_path
         self.tokenizer = AutoTokenizer.from_pretrained(base_path)
+        if config.chat_template is not None:
+            from art_langgraph.engine.templates import load_chat_template
+
+            self.tokenizer.chat_template = load_chat_template(config.chat_template)
         hf = AutoConfig.from_pretrained(base_path)
         self.vocab_size = int(hf.vocab_size)
         native = int(getattr(hf, "max_position_embeddings", 0) or 2048)
@@ -197,7 +204,7 @@ class VLLMEngine:
         if proc is None or proc.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 15)
+            proc.terminate()  # the API server stops its engine core itself
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -256,9 +263,13 @@ class VLLMEngine:
             raise ContextLengthError(len(prompt_ids), None, self.context_length)
         if adapter is not None and adapter not in self._adapters:
             raise UsageError(f"adapter {adapter!r} is not loaded")
+        try:
+            prompt = [int(i) for i in prompt_ids]
+        except (TypeError, ValueError):
+            raise UsageError("prompt_ids must be token ids (integers)") from None
         body: dict[str, Any] = {
             "model": adapter or self.served_base,
-            "prompt": list(prompt_ids),
+            "prompt": prompt,
             "max_tokens": min(s.max_tokens, self.context_length - len(prompt_ids)),
             "temperature": s.temperature,
             "top_p": s.top_p,

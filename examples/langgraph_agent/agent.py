@@ -173,6 +173,7 @@ async def run(
     group_size: int,
     seed: int,
     backend_url: str | None = None,
+    engine: str = "auto",
 ) -> list[dict[str, float]]:
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
@@ -180,7 +181,7 @@ async def run(
     backend: art.LocalBackend | art.RemoteBackend = (
         art.RemoteBackend(backend_url, api_key=os.environ.get("ART_API_KEY"))
         if backend_url
-        else art.LocalBackend(path=out / ".art")
+        else art.LocalBackend(path=out / ".art", engine=engine)  # type: ignore[arg-type]
     )
     async with backend:
         model = art.TrainableModel(
@@ -247,8 +248,14 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="URL of an `art-langgraph backend` server (key: $ART_API_KEY); default: embedded",
     )
+    p.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "torch", "vllm"],
+        help="the embedded backend's engine (vllm: scripts/setup-vllm.sh)",
+    )
     a = p.parse_args(argv)
-    asyncio.run(run(a.steps, a.out, a.groups_per_step, a.group_size, a.seed, a.backend))
+    asyncio.run(run(a.steps, a.out, a.groups_per_step, a.group_size, a.seed, a.backend, a.engine))
 
 
 if __name__ == "__main__":
