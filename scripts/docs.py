@@ -14,33 +14,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from art_langgraph.backend.backend_server import BackendServerConfig
 from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.engine.torch_engine import TorchEngineConfig
+from art_langgraph.engine.vllm_engine import VLLMEngineConfig
 from art_langgraph.training.config import ModelConfig, TrainConfig, config_table
 from art_mcp.harness import HarnessConfig
 from bench.readme import README, update_readme
 
 
 def tables() -> dict[str, str]:
-    from dataclasses import fields
+    from dataclasses import MISSING, fields
 
-    engine = ["| field | default | meaning |", "|---|---|---|"]
-    for f in fields(TorchEngineConfig):
-        engine.append(f"| `{f.name}` | `{f.default}` | {_attr_doc(f.name)} |")
+    def dataclass_table(cls: type) -> str:
+        rows = ["| field | default | meaning |", "|---|---|---|"]
+        for f in fields(cls):
+            default = f.default if f.default_factory is MISSING else f.default_factory()
+            rows.append(f"| `{f.name}` | `{default}` | {_attr_doc(cls, f.name)} |")
+        return "\n".join(rows)
+
     return {
         "TrainConfig": config_table(TrainConfig),
         "ModelConfig": config_table(ModelConfig),
-        "TorchEngineConfig": "\n".join(engine),
+        "TorchEngineConfig": dataclass_table(TorchEngineConfig),
+        "VLLMEngineConfig": dataclass_table(VLLMEngineConfig),
         "ServerConfig": config_table(ServerConfig),
         "BackendServerConfig": config_table(BackendServerConfig),
         "HarnessConfig": config_table(HarnessConfig),
     }
 
 
-def _attr_doc(name: str) -> str:
+def _attr_doc(cls: type, name: str) -> str:
     """The docstring under a dataclass field, read from the source."""
     import ast
     import inspect
 
-    tree = ast.parse(inspect.getsource(TorchEngineConfig))
+    tree = ast.parse(inspect.getsource(cls))
     body = tree.body[0].body  # type: ignore[attr-defined]
     for i, node in enumerate(body):
         if (

@@ -136,6 +136,8 @@ class VLLMEngine:
 
     def _command(self, port: int) -> tuple[list[str], dict[str, str]]:
         py = self.config.python or vllm_python()
+        if py is not None and not Path(py).exists():
+            raise UsageError(f"vLLM's Python {py} does not exist: run scripts/setup-vllm.sh")
         if py is None:
             raise UsageError(
                 "vLLM is not installed: run scripts/setup-vllm.sh (it makes .venv-vllm), or set "

