@@ -15,9 +15,13 @@ guide recommends (one OpenMP thread bound per core, tcmalloc and Intel OpenMP pr
 another (each vLLM start costs about a minute), so read ratios loosely: the machine is
 shared.
 
+A second part (`--rl-steps`, default 3 after one warm-up) runs whole GRPO steps through
+`LocalBackend(engine=...)` on the same preset in fp32 for both engines: P prompts × G
+rollouts through the server, `model.train`, the swap; median seconds of each.
+
 Left out: GPUs (where vLLM is the engine to pick), prefix caching, streaming.
 
-    .venv/bin/python -m bench.engines [--requests 32 --max-tokens 64 --repeats 2]
+    .venv/bin/python -m bench.engines [--requests 32 --max-tokens 64 --repeats 2] [--rl-steps 3]
 """
 
 from __future__ import annotations
@@ -169,13 +173,75 @@ def _adapter(folder: Path) -> Path:
     return out
 
 
-async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+async def _rl(engine: str, args: argparse.Namespace) -> dict[str, Any]:
+    """GRPO steps through LocalBackend(engine=...) in fp32: rollouts, train, swap."""
+    import art_langgraph as art
+    from art_langgraph.engine.torch_engine import TorchEngineConfig
+    from art_langgraph.engine.vllm_engine import VLLMEngineConfig
+
+    cfg: Any = (
+        VLLMEngineConfig(dtype="float32")
+        if engine == "vllm"
+        else TorchEngineConfig(dtype="float32")
+    )
+    prompts = _prompts(args.rl_prompts)
+    steps = []
+    with tempfile.TemporaryDirectory() as d:
+        async with art.LocalBackend(d, engine=engine, engine_config=cfg) as backend:  # type: ignore[arg-type]
+            model = art.TrainableModel(name="m", project="b", base_model="smollm2-135m")
+            await model.register(backend)
+            client = model.openai_client(max_retries=0)
+
+            async def one(p: str, i: int) -> art.Trajectory:
+                with art.capture() as traj:
+                    r = await client.chat.completions.create(
+                        model=model.name,
+                        messages=[{"role": "user", "content": p}],
+                        max_tokens=args.rl_tokens,
+                        extra_body={"ignore_eos": True},
+                    )
+                text = r.choices[0].message.content or ""
+                traj.reward = len(set(text.split())) / 10 + 0.01 * i
+                return traj
+
+            for k in range(1 + args.rl_steps):
+                t0 = time.perf_counter()
+                groups = await art.gather_trajectory_groups(
+                    (art.TrajectoryGroup(one(p, i) for i in range(args.rl_group)) for p in prompts),
+                    progress=False,
+                )
+                t1 = time.perf_counter()
+                res = await model.train(groups, art.TrainConfig(learning_rate=1e-5))
+                t2 = time.perf_counter()
+                steps.append(
+                    {
+                        "warmup": k == 0,
+                        "wall_s": t2 - t0,
+                        "rollouts_s": t1 - t0,
+                        "train_call_s": t2 - t1,
+                        "swap_s": res.metrics.get("swap_seconds", float("nan")),
+                        "mismatch_max": res.metrics.get("mismatch/abs_diff_max", float("nan")),
+                    }
+                )
+                print(engine, steps[-1], flush=True)
+    timed = [s for s in steps if not s["warmup"]]
+    return {
+        "engine": engine,
+        "steps": steps,
+        **{k: statistics.median(s[k] for s in timed) for k in timed[0] if k != "warmup"},
+    }
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         adapter = await asyncio.to_thread(_adapter, Path(d))
-        return [await _setting(s, args, adapter) for s in args.settings]
+        rows = [await _setting(s, args, adapter) for s in args.settings]
+    rl = [await _rl(e, args) for e in ("torch", "vllm")] if args.rl_steps else []
+    return {"rows": rows, "rl": rl}
 
 
-def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+def report(args: argparse.Namespace, res: dict[str, Any]) -> None:
+    rows, rl = res["rows"], res["rl"]
     base = next((r for r in rows if r["setting"] == "torch-fp32"), rows[0])
     lines = [
         "| engine, setting | tok/s base | × torch fp32 | p50 / p95 s | tok/s LoRA | × torch fp32 | "
@@ -197,6 +263,25 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
         "OpenMP (the managed subprocess's defaults), `vllm-bf16-plain` does neither. Peak RSS: "
         "the engine's own (for torch, what this process grew by; for vLLM, its processes).",
     ]
+    if rl:
+        t = rl[0]
+        lines += [
+            "",
+            "| GRPO step, fp32, `LocalBackend(engine=...)` | s/step | × torch | rollouts s | "
+            "`train` call s | swap s | sampler/trainer max abs logprob diff |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in rl:
+            lines.append(
+                f"| {r['engine']} | {r['wall_s']:.2f} | {r['wall_s'] / t['wall_s']:.2f} | "
+                f"{r['rollouts_s']:.2f} | {r['train_call_s']:.2f} | {r['swap_s']:.3f} | "
+                f"{r['mismatch_max']:.1e} |"
+            )
+        lines += [
+            "",
+            f"{args.rl_prompts} prompts × {args.rl_group} rollouts × {args.rl_tokens} tokens per "
+            f"step, median of {args.rl_steps} steps after one warm-up; the same trainer for both.",
+        ]
     table = "\n".join(lines)
     print(table)
     write_results(
@@ -206,6 +291,7 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
             "args": vars(args),
             "rows": rows,
+            "rl": rl,
             "table": table,
         },
     )
@@ -222,6 +308,10 @@ def main(argv: list[str] | None = None) -> None:
         nargs="+",
         default=["torch-fp32", "torch-bf16", "vllm-bf16", "vllm-bf16-plain", "vllm-fp32"],
     )
+    p.add_argument("--rl-steps", type=int, default=3, help="timed GRPO steps per engine (0: none)")
+    p.add_argument("--rl-prompts", type=int, default=4)
+    p.add_argument("--rl-group", type=int, default=4)
+    p.add_argument("--rl-tokens", type=int, default=32)
     args = p.parse_args(argv)
     report(args, asyncio.run(run(args)))
 

@@ -205,3 +205,19 @@ def test_art_mcp_train_with_the_vllm_engine(tmp_path: Path) -> None:
     folder = tmp_path / "mcp" / "models" / "mcp-vllm"
     assert (folder / "logs" / "vllm.log").exists()
     assert [p.name for p in sorted((folder / "checkpoints").iterdir())] == ["0001", "0002"]
+
+
+def test_the_langgraph_example_with_the_vllm_engine(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "examples.langgraph_agent", "--steps", "1", "--groups-per-step",
+         "2", "--group-size", "2", "--out", str(tmp_path), "--engine", "vllm"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "held-out" in out.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert len(report["rows"]) == 1
+    assert list((tmp_path / ".art").glob("*/models/*/logs/vllm.log"))
