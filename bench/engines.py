@@ -117,7 +117,7 @@ async def _setting(name: str, args: argparse.Namespace, adapter: Path) -> dict[s
             preload=not plain,
         )
         log = Path(tempfile.gettempdir()) / f"bench-engines-{name}.log"
-        engine = await asyncio.to_thread(VLLMEngine.start, path, cfg, log)
+        engine = await asyncio.to_thread(VLLMEngine.start, path, cfg, log, 8)
     startup = time.perf_counter() - t0
     registry = ModelRegistry("base")
     handle = start_server(engine, registry)

@@ -144,8 +144,9 @@ class LocalBackend:
                     f"{model.base_model!r}: use the same base_model, or another name/project"
                 )
         if self.engine is None:
-            await asyncio.to_thread(self._start, model.base_model, store.root)
-        rank_limit = getattr(getattr(self.engine, "config", None), "max_lora_rank", None)
+            rank = model.training.lora_r if model.trainable else 8  # type: ignore[attr-defined]
+            await asyncio.to_thread(self._start, model.base_model, store.root, rank)
+        rank_limit = getattr(self.engine, "max_lora_rank", None)
         if model.trainable and rank_limit is not None and model.training.lora_r > rank_limit:  # type: ignore[attr-defined]
             raise UsageError(
                 f"lora_r={model.training.lora_r} is above the engine's max_lora_rank={rank_limit}"  # type: ignore[attr-defined]
@@ -198,7 +199,7 @@ class LocalBackend:
         on_gpu = pick_device(self.device).startswith("cuda")
         return "vllm" if on_gpu and vllm_python() is not None else "torch"
 
-    def _start(self, base_model: str, folder: Path) -> None:
+    def _start(self, base_model: str, folder: Path, lora_rank: int) -> None:
         from art_langgraph.presets import resolve_preset
 
         self._base_path = resolve_preset(base_model)
@@ -207,7 +208,7 @@ class LocalBackend:
 
             # vLLM's log lands in the first model's folder (one engine serves them all)
             self.engine = VLLMEngine.start(
-                self._base_path, self.engine_config, folder / "logs" / "vllm.log"
+                self._base_path, self.engine_config, folder / "logs" / "vllm.log", lora_rank
             )
         else:
             from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig

@@ -73,8 +73,10 @@ class VLLMEngineConfig:
     """vLLM's --max-model-len; None: the model's own context length."""
     max_loras: int = 4
     """Adapters vLLM keeps loaded at once (--max-loras); the backend unloads older steps."""
-    max_lora_rank: int = 64
-    """Largest LoRA rank vLLM accepts (--max-lora-rank): at least the model's `lora_r`."""
+    max_lora_rank: int | None = None
+    """Largest LoRA rank vLLM accepts (--max-lora-rank); None: the registered model's `lora_r`
+    (rounded up to a size vLLM supports). Keep it tight: vLLM pads every adapter to it, and
+    on this CPU rank 64 instead of 8 cut LoRA decoding from 107 to 21 tokens/s."""
     kv_cache_gib: float = 2.0
     """On the CPU: the KV cache's size (VLLM_CPU_KVCACHE_SPACE), in GiB."""
     cpu_threads_bind: str | None = "auto"
@@ -103,7 +105,9 @@ def _free_port() -> int:
 class VLLMEngine:
     """An `InferenceEngine` over a managed vLLM server. Build it with `start`."""
 
-    def __init__(self, base_path: str, config: VLLMEngineConfig, log_path: Path) -> None:
+    def __init__(
+        self, base_path: str, config: VLLMEngineConfig, log_path: Path, lora_rank: int = 8
+    ) -> None:
         from transformers import AutoConfig, AutoTokenizer
 
         from art_langgraph.engine.constrained import GrammarCompiler
@@ -120,6 +124,7 @@ class VLLMEngine:
         self.context_length = int(config.max_model_len or native)
         self.grammars = GrammarCompiler(self.tokenizer, self.vocab_size)
         self.served_base = "base"
+        self.max_lora_rank = config.max_lora_rank or _lora_size(lora_rank)
         self._adapters: dict[str, str] = {}
         self._proc: subprocess.Popen[bytes] | None = None
         self._url = ""
@@ -129,8 +134,15 @@ class VLLMEngine:
 
     # ------------------------------------------------------------------ process
     @classmethod
-    def start(cls, base_path: str, config: VLLMEngineConfig | None, log_path: Path) -> VLLMEngine:
-        engine = cls(base_path, config or VLLMEngineConfig(), log_path)
+    def start(
+        cls,
+        base_path: str,
+        config: VLLMEngineConfig | None,
+        log_path: Path,
+        lora_rank: int = 8,
+    ) -> VLLMEngine:
+        """Start vLLM for `base_path`; `lora_rank`: the adapters' rank (sizes --max-lora-rank)."""
+        engine = cls(base_path, config or VLLMEngineConfig(), log_path, lora_rank)
         engine._spawn()
         return engine
 
@@ -149,7 +161,7 @@ class VLLMEngine:
             "--host", "127.0.0.1", "--port", str(port),
             "--dtype", self.config.dtype, "--max-model-len", str(self.context_length),
             "--enable-lora", "--max-loras", str(self.config.max_loras),
-            "--max-lora-rank", str(self.config.max_lora_rank),
+            "--max-lora-rank", str(self.max_lora_rank),
             "--structured-outputs-config", json.dumps({"backend": "guidance"}),
             "--disable-uvicorn-access-log",
             *self.config.engine_args,
@@ -392,6 +404,14 @@ class VLLMEngine:
 
     def list_adapters(self) -> list[str]:
         return list(self._adapters)
+
+
+def _lora_size(rank: int) -> int:
+    """The smallest --max-lora-rank vLLM supports that holds `rank`."""
+    for size in (1, 8, 16, 32, 64, 128, 256, 320, 512):
+        if rank <= size:
+            return size
+    raise UsageError(f"vLLM supports LoRA ranks up to 512, not {rank}")
 
 
 def to_lark(grammar: str) -> str:
