@@ -20,6 +20,24 @@ from art_langgraph.errors import UsageError
 __all__ = ["main"]
 
 
+def _bind_args(p: argparse.ArgumentParser, port: int, guards: str) -> None:
+    """--host, --port, --api-key and --log-level, as both servers take them."""
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; others need --api-key)",
+    )
+    p.add_argument(
+        "--port", type=int, default=port, help=f"port to bind (default {port}; 0 picks a free one)"
+    )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("ART_API_KEY"),
+        help=f"require 'Authorization: Bearer KEY' on {guards} (default: $ART_API_KEY)",
+    )
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="art-langgraph", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -35,38 +53,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="a Jinja chat template file replacing the tokenizer's own (as vLLM's)",
     )
-    s.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to bind (default 127.0.0.1; others need --api-key)",
-    )
-    s.add_argument(
-        "--port", type=int, default=8000, help="port to bind (default 8000; 0 picks a free one)"
-    )
-    s.add_argument(
-        "--api-key",
-        default=os.environ.get("ART_API_KEY"),
-        help="require 'Authorization: Bearer KEY' (default: $ART_API_KEY)",
-    )
+    _bind_args(s, 8000, "/v1")
     s.add_argument(
         "--served-name", default=None, help="the model name clients use (default: the base model)"
     )
-    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     b = sub.add_parser("backend", help="serve the training API for RemoteBackend (and /v1)")
     b.add_argument("--path", default=".art", help="where models live on disk (default .art)")
-    b.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to bind (default 127.0.0.1; others need --api-key)",
-    )
-    b.add_argument(
-        "--port", type=int, default=8090, help="port to bind (default 8090; 0 picks a free one)"
-    )
-    b.add_argument(
-        "--api-key",
-        default=os.environ.get("ART_API_KEY"),
-        help="require 'Authorization: Bearer KEY' on /v1 and /art (default: $ART_API_KEY)",
-    )
+    _bind_args(b, 8090, "/v1 and /art")
     b.add_argument(
         "--engine",
         default="auto",
@@ -79,7 +72,6 @@ def _parser() -> argparse.ArgumentParser:
         choices=["float32", "bfloat16", "float16"],
         help="the inference engine's dtype (default: the engine's choice for the device)",
     )
-    b.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
 

@@ -78,7 +78,7 @@ class Model(BaseModel):
         """An AsyncOpenAI client pointed at the backend (kwargs go to the client).
 
         Inside `art.capture()`, its chat completions are recorded with their exact token
-        ids (see `openai_capture.py`); it asks for token ids and logprobs by default."""
+        ids (see `openai_capture.py`), asking for token ids and logprobs unless you set them."""
         import httpx
         from openai import AsyncOpenAI
 

@@ -1,13 +1,14 @@
 """Capture for plain OpenAI clients: `model.openai_client()` records its chat completions.
 
 The client returned by `model.openai_client()` sends its requests through
-`CapturingTransport`, an httpx transport in front of the shared per-loop pools. For a
-`POST .../chat/completions` it asks the server for token ids and logprobs (adding
-`return_token_ids` and `logprobs` unless the caller set them), and, when a `capture()`
-block is open in the caller's context, records the call as an `LLMCall` with the exact
+`CapturingTransport`, an httpx transport in front of the shared per-loop pools. When a
+`capture()` block is open in the caller's context, a `POST .../chat/completions` asks the
+server for token ids and logprobs (adding `return_token_ids` and `logprobs` unless the
+caller set them) and is recorded as an `LLMCall` with the exact
 prompt and completion token ids the server returned, the way the LangChain path does.
 Streamed responses pass through untouched chunk by chunk and are recorded once the
-stream ends. Everything else passes through as is; a failure to record is logged on the
+stream ends. Everything else, and every request outside `capture()`, passes through untouched (its
+body is not even parsed); a failure to record is logged on the
 trajectory, never raised into the caller's code.
 
 Why the transport and not a patched `openai` module: it works for any code holding the
@@ -43,7 +44,12 @@ class CapturingTransport(httpx.AsyncBaseTransport):
         self.inner = inner
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.method != "POST" or not request.url.path.endswith("/chat/completions"):
+        handler = current_handler()
+        if (
+            handler is None
+            or request.method != "POST"
+            or not request.url.path.endswith("/chat/completions")
+        ):
             return await self.inner.handle_async_request(request)
         try:
             body = json.loads(request.content)
@@ -62,10 +68,9 @@ class CapturingTransport(httpx.AsyncBaseTransport):
                 content=json.dumps(body).encode(),
                 extensions=request.extensions,
             )
-        handler = current_handler()
         started_at, t0 = datetime.now(UTC), time.perf_counter()
         response = await self.inner.handle_async_request(request)
-        if handler is None or response.status_code != 200:
+        if response.status_code != 200:
             return response
         if body.get("stream"):
             stream = _RecordingStream(response, handler, body, started_at, t0)

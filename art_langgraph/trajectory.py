@@ -49,6 +49,7 @@ __all__ = [
     "Trajectory",
     "TrajectoryGroup",
     "append_jsonl",
+    "as_groups",
     "normalize_message",
     "read_groups",
     "read_jsonl",
@@ -523,6 +524,14 @@ class TrajectoryGroup(_RewardChecked):
     def model_dump_json(self, *args: Any, **kwargs: Any) -> str:
         self._check_serializable()
         return super().model_dump_json(*args, **kwargs)
+
+
+def as_groups(items: Iterable[Any]) -> list[TrajectoryGroup]:
+    """Groups as given, a lone Trajectory as a group of one; anything else is a UsageError."""
+    groups = [g if isinstance(g, TrajectoryGroup) else TrajectoryGroup([g]) for g in items]
+    if any(not isinstance(t, Trajectory) for g in groups for t in g):
+        raise UsageError("expected TrajectoryGroups or Trajectories")
+    return groups
 
 
 def write_jsonl(path: str | os.PathLike[str], items: Iterable[BaseModel | dict[str, Any]]) -> int:

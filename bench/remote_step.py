@@ -90,7 +90,6 @@ async def _step(
             model=ModelSpec.of(model),
             groups=groups,
             config=art.TrainConfig(learning_rate=1e-4),
-            request_id="0" * 32,
         )
     )
     raw = len(gzip.decompress(body)) if headers.get("content-encoding") == "gzip" else len(body)

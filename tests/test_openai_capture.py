@@ -95,7 +95,7 @@ async def test_streamed_calls_are_recorded_whole(model: art.TrainableModel) -> N
     assert call.prompt_token_ids and call.logprobs is not None and len(call.logprobs) == len(ids)
 
 
-async def test_outside_capture_nothing_is_recorded_and_the_caller_sees_the_usual_response(
+async def test_outside_capture_requests_pass_untouched_and_nothing_is_recorded(
     model: art.TrainableModel,
 ) -> None:
     client = model.openai_client()
@@ -103,6 +103,8 @@ async def test_outside_capture_nothing_is_recorded_and_the_caller_sees_the_usual
         model=model.name, messages=[{"role": "user", "content": "hi"}], max_tokens=4
     )
     assert r.choices[0].message.role == "assistant" and art.current_trajectory() is None
+    assert r.choices[0].logprobs is None  # outside capture the request goes out untouched
+    assert "prompt_token_ids" not in (r.model_extra or {})
     # a caller's explicit choice is kept: logprobs off stays off
     r = await client.chat.completions.create(
         model=model.name,

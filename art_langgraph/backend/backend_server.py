@@ -8,7 +8,7 @@ One port serves two APIs, in one process and one event loop:
   `train_sft`, `log`, `delete_checkpoints`, `health`.
 
 A train call runs as a task of its own: a client that disconnects does not cancel the
-step, and a retry with the same `request_id` joins the running step or, once it is
+step, and a retry with the same `Idempotency-Key` joins the running step or, once it is
 committed, gets its result back (`LocalBackend` finds the id in the checkpoint's marker).
 A backend killed mid-step has committed nothing (steps are all or nothing), so the retry
 trains it once.
@@ -43,6 +43,7 @@ from art_langgraph.backend.guard import Guard, error_json
 from art_langgraph.backend.local import LocalBackend
 from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.backend.wire import (
+    IDEMPOTENCY_HEADER,
     PREFIX,
     BodyTooLarge,
     DeleteRequest,
@@ -51,6 +52,7 @@ from art_langgraph.backend.wire import (
     SFTRequest,
     StepEvent,
     TrainRequest,
+    check_idempotency_key,
     decode_body,
 )
 from art_langgraph.errors import ArtError, NotRegisteredError, UsageError
@@ -153,32 +155,32 @@ class _TrainingAPI:
         )
         return JSONResponse({"deleted": deleted})
 
-    async def train(self, request: Request) -> StreamingResponse:
-        req: TrainRequest = await self.body(request, TrainRequest)
-        model = self.model(req.model)
+    def trainable(self, spec: ModelSpec) -> Any:
+        model = self.model(spec)
         if not model.trainable:
             raise UsageError(f"model {model.name!r} is not trainable")
+        return model
+
+    async def train(self, request: Request) -> StreamingResponse:
+        key = check_idempotency_key(request.headers.get(IDEMPOTENCY_HEADER))
+        req: TrainRequest = await self.body(request, TrainRequest)
+        model = self.trainable(req.model)
         return self.stream(
-            req.request_id,
+            key,
             lambda progress: self.backend.train(
-                model, list(req.groups), req.config, progress, request_id=req.request_id
+                model, list(req.groups), req.config, progress, request_id=key
             ),
         )
 
     async def train_sft(self, request: Request) -> StreamingResponse:
+        key = check_idempotency_key(request.headers.get(IDEMPOTENCY_HEADER))
         req: SFTRequest = await self.body(request, SFTRequest)
-        model = self.model(req.model)
-        if not model.trainable:
-            raise UsageError(f"model {model.name!r} is not trainable")
+        model = self.trainable(req.model)
+        items = [item.value() for item in req.items]
         return self.stream(
-            req.request_id,
+            key,
             lambda _: self.backend.train_sft(
-                model,
-                [item.value() for item in req.items],
-                req.config,
-                req.epochs,
-                req.batch_size,
-                request_id=req.request_id,
+                model, items, req.config, req.epochs, req.batch_size, request_id=key
             ),
         )
 

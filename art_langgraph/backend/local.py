@@ -44,7 +44,7 @@ from art_langgraph.training.prepare import prepare_step
 from art_langgraph.training.sft import sft_sequences
 from art_langgraph.training.tensorize import TrainSequence
 from art_langgraph.training.trainer import LoRATrainer, ProgressFn
-from art_langgraph.trajectory import Trajectory, TrajectoryGroup, write_jsonl
+from art_langgraph.trajectory import TrajectoryGroup, as_groups, write_jsonl
 
 if TYPE_CHECKING:
     from art_langgraph.model import Model, TrainableModel
@@ -414,9 +414,7 @@ class LocalBackend:
     # --------------------------------------------------------------------- log
     async def log(self, model: Model, items: list[Any], split: str) -> None:
         run = self._run(model)
-        groups = [g if isinstance(g, TrajectoryGroup) else TrajectoryGroup([g]) for g in items]
-        if any(not isinstance(t, Trajectory) for g in groups for t in g):
-            raise UsageError("log takes TrajectoryGroups or Trajectories")
+        groups = as_groups(items)
         write_jsonl(run.store.trajectories_path(split, run.step), groups)
         rewards = [t.reward for g in groups for t in g]
         record: dict[str, Any] = {

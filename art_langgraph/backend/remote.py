@@ -7,7 +7,7 @@ Rollouts run in the user's process; the engine, the trainer and the checkpoints 
 groups as gzip-compressed JSON and waits for the new step, reporting progress.
 
 A lost connection during `train` (a network blip, a backend killed and restarted) is
-retried with the same request id for `retry_s` seconds, then raised as
+retried with the same idempotency key for `retry_s` seconds, then raised as
 `BackendUnavailableError`; calling `train` again with the same groups is safe either way:
 the id is derived from the model, the step trained from and the payload, so the backend
 never trains one request twice. This module imports neither torch nor transformers.
@@ -28,6 +28,7 @@ import httpx
 from art_langgraph import errors
 from art_langgraph.backend.base import TrainResult
 from art_langgraph.backend.wire import (
+    IDEMPOTENCY_HEADER,
     PREFIX,
     DeleteRequest,
     LogRequest,
@@ -37,10 +38,10 @@ from art_langgraph.backend.wire import (
     StepEvent,
     TrainRequest,
     encode_body,
-    request_id,
+    idempotency_key,
 )
 from art_langgraph.errors import InfrastructureError, NotRegisteredError, UsageError
-from art_langgraph.trajectory import Trajectory, TrajectoryGroup
+from art_langgraph.trajectory import TrajectoryGroup, as_groups
 
 if TYPE_CHECKING:
     from art_langgraph.model import Model, TrainableModel
@@ -140,9 +141,7 @@ class RemoteBackend:
         return step
 
     async def log(self, model: Model, items: list[Any], split: str) -> None:
-        groups = [g if isinstance(g, TrajectoryGroup) else TrajectoryGroup([g]) for g in items]
-        if any(not isinstance(t, Trajectory) for g in groups for t in g):
-            raise UsageError("log takes TrajectoryGroups or Trajectories")
+        groups = as_groups(items)
         await self._post("/log", LogRequest(model=ModelSpec.of(model), groups=groups, split=split))
 
     async def delete_checkpoints(self, model: Model, metric: str, keep_last: int) -> list[int]:
@@ -162,13 +161,7 @@ class RemoteBackend:
                 "a group still holds pending rollouts: await art.gather_trajectory_groups(...) "
                 "(or group.resolve()) before train"
             )
-        spec = ModelSpec.of(model)
-        payload = json.dumps(
-            [[g.model_dump(mode="json") for g in groups], config.model_dump(mode="json")],
-            sort_keys=True,
-        ).encode()
-        rid = request_id(spec, self._steps.get((model.project, model.name), 0), payload)
-        body = TrainRequest(model=spec, groups=groups, config=config, request_id=rid)
+        body = TrainRequest(model=ModelSpec.of(model), groups=groups, config=config)
         return await self._stream(model, "/train", body, progress)
 
     async def train_sft(
@@ -181,26 +174,23 @@ class RemoteBackend:
     ) -> TrainResult:
         if epochs < 1 or batch_size < 1:
             raise UsageError(f"epochs and batch_size must be >= 1, got {epochs} and {batch_size}")
-        spec = ModelSpec.of(model)
-        tagged = [SFTItem.of(i) for i in items]
-        dumped = [t.model_dump(mode="json") for t in tagged]
-        payload = json.dumps([dumped, config.model_dump(mode="json"), epochs, batch_size]).encode()
-        rid = request_id(spec, self._steps.get((model.project, model.name), 0), payload)
         body = SFTRequest(
-            model=spec,
-            items=tagged,
+            model=ModelSpec.of(model),
+            items=[SFTItem.of(i) for i in items],
             config=config,
             epochs=epochs,
             batch_size=batch_size,
-            request_id=rid,
         )
         return await self._stream(model, "/train_sft", body, None)
 
     async def _stream(
-        self, model: Model, path: str, body: Any, progress: ProgressFn | None
+        self, model: Model, path: str, body: TrainRequest | SFTRequest, progress: ProgressFn | None
     ) -> TrainResult:
-        """Post a train call and follow its event lines; retry a lost connection by id."""
-        content, headers = encode_body(body)
+        """Post a train call and follow its event lines; retry a lost connection by key."""
+        content, headers = encode_body(body)  # serialized once: the key hashes these bytes
+        from_step = self._steps.get((model.project, model.name), 0)
+        key = idempotency_key(body.model, from_step, content)
+        headers[IDEMPOTENCY_HEADER] = key
         deadline = time.monotonic() + self.retry_s
         timeout = httpx.Timeout(self.timeout_s, read=None)
         while True:
@@ -216,7 +206,7 @@ class RemoteBackend:
                     f"lost the backend at {self.url} during {path} "
                     f"({type(exc).__name__}: {exc}). A step is all or nothing: call train again "
                     "with the same groups once the backend is back; it trains the step once "
-                    f"(request id {body.request_id})."
+                    f"(idempotency key {key})."
                 ) from None
             self._steps[(model.project, model.name)] = result.step
             return result

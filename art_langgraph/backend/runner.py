@@ -104,7 +104,6 @@ def start_server(
     config: ServerConfig | None = None,
 ) -> ServerHandle:
     """Serve `engine` in a background thread; returns once the port is bound."""
-    check_bind(host, api_key)
     app = create_app(engine, registry, api_key=api_key, config=config)
     return start_app_server(
         app,

@@ -5,8 +5,8 @@ gzip`): trajectory groups compress about 5-10x, being token ids and repeated pro
 A train call answers a stream of JSON lines (`StepEvent`): `accepted`, then `progress`
 while the step runs, `heartbeat` every few seconds, and `result` or `error` last.
 
-`request_id` makes a train call idempotent: the client derives it from the model, the
-step it trains from and the payload, so a retry after a lost connection (or a backend
+The `Idempotency-Key` header makes a train call idempotent: the client derives it from
+the model, the step it trains from and the encoded body (serialized once), so a retry after a lost connection (or a backend
 killed mid-step and restarted) trains the step once.
 
 Left out: the OpenAI endpoint (it is the same `/v1` as the embedded server's).
@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
 import zlib
 from typing import Any, Literal
 
@@ -28,6 +29,7 @@ from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.trajectory import Trajectory, TrajectoryGroup
 
 __all__ = [
+    "IDEMPOTENCY_HEADER",
     "DeleteRequest",
     "LogRequest",
     "ModelSpec",
@@ -35,9 +37,10 @@ __all__ = [
     "SFTRequest",
     "StepEvent",
     "TrainRequest",
+    "check_idempotency_key",
     "decode_body",
     "encode_body",
-    "request_id",
+    "idempotency_key",
 ]
 
 PREFIX = "/art/v1"
@@ -96,7 +99,6 @@ class TrainRequest(_Wire):
     model: ModelSpec
     groups: list[TrajectoryGroup]
     config: TrainConfig
-    request_id: str = Field(pattern=r"^[0-9a-f]{16,64}$")
 
 
 class SFTItem(_Wire):
@@ -122,7 +124,6 @@ class SFTRequest(_Wire):
     config: TrainConfig
     epochs: int = Field(ge=1)
     batch_size: int = Field(ge=1)
-    request_id: str = Field(pattern=r"^[0-9a-f]{16,64}$")
 
 
 class LogRequest(_Wire):
@@ -148,13 +149,26 @@ class StepEvent(_Wire):
     error: `message` and `kind` (the exception class, e.g. `UsageError`)."""
 
 
-def request_id(spec: ModelSpec, from_step: int, payload: bytes) -> str:
-    """The id of one train call: the same model, starting step and payload give the same id."""
+IDEMPOTENCY_HEADER = "idempotency-key"
+"""The header that names a train call (the IETF draft's name for it)."""
+
+_KEY = re.compile(r"^[0-9a-f]{16,64}$")
+
+
+def idempotency_key(spec: ModelSpec, from_step: int, body: bytes) -> str:
+    """The key of one train call: the same model, starting step and body give the same key."""
     h = hashlib.sha256()
     h.update(spec.model_dump_json().encode())
     h.update(str(from_step).encode())
-    h.update(hashlib.sha256(payload).digest())
+    h.update(hashlib.sha256(body).digest())
     return h.hexdigest()[:32]
+
+
+def check_idempotency_key(value: str | None) -> str:
+    """The header's value, or a UsageError (it names a job, so it is checked like a name)."""
+    if value is None or not _KEY.match(value):
+        raise UsageError(f"the {IDEMPOTENCY_HEADER} header must be 16-64 hex digits, got {value!r}")
+    return value
 
 
 def encode_body(body: BaseModel | dict[str, Any]) -> tuple[bytes, dict[str, str]]:
@@ -166,7 +180,9 @@ def encode_body(body: BaseModel | dict[str, Any]) -> tuple[bytes, dict[str, str]
     )
     headers = {"content-type": "application/json"}
     if len(raw) > _GZIP_ABOVE:
-        raw = gzip.compress(raw, compresslevel=1)
+        raw = gzip.compress(
+            raw, compresslevel=1, mtime=0
+        )  # same body, same bytes (the key hashes them)
         headers["content-encoding"] = "gzip"
     return raw, headers
 

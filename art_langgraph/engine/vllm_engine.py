@@ -40,6 +40,7 @@ import httpx
 
 from art_langgraph.engine.base import GenerateResult, SamplingParams, TokenEvent
 from art_langgraph.errors import ContextLengthError, InfrastructureError, UsageError
+from art_langgraph.loops import PerLoop
 
 __all__ = ["VLLMEngine", "VLLMEngineConfig", "to_lark", "vllm_python"]
 
@@ -129,8 +130,9 @@ class VLLMEngine:
         self._proc: subprocess.Popen[bytes] | None = None
         self._url = ""
         self._restart_lock = threading.Lock()
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._clients: PerLoop[httpx.AsyncClient] = PerLoop(
+            lambda: httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0))
+        )
 
     # ------------------------------------------------------------------ process
     @classmethod
@@ -252,11 +254,7 @@ class VLLMEngine:
 
     # ----------------------------------------------------------------- requests
     def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop or self._client.is_closed:
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0))
-            self._client_loop = loop
-        return self._client
+        return self._clients.get()
 
     async def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
         """POST to vLLM; a dead server is restarted once and the request retried."""

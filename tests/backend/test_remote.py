@@ -23,7 +23,7 @@ import art_langgraph as art
 from art_langgraph.backend.backend_server import BackendServerConfig, create_backend_app
 from art_langgraph.backend.remote import BackendUnavailableError
 from art_langgraph.backend.runner import start_app_server
-from art_langgraph.backend.wire import ModelSpec, TrainRequest
+from art_langgraph.backend.wire import ModelSpec, TrainRequest, encode_body, idempotency_key
 from tests.backend.rollouts import rollout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,9 +130,13 @@ async def test_a_retried_request_trains_once(backend_server: Backend) -> None:
     await model.register(backend)
     groups = await _groups(model)
     body = TrainRequest(
-        model=ModelSpec.of(model), groups=groups, config=art.TrainConfig(), request_id="ab" * 16
+        model=ModelSpec.of(model), groups=groups, config=art.TrainConfig()
     ).model_dump_json()
-    headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    headers = {
+        "authorization": f"Bearer {KEY}",
+        "content-type": "application/json",
+        "idempotency-key": "ab" * 16,
+    }
     url = backend_server.url + "/art/v1/train"
     async with httpx.AsyncClient(timeout=120) as client:
         # A client that leaves right after its request was accepted: the step goes on.
@@ -287,11 +291,9 @@ async def test_bad_uploads_get_4xx_and_write_nothing(small: tuple[str, Path]) ->
     model = art.TrainableModel(name="strict", project="r", base_model="tiny")
     await model.register(art.RemoteBackend(url))
     groups = await _groups(model, n_groups=1)
-    good = TrainRequest(
-        model=ModelSpec.of(model), groups=groups, config=art.TrainConfig(), request_id="cd" * 16
-    )
+    good = TrainRequest(model=ModelSpec.of(model), groups=groups, config=art.TrainConfig())
     body = json.loads(good.model_dump_json())
-    json_ = {"content-type": "application/json"}
+    json_ = {"content-type": "application/json", "idempotency-key": "cd" * 16}
 
     def post(content: bytes, headers: dict[str, str] | None = None) -> httpx.Response:
         return httpx.post(
@@ -301,7 +303,8 @@ async def test_bad_uploads_get_4xx_and_write_nothing(small: tuple[str, Path]) ->
     cases: list[tuple[bytes, dict[str, str], int, str]] = [
         (b"{not json", {}, 400, "Invalid JSON"),
         (json.dumps({**body, "groups": "x"}).encode(), {}, 400, "groups"),
-        (json.dumps({**body, "request_id": "../../etc"}).encode(), {}, 400, "request_id"),
+        (good.model_dump_json().encode(), {"idempotency-key": "../../etc"}, 400, "idempotency-key"),
+        (json.dumps({**body, "request_id": "ab" * 16}).encode(), {}, 400, "request_id"),
         (
             json.dumps({**body, "model": {**body["model"], "name": "../up"}}).encode(),
             {},
@@ -341,3 +344,15 @@ async def test_bad_uploads_get_4xx_and_write_nothing(small: tuple[str, Path]) ->
     # The same server still trains a good upload.
     result = await model.train(groups, art.TrainConfig(learning_rate=2e-3))
     assert result.step == 1
+
+
+def test_the_idempotency_key_is_the_same_for_the_same_call() -> None:
+    """A retry re-encodes the body: gzip must give the same bytes (no timestamp), so the key
+    derived from them is the same, and another starting step gives another key."""
+    traj = art.Trajectory(messages=[{"role": "user", "content": "x" * 40_000}], reward=1.0)
+    spec = ModelSpec(name="m", project="p", base_model="tiny", trainable=True)
+    body = TrainRequest(model=spec, groups=[art.TrajectoryGroup([traj])], config=art.TrainConfig())
+    (a, headers), (b, _) = encode_body(body), encode_body(body)
+    assert headers.get("content-encoding") == "gzip" and a == b
+    assert idempotency_key(spec, 3, a) == idempotency_key(spec, 3, b)
+    assert idempotency_key(spec, 4, a) != idempotency_key(spec, 3, a)
