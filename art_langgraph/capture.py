@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -89,6 +90,8 @@ class TrajectoryCallback(BaseCallbackHandler):
         def start() -> None:
             params = kwargs.get("invocation_params") or {}
             meta = metadata or {}
+            if (linked := _langfuse_trace_id(run_id, parent_run_id)) is not None:
+                self.trajectory.metadata.setdefault("langfuse_linked_trace_id", linked)
             self._llm[run_id] = {
                 "messages": convert_to_openai_messages(messages[0]) if messages else [],
                 "tools": params.get("tools"),
@@ -321,6 +324,28 @@ class capture:
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         self.__exit__(exc_type, exc, tb)
+
+
+def _langfuse_trace_id(run_id: UUID, parent_run_id: UUID | None) -> str | None:
+    """The trace of this run in a user's `langfuse.langchain.CallbackHandler`, when one is
+    among this run's callbacks; None otherwise. The handler is found in the run's config
+    (LangChain's `var_child_runnable_config`); its trace is the one it opened for this run
+    or its parent (`_runs`, which its SDK 5.x keeps), else its `last_trace_id`."""
+    if "langfuse" not in sys.modules:
+        return None
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    callbacks = (var_child_runnable_config.get() or {}).get("callbacks")
+    handlers = getattr(callbacks, "handlers", callbacks)
+    for h in handlers if isinstance(handlers, list) else []:
+        if not type(h).__module__.startswith("langfuse"):
+            continue
+        runs = getattr(h, "_runs", None) or {}
+        obs = runs.get(run_id) or runs.get(parent_run_id)
+        trace_id = getattr(obs, "trace_id", None) or getattr(h, "last_trace_id", None)
+        if isinstance(trace_id, str) and len(trace_id) == 32:
+            return trace_id
+    return None
 
 
 def _jsonable(v: Any) -> bool:

@@ -2,11 +2,18 @@
 
     art-langgraph serve --base-model tiny [--host 127.0.0.1] [--port 8000] [--api-key K]
     art-langgraph backend [--path .art] [--host 127.0.0.1] [--port 8090] [--api-key K]
+    art-langgraph report MODEL_DIR [--out FILE]
+    art-langgraph langfuse export MODEL_DIR [--step N] [--all]
+    art-langgraph langfuse import-scores MODEL_DIR|FILE [--name N] [--source S] [--queue ID]
+                                         [--out FILE] [--approved-sft FILE]
 
 `serve` starts the OpenAI-compatible server on the torch engine. `backend` starts the
 backend server for `RemoteBackend(url)`: engine, trainer and checkpoints under `--path`,
 the training API on `/art/v1` and the OpenAI endpoint on `/v1` of the same port. The API
-key may also come from `$ART_API_KEY`.
+key may also come from `$ART_API_KEY`. `report` writes one self-contained HTML page to
+review a model folder's steps and trajectories. `langfuse export` sends a model folder's
+trajectories to Langfuse (those not sent yet; keys from `LANGFUSE_*`), and
+`langfuse import-scores` applies review scores given in Langfuse as rewards.
 """
 
 from __future__ import annotations
@@ -72,7 +79,83 @@ def _parser() -> argparse.ArgumentParser:
         choices=["float32", "bfloat16", "float16"],
         help="the inference engine's dtype (default: the engine's choice for the device)",
     )
+    r = sub.add_parser("report", help="write a self-contained HTML review page of a model folder")
+    r.add_argument("folder", help="a model's folder ({path}/{project}/models/{name})")
+    r.add_argument("--out", default=None, help="where to write it (default FOLDER/review.html)")
+    lf = sub.add_parser("langfuse", help="send trajectories to Langfuse, read review scores back")
+    lsub = lf.add_subparsers(dest="langfuse_command", required=True)
+    e = lsub.add_parser("export", help="send a model folder's trajectories (keys: LANGFUSE_*)")
+    e.add_argument("folder", help="a model's folder")
+    e.add_argument("--step", type=int, default=None, help="only this step (every split)")
+    e.add_argument("--all", action="store_true", help="re-send batches already sent too")
+    i = lsub.add_parser("import-scores", help="apply review scores as rewards")
+    i.add_argument("source", help="a model's folder or a trajectories JSONL file")
+    i.add_argument("--name", default=None, help="score name to read (default: any)")
+    i.add_argument(
+        "--source",
+        dest="score_source",
+        default="ANNOTATION",
+        choices=["ANNOTATION", "API", "EVAL", "any"],
+        help="score source (default ANNOTATION: given by hand in the UI)",
+    )
+    i.add_argument("--queue", default=None, help="only scores given in this annotation queue")
+    i.add_argument("--step", type=int, default=None, help="only this step's trajectories")
+    i.add_argument(
+        "--value-map",
+        default=None,
+        help='JSON mapping categorical values to rewards, e.g. \'{"good": 1, "bad": 0}\'',
+    )
+    i.add_argument(
+        "--keep-unscored", action="store_true", help="keep unscored trajectories of reviewed groups"
+    )
+    i.add_argument("--out", default=None, help="write the reviewed groups here (JSONL)")
+    i.add_argument(
+        "--approved-sft", default=None, help="write trajectories with reward >= --min-reward here"
+    )
+    i.add_argument("--min-reward", type=float, default=1.0, help="approval threshold (default 1.0)")
     return p
+
+
+def _langfuse(args: argparse.Namespace) -> int:
+    import json
+
+    from art_langgraph.integrations import langfuse as lf
+
+    if args.langfuse_command == "export":
+        rep = lf.export_folder(args.folder, step=args.step, resend=args.all)
+        print(
+            f"sent {rep.batches} batches, {rep.trajectories} trajectories "
+            f"({rep.spans} observations, {rep.scores} scores)"
+        )
+        if rep.failed_batches:
+            print(f"not sent: {rep.failed_batches}", file=sys.stderr)
+            return 1
+        return 0
+    res = lf.import_scores(
+        args.source,
+        name=args.name,
+        source=None if args.score_source == "any" else args.score_source,
+        queue_id=args.queue,
+        step=args.step,
+        value_map=json.loads(args.value_map) if args.value_map else None,
+        partial="keep" if args.keep_unscored else "drop",
+        out=args.out,
+    )
+    print(
+        f"{res.applied} trajectories rescored in {len(res.groups)} groups ({res.dropped} unscored dropped)"
+    )
+    if res.unmatched:
+        print(f"{len(res.unmatched)} scores name traces not in {args.source}:")
+        for s in res.unmatched[:20]:
+            print(f"  {s.id} trace {s.trace_id} {s.name}={s.value!r}")
+    if res.unusable:
+        print(f"{len(res.unusable)} scores are not numbers (pass --value-map): ")
+        for s in res.unusable[:20]:
+            print(f"  {s.id} trace {s.trace_id} {s.name}={s.value!r}")
+    if args.approved_sft:
+        n = lf.approved_sft_file(res, args.approved_sft, min_reward=args.min_reward)
+        print(f"{n} approved trajectories -> {args.approved_sft}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,6 +174,20 @@ def main(argv: list[str] | None = None) -> int:
                 log_level=args.log_level,
             )
         except UsageError as exc:
+            print(f"art-langgraph: error: {exc}", file=sys.stderr)
+            return 2
+    elif args.command == "report":
+        from art_langgraph.review_page import write_review_page
+
+        try:
+            print(write_review_page(args.folder, args.out))
+        except UsageError as exc:
+            print(f"art-langgraph: error: {exc}", file=sys.stderr)
+            return 2
+    elif args.command == "langfuse":
+        try:
+            return _langfuse(args)
+        except (UsageError, ImportError) as exc:
             print(f"art-langgraph: error: {exc}", file=sys.stderr)
             return 2
     elif args.command == "backend":

@@ -37,6 +37,7 @@ from art_langgraph.backend.runner import ServerHandle, start_app_server
 from art_langgraph.backend.server import create_app
 from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.errors import CheckpointError, UsageError
+from art_langgraph.loggers import LoggerSet, RunInfo, TrajectoryLogger
 from art_langgraph.memory import release_free_memory
 from art_langgraph.names import check_path_name, inference_name
 from art_langgraph.training.config import TrainConfig
@@ -81,6 +82,7 @@ class LocalBackend:
         server_config: ServerConfig | None = None,
         http: bool = True,
         engine: Literal["auto", "torch", "vllm"] = "auto",
+        loggers: list[TrajectoryLogger] | None = None,
     ) -> None:
         """`path`: where models live on disk. `max_loaded_adapters`: steps kept in the engine's
         memory per model; older pinned steps are loaded from disk on demand. `server_config`:
@@ -88,7 +90,9 @@ class LocalBackend:
         the OpenAI app is left in `self.app` for a server that mounts it (the backend server).
         `engine`: "torch" (our engine, in this process), "vllm" (a managed vLLM server from
         `.venv-vllm`; `engine_config` is then a `VLLMEngineConfig`), or "auto": vLLM when it
-        is installed and a GPU is present, else torch."""
+        is installed and a GPU is present, else torch. `loggers`: where trajectories and
+        metrics also go (`LangfuseLogger`, `WandbLogger`); None: a `LangfuseLogger` when
+        `LANGFUSE_PUBLIC_KEY`/`LANGFUSE_SECRET_KEY` are set, else none."""
         if engine not in ("auto", "torch", "vllm"):
             raise UsageError(f"engine must be 'auto', 'torch' or 'vllm', not {engine!r}")
         self.engine_kind = engine
@@ -106,6 +110,7 @@ class LocalBackend:
         self._base_model: str | None = None
         self._base_path: str | None = None
         self._runs: dict[str, _Run] = {}
+        self.loggers = LoggerSet(loggers)
 
     async def __aenter__(self) -> LocalBackend:
         return self
@@ -114,7 +119,8 @@ class LocalBackend:
         await self.close()
 
     async def close(self) -> None:
-        """Stop the server and the engine. Checkpoints are already on disk."""
+        """Stop the server and the engine, flush the loggers. Checkpoints are already on disk."""
+        await asyncio.to_thread(self.loggers.close)
         if self.server is not None:
             await asyncio.to_thread(self.server.stop)
             self.server = None
@@ -309,10 +315,13 @@ class LocalBackend:
                 tokenizer=self.engine.tokenizer,
                 vocab_size=self.engine.vocab_size,
             )
+            self.loggers.trajectories(_info(run), new_step, "train", groups)
             write_jsonl(run.store.trajectories_path("train", new_step), groups)
-            return await self._commit(
+            result = await self._commit(
                 run, new_step, metrics, lambda t: _rl(t, seqs, config, progress), request_id
             )
+            self.loggers.metrics(_info(run), result.step, "train", result.metrics)
+            return result
 
     def _replay(self, run: _Run, request_id: str) -> TrainResult | None:
         found = run.store.find_request(request_id)
@@ -415,6 +424,7 @@ class LocalBackend:
     async def log(self, model: Model, items: list[Any], split: str) -> None:
         run = self._run(model)
         groups = as_groups(items)
+        self.loggers.trajectories(_info(run), run.step, split, groups)
         write_jsonl(run.store.trajectories_path(split, run.step), groups)
         rewards = [t.reward for g in groups for t in g]
         record: dict[str, Any] = {
@@ -426,6 +436,12 @@ class LocalBackend:
         if rewards:
             record["reward"] = statistics.fmean(rewards)
         run.store.append_history(record)
+        self.loggers.metrics(
+            _info(run),
+            run.step,
+            split,
+            {k: float(v) for k, v in record.items() if k in ("reward", "trajectories")},
+        )
 
     async def delete_checkpoints(self, model: Model, metric: str, keep_last: int) -> list[int]:
         run = self._run(model)
@@ -466,6 +482,11 @@ def _rl(
     if not seqs:
         return {}  # nothing trainable: the adapter is carried forward unchanged
     return trainer.rl_step(seqs, config, progress)
+
+
+def _info(run: _Run) -> RunInfo:
+    m = run.model
+    return RunInfo(name=m.name, project=m.project, base_model=m.base_model, folder=run.store.root)
 
 
 def _adapter(name: str, step: int) -> str:

@@ -41,6 +41,7 @@ from art_langgraph.backend.wire import (
     idempotency_key,
 )
 from art_langgraph.errors import InfrastructureError, NotRegisteredError, UsageError
+from art_langgraph.loggers import LoggerSet, RunInfo, TrajectoryLogger
 from art_langgraph.trajectory import TrajectoryGroup, as_groups
 
 if TYPE_CHECKING:
@@ -67,17 +68,21 @@ class RemoteBackend:
         api_key: str | None = None,
         timeout_s: float = 60.0,
         retry_s: float = 0.0,
+        loggers: list[TrajectoryLogger] | None = None,
     ) -> None:
         """`url`: the server's root, e.g. `http://gpu-box:8090`. `api_key`: its `--api-key`.
         `timeout_s`: connect/read timeout of short calls (a train call waits as long as the
         step runs; heartbeats keep it alive). `retry_s`: how long a train call keeps
-        retrying after a lost connection before raising `BackendUnavailableError`."""
+        retrying after a lost connection before raising `BackendUnavailableError`.
+        `loggers`: where trajectories and metrics also go, from this process (as
+        `LocalBackend`'s; None: a `LangfuseLogger` when `LANGFUSE_*` keys are set)."""
         self.url = url.rstrip("/")
         if self.url.endswith("/v1"):
             self.url = self.url[: -len("/v1")]
         self.api_key = api_key
         self.timeout_s, self.retry_s = timeout_s, retry_s
         self._steps: dict[tuple[str, str], int] = {}
+        self.loggers = LoggerSet(loggers)
 
     async def __aenter__(self) -> RemoteBackend:
         return self
@@ -86,7 +91,8 @@ class RemoteBackend:
         await self.close()
 
     async def close(self) -> None:
-        """Nothing to stop here: the server keeps serving (and what it trained is on its disk)."""
+        """Flush the loggers; the server keeps serving (and what it trained is on its disk)."""
+        await asyncio.to_thread(self.loggers.close)
 
     # ------------------------------------------------------------------ calls
     def _client(self, timeout: httpx.Timeout) -> httpx.AsyncClient:
@@ -142,6 +148,8 @@ class RemoteBackend:
 
     async def log(self, model: Model, items: list[Any], split: str) -> None:
         groups = as_groups(items)
+        step = self._steps.get((model.project, model.name), 0)
+        self.loggers.trajectories(_info(model), step, split, groups)
         await self._post("/log", LogRequest(model=ModelSpec.of(model), groups=groups, split=split))
 
     async def delete_checkpoints(self, model: Model, metric: str, keep_last: int) -> list[int]:
@@ -161,8 +169,13 @@ class RemoteBackend:
                 "a group still holds pending rollouts: await art.gather_trajectory_groups(...) "
                 "(or group.resolve()) before train"
             )
+        step = self._steps.get((model.project, model.name), 0) + 1  # as this client knows it
+        self.loggers.trajectories(_info(model), step, "train", groups)
         body = TrainRequest(model=ModelSpec.of(model), groups=groups, config=config)
-        return await self._stream(model, "/train", body, progress)
+        result = await self._stream(model, "/train", body, progress)
+        self._steps[(model.project, model.name)] = result.step
+        self.loggers.metrics(_info(model), result.step, "train", result.metrics)
+        return result
 
     async def train_sft(
         self,
@@ -238,6 +251,10 @@ class RemoteBackend:
                 elif event.type == "error":
                     raise _art_error(str(event.data.get("kind")), str(event.data.get("message")))
         raise _StreamCut("the answer ended before the step's result")
+
+
+def _info(model: Model) -> RunInfo:
+    return RunInfo(name=model.name, project=model.project, base_model=model.base_model)
 
 
 class _StreamCut(Exception):
