@@ -384,3 +384,29 @@ async def test_a_graph_traced_by_the_users_callback_handler_is_linked_not_duplic
     assert "split:linked" in rec.traces[linked]["tags"]
     assert {s["name"] for s in rec.scores.values() if s["traceId"] == linked} == {"reward"}
     client.shutdown()
+
+
+async def test_a_remote_backend_exports_from_the_client(
+    receiver: tuple[Receiver, ServerHandle], tmp_path: Path
+) -> None:
+    from tests.backend.test_remote import KEY, Backend, _free_port
+
+    rec, handle = receiver
+    server = Backend(tmp_path, _free_port()).start()
+    try:
+        backend = art.RemoteBackend(server.url, api_key=KEY, loggers=[_logger(handle)])
+        model = art.TrainableModel(name="lf-remote", project="r", base_model="tiny")
+        await model.register(backend)
+        trajs = [await rollout(model, f"count to {i}", seed=i) for i in range(4)]
+        for i, t in enumerate(trajs):
+            t.reward = float(i % 2)
+        result = await model.train([art.TrajectoryGroup(trajs)], art.TrainConfig())
+        await backend.close()  # flushes the logger
+        assert {f"step:{result.step}" in tr["tags"] for tr in rec.traces.values()} == {True}
+        assert len(rec.traces) == 4
+        saved = art.read_groups(
+            tmp_path / f"r/models/lf-remote/trajectories/train/{result.step:04d}.jsonl"
+        )
+        assert {t.metadata["langfuse_trace_id"] for g in saved for t in g} == set(rec.traces)
+    finally:
+        server.stop()
