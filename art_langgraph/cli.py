@@ -3,7 +3,7 @@
     art-langgraph serve --base-model tiny [--host 127.0.0.1] [--port 8000] [--api-key K]
     art-langgraph backend [--path .art] [--host 127.0.0.1] [--port 8090] [--api-key K]
     art-langgraph report MODEL_DIR [--out FILE]
-    art-langgraph langfuse export MODEL_DIR [--step N] [--all]
+    art-langgraph langfuse export MODEL_DIR|FILE [--step N] [--all]
     art-langgraph langfuse import-scores MODEL_DIR|FILE [--name N] [--source S] [--queue ID]
                                          [--out FILE] [--approved-sft FILE]
 
@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     lf = sub.add_parser("langfuse", help="send trajectories to Langfuse, read review scores back")
     lsub = lf.add_subparsers(dest="langfuse_command", required=True)
     e = lsub.add_parser("export", help="send a model folder's trajectories (keys: LANGFUSE_*)")
-    e.add_argument("folder", help="a model's folder")
+    e.add_argument("folder", help="a model's folder, or one trajectories/{split}/{step}.jsonl")
     e.add_argument("--step", type=int, default=None, help="only this step (every split)")
     e.add_argument("--all", action="store_true", help="re-send batches already sent too")
     i = lsub.add_parser("import-scores", help="apply review scores as rewards")

@@ -587,6 +587,14 @@ class LangfuseLogger:
 
 # ------------------------------------------------------------------ re-export
 def _batches(folder: Path, step: int | None) -> Iterator[tuple[str, int, Path]]:
+    if folder.is_file():  # one step's file: {folder}/trajectories/{split}/{step}.jsonl
+        if not (folder.stem.isdigit() and folder.parent.parent.name == "trajectories"):
+            raise UsageError(
+                f"{folder} is not a model's trajectories/{{split}}/{{step}}.jsonl: "
+                "pass the file the backend wrote, or the model's folder"
+            )
+        yield folder.parent.name, int(folder.stem), folder
+        return
     root = folder / "trajectories"
     if not root.is_dir():
         raise UsageError(f"{folder} has no trajectories/ folder: is it a model's folder?")
@@ -630,18 +638,20 @@ def export_folder(
     config: LangfuseConfig | None = None,
 ) -> ExportReport:
     """Send a model folder's trajectories to Langfuse, synchronously: the batches not yet
-    recorded as exported (all of them with `resend=True`), or only `step`. Idempotent."""
-    folder = Path(folder).resolve()
+    recorded as exported (all of them with `resend=True`), or only `step`; or one step's
+    `trajectories/{split}/{step}.jsonl` file. Idempotent."""
+    source = Path(folder).resolve()
+    folder = source.parents[2] if source.is_file() else source
     run = _run_info(folder)
     sender = _Sender((config or LangfuseConfig()).resolved())
     try:
         sender.project_id()
     except Exception as exc:
         log.debug("no project id: %s", exc)
-    done = set() if resend or step is not None else _exported(folder)
+    done = set() if resend or step is not None or source.is_file() else _exported(folder)
     report = ExportReport()
     try:
-        for split, s, path in _batches(folder, step):
+        for split, s, path in _batches(source, step):
             if (split, s) in done:
                 continue
             groups = read_groups(path)
