@@ -15,6 +15,7 @@ from art_langgraph.backend.backend_server import BackendServerConfig
 from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.engine.torch_engine import TorchEngineConfig
 from art_langgraph.engine.vllm_engine import VLLMEngineConfig
+from art_langgraph.integrations.langfuse import LangfuseConfig
 from art_langgraph.training.config import ModelConfig, TrainConfig, config_table
 from art_mcp.harness import HarnessConfig
 from bench.readme import README, update_readme
@@ -38,6 +39,7 @@ def tables() -> dict[str, str]:
         "ServerConfig": config_table(ServerConfig),
         "BackendServerConfig": config_table(BackendServerConfig),
         "HarnessConfig": config_table(HarnessConfig),
+        "LangfuseConfig": config_table(LangfuseConfig),
     }
 
 
