@@ -256,7 +256,12 @@ class LocalBackend:
     def _build_trainer(self, run: _Run) -> LoRATrainer:
         """A trainer holding exactly the latest checkpoint (adapter and optimizer)."""
         assert self._base_path is not None and run.model.trainable
-        trainer = LoRATrainer(self._base_path, run.model.training, self.device)  # type: ignore[attr-defined]
+        trainer = LoRATrainer(
+            self._base_path,
+            run.model.training,  # type: ignore[attr-defined]
+            self.device,
+            shared=getattr(self.engine, "shared_base", None),  # our engine: one copy of the weights
+        )
         if run.step > 0:
             trainer.load(run.store.path(run.step))
         return trainer

@@ -105,6 +105,12 @@ class TorchEngine:
         self.base_model = model
         self.model = model  # becomes a PeftModel with the first adapter
         self.device = next(model.parameters()).device
+        from art_langgraph.training.shared_base import SharedBase, frozen_tensors
+
+        self.shared_base = SharedBase(
+            frozen_tensors(model), model, next(model.parameters()).dtype, self.device
+        )
+        """The frozen weights, as loaded: a trainer in this process trains over them (one copy)."""
         if self.device.type == "cpu":
             use_mmap_for_large_blocks()  # KV blocks go back to the OS when freed (memory.py)
         self.context_length = int(

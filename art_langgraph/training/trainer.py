@@ -34,6 +34,7 @@ from art_langgraph.devices import pick_device, pick_dtype, torch_dtype
 from art_langgraph.errors import CheckpointError
 from art_langgraph.training import loss as L
 from art_langgraph.training.config import ModelConfig, TrainConfig
+from art_langgraph.training.shared_base import SharedBase, model_over
 from art_langgraph.training.tensorize import MicroBatch, TrainSequence, micro_batches
 
 __all__ = ["LoRATrainer", "ProgressFn", "token_logprobs"]
@@ -51,7 +52,15 @@ ProgressFn = Callable[[str, dict[str, Any]], None]
 class LoRATrainer:
     """A trainable LoRA adapter over a base model, with its optimizer."""
 
-    def __init__(self, base_path: str, config: ModelConfig, device: str | None = None) -> None:
+    def __init__(
+        self,
+        base_path: str,
+        config: ModelConfig,
+        device: str | None = None,
+        shared: SharedBase | None = None,
+    ) -> None:
+        """`shared`: an engine's frozen weights in this process; when dtype and device match,
+        the LoRA wraps them instead of a second copy loaded from `base_path`."""
         from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -67,7 +76,15 @@ class LoRATrainer:
             else getattr(torch, config.compute_dtype)
         )
         self.tokenizer = AutoTokenizer.from_pretrained(base_path)
-        base = AutoModelForCausalLM.from_pretrained(base_path, dtype=self.dtype).to(self.device)  # type: ignore[arg-type]
+        self.shares_base = (
+            shared is not None and shared.dtype == self.dtype and shared.device == self.device
+        )
+        if self.shares_base:
+            assert shared is not None
+            base = model_over(shared.tensors, shared.like)
+        else:
+            loaded: Any = AutoModelForCausalLM.from_pretrained(base_path, dtype=self.dtype)
+            base = loaded.to(self.device)
         if config.gradient_checkpointing:
             kwargs = {"use_reentrant": False}
             if hasattr(base, "activation_checkpointing_enable"):
