@@ -128,6 +128,8 @@ class LangfuseConfig(BaseModel):
     """Batches waiting for the export thread; beyond this a batch is not sent (re-send it later)."""
     max_field_chars: int = 100_000
     """Inputs and outputs longer than this (as JSON) are cut, with a note, to keep spans under the server's limits."""
+    max_request_bytes: int = 2_000_000
+    """Spans per OTLP request, in encoded bytes before gzip (whole trajectories; one larger trajectory goes alone)."""
 
     def resolved(self) -> LangfuseConfig:
         env = os.environ.get
@@ -444,25 +446,40 @@ class _Sender:
         return f"{base}/project/{pid}/traces/{trace_id}" if pid else f"{base}/trace/{trace_id}"
 
     def send(self, batch: _Batch) -> tuple[int, int]:
+        """Post a batch's spans in requests of at most `max_request_bytes` (whole
+        trajectories each), then its scores, 100 per request (the SDK's own batching)."""
         builder = _SpanBuilder(self.config, batch.run, batch.step, batch.split)
         scores: list[dict[str, Any]] = []
+        chunk: list[ReadableSpan] = []
+        chunk_bytes = 0
         for gi, group in enumerate(batch.groups):
             for t in group.trajectories:
+                first = len(builder.spans)
                 builder.trajectory(t, gi, group)
                 scores.extend(score_bodies(t, self.config.environment))
-        if builder.spans:
-            body = gzip.compress(encode_spans(builder.spans).SerializeToString(), mtime=0)
-            r = self.http.post(
-                f"{self.config.base_url}/{OTLP_PATH}", content=body, headers=self.headers
-            )
-            if r.status_code >= 300:
-                raise RuntimeError(f"OTLP export answered {r.status_code}: {r.text[:200]}")
+                spans = builder.spans[first:]
+                size = encode_spans(spans).ByteSize()
+                if chunk and chunk_bytes + size > self.config.max_request_bytes:
+                    self._post_spans(chunk)
+                    chunk, chunk_bytes = [], 0
+                chunk.extend(spans)
+                chunk_bytes += size
+        if chunk:
+            self._post_spans(chunk)
         for i in range(0, len(scores), 100):
             self.api.scores.create(
                 request=scores[i : i + 100],  # type: ignore[arg-type]
                 request_options={"max_retries": 0},
             )
         return len(builder.spans), len(scores)
+
+    def _post_spans(self, spans: list[ReadableSpan]) -> None:
+        body = gzip.compress(encode_spans(spans).SerializeToString(), mtime=0)
+        r = self.http.post(
+            f"{self.config.base_url}/{OTLP_PATH}", content=body, headers=self.headers
+        )
+        if r.status_code >= 300:
+            raise RuntimeError(f"OTLP export answered {r.status_code}: {r.text[:200]}")
 
     def close(self) -> None:
         self.http.close()

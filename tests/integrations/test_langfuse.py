@@ -179,8 +179,10 @@ async def test_every_rollout_of_a_graph_becomes_a_trace(
     report = export_folder(folder, step=step, config=logger.config)
     assert report.trajectories >= 6 and rec.span_posts > posts
     assert (len(rec.observations), len(rec.scores), len(rec.traces)) == counts
-    one_file = export_folder(folder / f"trajectories/val/{step:04d}.jsonl", config=logger.config)
-    assert one_file.trajectories == 6 and one_file.batches == 1
+    posts = rec.span_posts
+    small = logger.config.model_copy(update={"max_request_bytes": 1})  # one trajectory a request
+    one_file = export_folder(folder / f"trajectories/val/{step:04d}.jsonl", config=small)
+    assert one_file.trajectories == 6 and one_file.batches == 1 and rec.span_posts == posts + 6
     assert (len(rec.observations), len(rec.scores), len(rec.traces)) == counts
 
 
