@@ -11,6 +11,20 @@ if [ "${ART_SKIP_VLLM:-0}" != "1" ]; then
   "$root/scripts/setup-vllm.sh"
   export ART_REQUIRE_VLLM=1
 fi
+# Debian's Chromium for the review page's browser test (tests/test_review_page.py), from
+# the Debian registry when this machine can install packages; the test then fails instead
+# of skipping if the browser is missing. ART_SKIP_CHROMIUM=1 skips both.
+if [ "${ART_SKIP_CHROMIUM:-0}" != "1" ]; then
+  if ! command -v chromium >/dev/null && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+    echo "test: installing Debian's chromium for the browser test" >&2
+    apt-get install -y -q chromium >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; } \
+      || echo "test: could not install chromium" >&2
+  fi
+  if command -v chromium >/dev/null; then
+    export ART_REQUIRE_CHROMIUM=1
+  fi
+fi
 venv="${ART_VENV:-$root/.venv}"
 cd "$root"
 "$venv/bin/ruff" check .
