@@ -32,6 +32,7 @@ import torch
 
 from art_langgraph.devices import pick_device, pick_dtype, torch_dtype
 from art_langgraph.errors import CheckpointError
+from art_langgraph.memory import heap_for_large_blocks
 from art_langgraph.training import loss as L
 from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.shared_base import SharedBase, model_over
@@ -149,6 +150,7 @@ class LoRATrainer:
         targets = mb.input_ids[:, 1:].to(dev)[before]  # (N,)
         return token_logprobs(h, base.get_output_embeddings(), targets)
 
+    @heap_for_large_blocks()  # an engine's mmap threshold would halve this step's speed
     def rl_step(
         self, seqs: list[TrainSequence], config: TrainConfig, progress: ProgressFn | None = None
     ) -> dict[str, float]:
@@ -253,6 +255,7 @@ class LoRATrainer:
             **{f"mismatch/{k}": v for k, v in mm.items()},
         }
 
+    @heap_for_large_blocks()
     def sft_step(self, seqs: list[TrainSequence], config: TrainConfig) -> dict[str, float]:
         """One optimizer step of next-token cross-entropy on the trainable tokens (token mean)."""
         t0 = time.perf_counter()

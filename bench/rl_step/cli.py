@@ -44,7 +44,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--pack-seqs", type=int, default=48, help="sequences for the packing test")
     ap.add_argument("--pack-repeats", type=int, default=3, help="timed rounds of the packing test")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=RESULTS, help="JSON results file")
+    ap.add_argument(
+        "--base-model", default="tiny", help="the preset both sides train: tiny or smollm2-135m"
+    )
+    ap.add_argument("--out", type=Path, default=None, help="JSON results file")
     ap.add_argument(
         "--only",
         choices=["all", "trl", "ours"],
@@ -54,6 +57,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json-out", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--lockstep", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    block = "rl_step" if args.base_model == "tiny" else f"rl_step_{args.base_model}"
+    if args.out is None:
+        args.out = RESULTS.with_name(f"{block}.json")
     if (
         min(args.prompts, args.group_size, args.completion_tokens, args.steps) < 1
         or min(args.warmup, args.swap_steps, args.pack_repeats - 1) < 0
@@ -90,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         print(line)
     write_results(args.out, result)
     print(f"saved {args.out} ({args.bench_seconds:.0f} s)")
-    if args.out == RESULTS:
-        block = "\n".join([result["header"], "", result["markdown"], "", *result["target_lines"]])
-        if update_readme("rl_step", block):
+    if args.out == RESULTS.with_name(f"{block}.json"):
+        text = "\n".join([result["header"], "", result["markdown"], "", *result["target_lines"]])
+        if update_readme(block, text):
             print("updated README.md")

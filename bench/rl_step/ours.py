@@ -33,7 +33,7 @@ async def run_ours(
     model = art.TrainableModel(
         name="m",
         project="bench",
-        base_model="tiny",
+        base_model=args.base_model,
         training=art.ModelConfig(lora_r=8, lora_alpha=16),
     )
     t_reg = time.perf_counter()
@@ -124,6 +124,8 @@ async def run_ours(
             len(grp.trajectories[0].calls[0].prompt_token_ids or []) for grp in groups
         ]
         out["rss_after_rl_mib"] = peak_rss_mib()
+        trainer = backend._runs["m"].trainer
+        out["trainer_shares_base"] = bool(trainer is not None and trainer.shares_base)
         for _ in range(args.swap_steps):
             result = await model.train(groups[:1], cfg)
             t2 = time.perf_counter()

@@ -28,10 +28,12 @@ def make_sequences(n: int, seed: int, vocab: int) -> list[Any]:
 
 def run_packing(args: argparse.Namespace) -> dict[str, Any]:
     import art_langgraph as art
-    from art_langgraph.presets import build_tiny
+    from art_langgraph.presets import resolve_preset
     from art_langgraph.training.trainer import LoRATrainer
 
-    trainer = LoRATrainer(str(build_tiny()), art.ModelConfig(lora_r=8, lora_alpha=16), "cpu")
+    trainer = LoRATrainer(
+        resolve_preset(args.base_model), art.ModelConfig(lora_r=8, lora_alpha=16), "cpu"
+    )
     seqs = make_sequences(args.pack_seqs, args.seed, len(trainer.tokenizer))
     variants = {
         "packed": art.TrainConfig(learning_rate=LR, pack_sequences=True),

@@ -122,7 +122,8 @@ def report(
             "|---|---:|",
             "| ours, after `register` (engine + server up) | "
             f"{ours['rss_after_register_mib']:.0f} |",
-            f"| ours, after the RL steps | {ours['rss_after_rl_mib']:.0f} |",
+            f"| ours, after the RL steps (trainer over the engine's weights: "
+            f"{'yes' if ours.get('trainer_shares_base') else 'no'}) | {ours['rss_after_rl_mib']:.0f} |",
             f"| ours, at the end (+ packing trainer, swap steps) | {ours['rss_end_mib']:.0f} |",
             f"| TRL child, after imports | {trl_res['rss_after_imports_mib']:.0f} |",
             f"| TRL child, at the end | {trl_res['peak_rss_mib']:.0f} |",
@@ -144,7 +145,7 @@ def report(
     header = (
         f"machine: {machine['cpu_count']} cores ({machine['torch_threads']} torch threads), cpu, "
         f"torch {machine['torch']}, transformers {machine['transformers']}, trl {machine['trl']}; "
-        f"settings: tiny preset, LoRA r=8 α=16, {p} prompts × {g} completions × {c} tokens "
+        f"settings: {args.base_model} preset, LoRA r=8 α=16, {p} prompts × {g} completions × {c} tokens "
         f"(prompts {min(ours['prompt_tokens'])}-{max(ours['prompt_tokens'])} tokens), "
         f"lr {LR:g}, {args.warmup} warm-up + {args.steps} timed steps (median); packing: "
         f"{pk['sequences']} sequences of 20-400 tokens ({pk['tokens']} tokens), "
@@ -171,7 +172,7 @@ def report(
             "pack_repeats": args.pack_repeats,
             "seed": args.seed,
             "learning_rate": LR,
-            "model": "tiny",
+            "model": args.base_model,
             "prompt_tokens": ours["prompt_tokens"],
         },
         "machine": machine,

@@ -26,12 +26,12 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
     from transformers import TrainerCallback
 
     import art_langgraph as art
-    from art_langgraph.presets import build_tiny
+    from art_langgraph.presets import resolve_preset
 
     rss_imports = peak_rss_mib()
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    path = str(build_tiny())
+    path = resolve_preset(args.base_model)
     p, g, c = args.prompts, args.group_size, args.completion_tokens
     data = Dataset.from_dict(
         {"prompt": [[{"role": "user", "content": q}] for q in make_prompts(p)]}
@@ -171,6 +171,7 @@ class TrlChild:
             f"--steps={args.steps}",
             f"--warmup={args.warmup}",
             f"--seed={args.seed}",
+            f"--base-model={args.base_model}",
             cwd=Path(__file__).resolve().parents[2],  # the repository root
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
