@@ -1,4 +1,4 @@
-"""Throughput of the OpenAI-compatible server on the tiny preset, against plain `generate`.
+"""Throughput of the OpenAI-compatible server (tiny preset, or `--base-model`) against plain `generate`.
 
 What it measures: completion tokens per second, wall time and per-request latency
 (p50/p95) for N prompts (default 32) of varied length, each completed to exactly
@@ -162,7 +162,7 @@ async def run_server(
             await asyncio.sleep(max(0.0, t0 + i * stagger_s - time.perf_counter()))
         t = time.perf_counter()
         resp = await client.chat.completions.create(
-            model="tiny",
+            model=engine.served_name,
             messages=[{"role": "user", "content": prompts[i]}],
             max_tokens=m,
             temperature=1.0,
@@ -235,8 +235,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     clients: dict[str, Any] = {}
     try:
         for mode in ("continuous", "dynamic"):
-            engines[mode] = TorchEngine.from_pretrained("tiny", TorchEngineConfig(scheduling=mode))
-            handles[mode] = start_server(engines[mode], ModelRegistry("tiny"))
+            engines[mode] = TorchEngine.from_pretrained(
+                args.base_model, TorchEngineConfig(scheduling=mode)
+            )
+            engines[mode].served_name = args.base_model  # the name requests use
+            handles[mode] = start_server(engines[mode], ModelRegistry(args.base_model))
             clients[mode] = openai.AsyncOpenAI(
                 base_url=handles[mode].base_url, api_key="x", max_retries=0, timeout=300
             )
@@ -297,7 +300,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "repeats": args.repeats,
         "stagger_ms": args.stagger_ms,
         "seed": args.seed,
-        "model": "tiny",
+        "model": args.base_model,
         "prompt_tokens": lens,
     }
     machine = {
@@ -314,7 +317,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     header = (
         f"machine: {machine['cpu_count']} cores ({machine['torch_threads']} torch threads), "
         f"{machine['device']}, torch {machine['torch']}, transformers {machine['transformers']}; "
-        f"settings: {args.requests} requests × {m} tokens, prompts {min(lens)}-{max(lens)} "
+        f"settings: {args.base_model}, {args.requests} requests × {m} tokens, prompts {min(lens)}-{max(lens)} "
         f"tokens, {args.repeats} repeats (median), stagger {args.stagger_ms:g} ms; "
         f"peak RSS {peak_rss_mib:.0f} MiB"
     )
@@ -356,8 +359,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per path (median)")
     ap.add_argument("--stagger-ms", type=float, default=10.0, help="gap between arrivals")
     ap.add_argument("--seed", type=int, default=0, help="torch seed for generate")
-    ap.add_argument("--out", type=Path, default=RESULTS, help="JSON results file")
+    ap.add_argument("--base-model", default="tiny", help="the preset served: tiny or smollm2-135m")
+    ap.add_argument("--out", type=Path, default=None, help="JSON results file")
     args = ap.parse_args(argv)
+    block = (
+        "serve_throughput" if args.base_model == "tiny" else f"serve_throughput_{args.base_model}"
+    )
+    if args.out is None:
+        args.out = RESULTS.with_name(f"{block}.json")
     if args.requests < 1 or args.max_tokens < 1 or args.repeats < 1 or args.stagger_ms < 0:
         ap.error("--requests, --max-tokens and --repeats must be >= 1, --stagger-ms >= 0")
     result = asyncio.run(bench(args))
@@ -369,9 +378,9 @@ def main(argv: list[str] | None = None) -> None:
         print(line)
     write_results(args.out, result)
     print(f"saved {args.out}")
-    if args.out == RESULTS:
-        block = "\n".join([result["header"], "", result["markdown"], "", *result["target_lines"]])
-        if update_readme("serve_throughput", block):
+    if args.out == RESULTS.with_name(f"{block}.json"):
+        text = "\n".join([result["header"], "", result["markdown"], "", *result["target_lines"]])
+        if update_readme(block, text):
             print("updated README.md")
 
 
