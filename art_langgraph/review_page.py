@@ -32,6 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from art_langgraph.backend.checkpoints import recorded_base_model
 from art_langgraph.errors import UsageError
 from art_langgraph.trajectory import LLMCall, Trajectory, TrajectoryGroup, read_groups
 from art_langgraph.utils import atomic_write
@@ -92,12 +93,7 @@ def _e(x: Any) -> str:
 
 
 def _load_tokenizer(folder: Path) -> Any:
-    base = None
-    for marker in sorted(folder.glob("checkpoints/*/checkpoint.json")):
-        try:
-            base = json.loads(marker.read_text()).get("base_model") or base
-        except ValueError:
-            continue
+    base = recorded_base_model(folder)
     if not base:
         return None
     try:

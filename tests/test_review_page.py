@@ -14,28 +14,15 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode
 
 import art_langgraph as art
 from art_langgraph.review_page import write_review_page
 from tests.backend.rollouts import rollout
-from tests.langgraph.tools import TOOLS, explode
+from tests.langgraph.tools import TOOLS, explode, one_tool_call_graph
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-
-
-def _graph(llm: Any) -> Any:
-    graph = StateGraph(MessagesState)
-    graph.add_node("model", lambda s: {"messages": [llm.invoke(s["messages"])]})
-    graph.add_node("tools", ToolNode([*TOOLS, explode], handle_tool_errors=True))
-    graph.add_edge(START, "model")
-    graph.add_conditional_edges("model", lambda s: "tools" if s["messages"][-1].tool_calls else END)
-    graph.add_edge("tools", END)
-    return graph.compile()
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +33,7 @@ async def folder(tool_model: art.TrainableModel, lg_backend: art.LocalBackend) -
 
     async def run(i: int) -> art.Trajectory:
         choice = "explode" if i == 1 else "required"
-        graph = _graph(llm.bind_tools([*TOOLS, explode], tool_choice=choice))
+        graph = one_tool_call_graph(llm.bind_tools([*TOOLS, explode], tool_choice=choice))
         with art.capture(metadata={"scenario": f"q{i} <script>alert(1)</script>"}) as traj:
             await graph.ainvoke({"messages": [("user", f"What is {i} plus 2? <b>bold</b>")]})
         traj.reward = 0.25 * i

@@ -33,7 +33,7 @@ from typing import Any
 
 from art_langgraph.errors import UsageError
 
-__all__ = ["CheckpointStore"]
+__all__ = ["CheckpointStore", "recorded_base_model"]
 
 log = logging.getLogger(__name__)
 
@@ -226,3 +226,15 @@ class CheckpointStore:
             except ValueError:
                 log.warning("skipping a torn line in %s", self.history_file)  # a kill mid-append
         return out
+
+
+def recorded_base_model(folder: Path) -> str | None:
+    """The base model a model folder's checkpoints were trained on (the latest that says),
+    read from their markers without opening a store; None when none records one."""
+    base = None
+    for marker in sorted(Path(folder).glob(f"checkpoints/*/{MARKER}")):
+        try:
+            base = json.loads(marker.read_text()).get("base_model") or base
+        except (ValueError, OSError):
+            continue
+    return base

@@ -64,6 +64,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from art_langgraph.backend.checkpoints import recorded_base_model
 from art_langgraph.errors import UsageError
 from art_langgraph.loggers import RunInfo
 from art_langgraph.trajectory import (
@@ -636,14 +637,11 @@ def _exported(folder: Path) -> set[tuple[str, int]]:
 
 
 def _run_info(folder: Path) -> RunInfo:
-    base = None
-    for marker in sorted(folder.glob("checkpoints/*/checkpoint.json")):
-        try:
-            base = json.loads(marker.read_text()).get("base_model") or base
-        except ValueError:
-            continue
     return RunInfo(
-        name=folder.name, project=folder.parent.parent.name, base_model=base, folder=folder
+        name=folder.name,
+        project=folder.parent.parent.name,
+        base_model=recorded_base_model(folder),
+        folder=folder,
     )
 
 

@@ -19,12 +19,9 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode
 
 import art_langgraph as art
 from art_langgraph.backend.runner import ServerHandle, start_app_server
@@ -38,7 +35,7 @@ from art_langgraph.integrations.langfuse import (
 )
 from tests.backend.rollouts import rollout
 from tests.integrations.langfuse_receiver import PROJECT_ID, Receiver
-from tests.langgraph.tools import TOOLS, explode
+from tests.langgraph.tools import TOOLS, explode, one_tool_call_graph
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,23 +64,13 @@ def _env(handle: ServerHandle) -> dict[str, str]:
     }
 
 
-def _one_tool_graph(llm: Any) -> Any:
-    graph = StateGraph(MessagesState)
-    graph.add_node("model", lambda s: {"messages": [llm.invoke(s["messages"])]})
-    graph.add_node("tools", ToolNode([*TOOLS, explode], handle_tool_errors=True))
-    graph.add_edge(START, "model")
-    graph.add_conditional_edges("model", lambda s: "tools" if s["messages"][-1].tool_calls else END)
-    graph.add_edge("tools", END)
-    return graph.compile()
-
-
 async def _graph_rollouts(model: art.TrainableModel, n: int) -> list[art.Trajectory]:
     """A LangGraph graph: one forced tool call (every third one to a tool that raises)."""
     llm = model.chat_model(max_tokens=48, temperature=0.7)
 
     async def run(i: int) -> art.Trajectory:
         choice = "explode" if i % 3 == 2 else "required"
-        graph = _one_tool_graph(llm.bind_tools([*TOOLS, explode], tool_choice=choice))
+        graph = one_tool_call_graph(llm.bind_tools([*TOOLS, explode], tool_choice=choice))
         with art.capture(metadata={"scenario": f"q{i}"}) as traj:
             await graph.ainvoke({"messages": [("user", f"What is {i} plus {i + 2}?")]})
         traj.reward = float(i % 2)
