@@ -187,7 +187,11 @@ def test_named_malformed_requests_get_400_and_the_connection_survives(
 
 
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
     lambda kids: (
         st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3)
     ),
