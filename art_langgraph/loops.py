@@ -3,7 +3,8 @@
 asyncio objects (semaphores, connection pools) belong to the loop that made them; code
 that may run under several loops (a test suite, a server thread beside the user's loop,
 `asyncio.run` called twice) keeps one per loop. A closed loop's entry is dropped on the
-next lookup from a new loop, never kept alive. Left out: thread-local values.
+next lookup from a new loop (through `dispose`, when given), never kept alive. Left
+out: thread-local values.
 """
 
 from __future__ import annotations
@@ -21,8 +22,13 @@ T = TypeVar("T")
 class PerLoop(Generic[T]):
     """`get()` returns the running loop's value, made by `factory` on first use."""
 
-    def __init__(self, factory: Callable[[], T]) -> None:
+    def __init__(
+        self, factory: Callable[[], T], dispose: Callable[[T], None] | None = None
+    ) -> None:
+        """`factory` runs inside the new loop; `dispose` gets a closed loop's value as it is
+        dropped (it must not need the loop)."""
         self._factory = factory
+        self._dispose = dispose
         self._values: dict[asyncio.AbstractEventLoop, T] = {}
         self._lock = threading.Lock()
 
@@ -35,7 +41,9 @@ class PerLoop(Generic[T]):
             # A value may reference its loop (a pool's connections do), so a weak key would
             # never be freed; a closed loop's value is unusable anyway.
             for old in [lp for lp in self._values if lp.is_closed()]:
-                del self._values[old]
+                gone = self._values.pop(old)
+                if self._dispose is not None:
+                    self._dispose(gone)
             if loop not in self._values:
                 self._values[loop] = self._factory()
             return self._values[loop]

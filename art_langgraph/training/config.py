@@ -96,6 +96,13 @@ class TrainConfig(BaseModel):
         description="Pack several sequences into one row of up to max_seq_length tokens (block-diagonal "
         "attention, positions restart per sequence). False: one sequence per padded row.",
     )
+    share_prefixes: bool = Field(
+        True,
+        description="With pack_sequences: sequences that start with the same prompt (at least 16 "
+        "tokens, e.g. a group's system prompt and task) run that prefix once per row, the rest of "
+        "each attending to it; logprobs and gradients are unchanged. Saves the prompt's compute "
+        "for all but one member of a group (see the RL-step benchmark).",
+    )
     micro_batch_tokens: int = Field(
         16384,
         ge=8,

@@ -13,7 +13,15 @@ names the trajectory. Sequences over `max_seq_length` are cut and counted.
 Packing puts several sequences in one row (first-fit decreasing) with a block-diagonal
 causal mask and positions that restart per sequence, so rows carry little padding.
 
-Left out: splitting one sequence across rows (a sequence longer than a row is cut).
+Prefix sharing (with packing): sequences whose untrainable heads are the same (a group's
+prompt: system prompt, tool specs, task) become one bundle in one row: the head once,
+then each sequence's rest, which attends to the head and to itself.
+The head stops one token short of the common prefix, so each rest starts with the last
+prompt token and "the state at t-1 predicts token t" holds inside every rest; logprobs
+and gradients are those of the sequences alone (ART packs a group's prefix once too).
+
+Left out: splitting one sequence across rows (a sequence longer than a row is cut);
+sharing part of a head (two groups with one system prompt and different tasks).
 """
 
 from __future__ import annotations
@@ -36,6 +44,12 @@ __all__ = [
     "micro_batches",
     "pack_rows",
 ]
+
+MIN_SHARED_PREFIX = 16
+"""Shorter common prefixes are not shared: the bundle's longer rows would cost more."""
+MAX_BUNDLE_TOKENS = 4096
+"""A bundle grows past the longest sequence up to this many tokens (attention is dense
+over a row, so its cost grows with the row's length squared); more members start another."""
 
 
 @dataclass
@@ -225,14 +239,65 @@ class MicroBatch:
     target_mask: torch.Tensor  # (R, L) bool: token t is trainable
     sampler_logprobs: torch.Tensor  # (R, L) float, NaN where unknown
     advantages: torch.Tensor  # (R, L) float
-    seq_ids: torch.Tensor  # (R, L) long: 0..S-1 within this micro-batch, -1 on padding
+    seq_ids: (
+        torch.Tensor
+    )  # (R, L) long: 0..S-1 within this micro-batch, -1 on padding, -2 on a shared head
     num_sequences: int
     real_tokens: int
     stats: dict[str, float] = field(default_factory=dict)
 
 
-def _collate(seqs: list[TrainSequence], rows: list[list[int]], packed: bool) -> MicroBatch:
-    length = max(sum(len(seqs[i]) for i in row) for row in rows)
+@dataclass(frozen=True)
+class _Unit:
+    """What packing places: one sequence (shared=0), or a bundle of sequences whose first
+    `shared` tokens are equal and untrainable, written once."""
+
+    members: tuple[int, ...]
+    shared: int
+    length: int
+
+
+def _untrainable_head(s: TrainSequence) -> int:
+    return next((i for i, t in enumerate(s.trainable) if t), len(s))
+
+
+def prefix_units(seqs: Sequence[TrainSequence], cap: int) -> list[_Unit]:
+    """Bundles of sequences with the same untrainable head (everything before their first
+    trainable token: a group's prompt) of more than MIN_SHARED_PREFIX tokens, each bundle
+    at most `cap` tokens; the other sequences alone. Only whole heads are shared: a
+    shorter common part (a system prompt alone) saves little and lengthens rows, whose
+    dense attention costs their length squared."""
+    heads = [_untrainable_head(s) for s in seqs]
+    buckets: dict[tuple[int, ...], list[int]] = {}
+    units: list[_Unit] = []
+    for i, s in enumerate(seqs):
+        if heads[i] > MIN_SHARED_PREFIX:
+            buckets.setdefault(tuple(s.tokens[: heads[i]]), []).append(i)
+        else:
+            units.append(_Unit((i,), 0, len(s)))
+    for head, members in buckets.items():
+        shared = len(head) - 1  # each rest starts with the head's last token (module doc)
+        chunk: list[int] = []
+        length = shared
+        for i in members:
+            rest = len(seqs[i]) - shared
+            if chunk and length + rest > cap:
+                units.append(_bundle(seqs, chunk, shared, length))
+                chunk, length = [], shared
+            chunk.append(i)
+            length += rest
+        units.append(_bundle(seqs, chunk, shared, length))
+    return units
+
+
+def _bundle(seqs: Sequence[TrainSequence], members: list[int], shared: int, length: int) -> _Unit:
+    if len(members) == 1:
+        return _Unit((members[0],), 0, len(seqs[members[0]]))
+    return _Unit(tuple(members), shared, length)
+
+
+def _collate(seqs: list[TrainSequence], rows: list[list[_Unit]], packed: bool) -> MicroBatch:
+    length = max(sum(u.length for u in row) for row in rows)
     r = len(rows)
     ids = torch.zeros((r, length), dtype=torch.long)
     pos = torch.zeros((r, length), dtype=torch.long)
@@ -240,48 +305,76 @@ def _collate(seqs: list[TrainSequence], rows: list[list[int]], packed: bool) -> 
     lps = torch.full((r, length), math.nan)
     adv = torch.zeros((r, length))
     sid = torch.full((r, length), -1, dtype=torch.long)
-    k = 0
+    # Attention blocks: a token sees earlier tokens of its own segment and of its owner
+    # segment (a bundle's head); -1 on padding.
+    seg = torch.full((r, length), -1, dtype=torch.long)
+    owner = torch.full((r, length), -1, dtype=torch.long)
+    k = g = shared_total = 0
     for ri, row in enumerate(rows):
         at = 0
-        for i in row:
-            s, n = seqs[i], len(seqs[i])
-            ids[ri, at : at + n] = torch.tensor(s.tokens)
-            pos[ri, at : at + n] = torch.arange(n)
-            target[ri, at : at + n] = torch.tensor(s.trainable)
-            target[ri, at] = False  # nothing in this sequence predicts its first token
-            lps[ri, at : at + n] = torch.tensor(s.sampler_logprobs)
-            adv[ri, at : at + n] = s.advantage
-            sid[ri, at : at + n] = k
-            k += 1
-            at += n
-    real = int((sid >= 0).sum())
+        for unit in row:
+            head, start = g, unit.shared
+            if start:
+                first = seqs[unit.members[0]]
+                ids[ri, at : at + start] = torch.tensor(first.tokens[:start])
+                pos[ri, at : at + start] = torch.arange(start)
+                sid[ri, at : at + start] = -2
+                seg[ri, at : at + start] = owner[ri, at : at + start] = head
+                at, g = at + start, g + 1
+                shared_total += start * (len(unit.members) - 1)
+            for i in unit.members:
+                s = seqs[i]
+                n = len(s) - start
+                ids[ri, at : at + n] = torch.tensor(s.tokens[start:])
+                pos[ri, at : at + n] = torch.arange(start, start + n)
+                target[ri, at : at + n] = torch.tensor(s.trainable[start:])
+                target[ri, at] = False  # nothing in this segment predicts its first token
+                lps[ri, at : at + n] = torch.tensor(s.sampler_logprobs[start:])
+                adv[ri, at : at + n] = s.advantage
+                sid[ri, at : at + n] = k
+                seg[ri, at : at + n] = g
+                owner[ri, at : at + n] = head if start else g
+                k, g, at = k + 1, g + 1, at + n
+    valid = seg >= 0  # (R, L)
+    real = int(valid.sum())
     if packed:
         causal = torch.tril(torch.ones((length, length), dtype=torch.bool))
-        same = sid.unsqueeze(2) == sid.unsqueeze(1)  # (R, L, L)
-        valid = (sid >= 0).unsqueeze(2)
-        mask = (causal & same & valid).unsqueeze(1)  # (R, 1, L, L)
+        same = (seg.unsqueeze(2) == seg.unsqueeze(1)) | (owner.unsqueeze(2) == seg.unsqueeze(1))
+        mask = (causal & same & valid.unsqueeze(2)).unsqueeze(1)  # (R, 1, L, L)
         # Padding rows attend to themselves so no softmax row is empty.
         eye = torch.eye(length, dtype=torch.bool).expand(r, 1, length, length)
-        mask = mask | (eye & ~valid.unsqueeze(1))
+        mask = mask | (eye & ~valid.unsqueeze(2).unsqueeze(1))
     else:
-        mask = (sid >= 0).long()
-    return MicroBatch(
-        ids, pos, mask, target, lps, adv, sid, k, real, {"padding_waste": 1 - real / (r * length)}
-    )
+        mask = valid.long()
+    stats = {"padding_waste": 1 - real / (r * length), "shared_prefix_tokens": float(shared_total)}
+    return MicroBatch(ids, pos, mask, target, lps, adv, sid, k, real, stats)
 
 
 def micro_batches(
-    seqs: list[TrainSequence], *, row_length: int, micro_batch_tokens: int, pack: bool
+    seqs: list[TrainSequence],
+    *,
+    row_length: int,
+    micro_batch_tokens: int,
+    pack: bool,
+    share_prefixes: bool = False,
 ) -> Iterator[MicroBatch]:
-    """Rows of sequences (packed or one per row), grouped into micro-batches of ~micro_batch_tokens."""
+    """Rows of sequences (packed or one per row), grouped into micro-batches of
+    ~micro_batch_tokens. With `share_prefixes` (packing only), sequences sharing a prompt
+    prefix are bundled (module doc) and rows grow to the longest bundle."""
     if not seqs:
         return
-    lengths = [len(s) for s in seqs]
-    if pack:
-        rows = pack_rows(lengths, row_length)
+    if pack and share_prefixes:
+        cap = max(row_length, min(micro_batch_tokens, MAX_BUNDLE_TOKENS))
+        units = prefix_units(seqs, cap)
     else:
-        rows = [[i] for i in sorted(range(len(seqs)), key=lambda i: -lengths[i])]
-    batch: list[list[int]] = []
+        units = [_Unit((i,), 0, len(s)) for i, s in enumerate(seqs)]
+    lengths = [u.length for u in units]
+    if pack:
+        widest = max([row_length, *(u.length for u in units if u.shared)])
+        rows = pack_rows(lengths, widest)
+    else:
+        rows = [[i] for i in sorted(range(len(units)), key=lambda i: -lengths[i])]
+    batch: list[list[_Unit]] = []
     width = 0
     for row in rows:
         n = sum(lengths[i] for i in row)
@@ -289,7 +382,7 @@ def micro_batches(
         if batch and wider * (len(batch) + 1) > micro_batch_tokens:
             yield _collate(seqs, batch, pack)
             batch, wider = [], n
-        batch.append(row)
+        batch.append([units[i] for i in row])
         width = wider
     if batch:
         yield _collate(seqs, batch, pack)

@@ -170,11 +170,13 @@ class LoRATrainer:
         acc: dict[str, float] = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0}
         mismatch: list[tuple[torch.Tensor, torch.Tensor]] = []
         real = cells = 0
+        shared_tokens = 0.0
         batches = micro_batches(
             seqs,
             row_length=_row_length(seqs, config),
             micro_batch_tokens=config.micro_batch_tokens,
             pack=config.pack_sequences,
+            share_prefixes=config.share_prefixes,
         )
         for k, mb in enumerate(batches):
             dev = self.device
@@ -231,6 +233,7 @@ class LoRATrainer:
             acc["clip_fraction"] += float(clipped.sum())
             real += mb.real_tokens
             cells += mb.input_ids.numel()
+            shared_tokens += mb.stats["shared_prefix_tokens"]
             if progress:
                 progress("micro_batch", {"index": k, "tokens": n_mb})
         grad_norm = self._optimizer_step(config.max_grad_norm)
@@ -250,6 +253,7 @@ class LoRATrainer:
             "trainable_tokens": float(n_total),
             "sequences": float(s_total),
             "padding_waste": 1 - real / max(cells, 1),
+            "shared_prefix_tokens": shared_tokens,
             "train_seconds": seconds,
             "train_tokens_per_s": real / seconds if seconds > 0 else 0.0,
             **{f"mismatch/{k}": v for k, v in mm.items()},
@@ -271,6 +275,7 @@ class LoRATrainer:
             row_length=_row_length(seqs, config),
             micro_batch_tokens=config.micro_batch_tokens,
             pack=config.pack_sequences,
+            share_prefixes=config.share_prefixes,
         ):
             lp = self._logprobs(mb, mb.target_mask.to(self.device))  # (N,)
             loss = -lp.sum() / n_total

@@ -1,4 +1,4 @@
-"""One RL step on the tiny preset: `LocalBackend` + `TrainableModel` against TRL's `GRPOTrainer`.
+"""One RL step on a preset (tiny or smollm2-135m): `LocalBackend` + `TrainableModel` against TRL's `GRPOTrainer`.
 
 What it measures, on the tiny preset (CPU, float32, LoRA r=8 alpha=16 on all
 attention and MLP projections, the same prompts and reward for both sides):
@@ -20,8 +20,10 @@ attention and MLP projections, the same prompts and reward for both sides):
    while neither runs when the other is timed. Both run `--warmup` untimed steps, then
    `--steps` timed ones; the table reports medians, the ratio ours / TRL of the medians
    (target ≤ 1) and of the fastest steps (the least disturbed), with each side's
-   generation share. Ours alternates the default `TrainConfig()` (sequences packed)
-   with `pack_sequences=False` (a diagnostic row) on the same model.
+   generation share. Ours alternates the default `TrainConfig()` (sequences packed, a
+   group's common prompt run once: `share_prefixes`) with two diagnostic rows on the
+   same model: `share_prefixes=False` (each sequence's prompt computed again, as TRL
+   does) and `pack_sequences=False`.
 2. `packing`: trainer tokens/s (`metrics['train_tokens_per_s']`, real tokens over the
    step's seconds) of one `LoRATrainer.rl_step` on the same `--pack-seqs` constructed
    sequences (lengths drawn uniformly in 20..400, a third of each a masked prompt) with

@@ -29,6 +29,7 @@ STEP_METRICS = (
     "step_seconds",
     "train_tokens_per_s",
     "padding_waste",
+    "shared_prefix_tokens",
     "zero_variance_groups",
     "sequences",
     "reward",

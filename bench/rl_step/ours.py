@@ -43,6 +43,7 @@ async def run_ours(
     client = model.openai_client(max_retries=0, timeout=300)
     configs = {
         "default": art.TrainConfig(learning_rate=LR),
+        "unshared": art.TrainConfig(learning_rate=LR, share_prefixes=False),
         "padded": art.TrainConfig(learning_rate=LR, pack_sequences=False),
     }
     cfg = configs["default"]

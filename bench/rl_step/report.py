@@ -24,13 +24,14 @@ def report(
     trl_gen = median(trl_res["generate_s"][args.warmup :])
     zero_var = sum(s["zero_variance_groups"] for s in ours["steps"])
     labels = {
-        "default": "ours, `TrainConfig()` (packed)",
+        "default": "ours, `TrainConfig()` (packed, prompts shared)",
+        "unshared": "ours, `share_prefixes=False`",
         "padded": "ours, `pack_sequences=False`",
     }
     rl_lines = [
         "| RL step | s/step | generation s | rest s | train s | train tok/s | rows × max row "
-        "| padding waste | timed steps (s) | × TRL | × TRL, best |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---|---:|---:|",
+        "| shared prompt tokens | padding waste | timed steps (s) | × TRL | × TRL, best |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|",
     ]
     rl: dict[str, dict[str, float]] = {}
     for variant, label in labels.items():
@@ -42,6 +43,7 @@ def report(
             "train_s": median([s["train_seconds"] for s in timed]),
             "train_tok_s": median([s["train_tokens_per_s"] for s in timed]),
             "padding_waste": median([s["padding_waste"] for s in timed]),
+            "shared_prefix_tokens": median([s["shared_prefix_tokens"] for s in timed]),
             "swap_s": median([s["swap_seconds"] for s in timed]),
         }
         v["best_s"] = min(s["wall_s"] for s in timed)
@@ -53,13 +55,13 @@ def report(
             f"| {label} | {v['s_per_step']:.3f} | {v['generation_s']:.3f} | "
             f"{v['s_per_step'] - v['generation_s']:.3f} | {v['train_s']:.3f} | "
             f"{v['train_tok_s']:.0f} | {timed[-1]['rows']} × {timed[-1]['max_row_tokens']} | "
-            f"{v['padding_waste']:.2f} | {steps} | {v['over_trl']:.2f} "
+            f"{v['shared_prefix_tokens']:.0f} | {v['padding_waste']:.2f} | {steps} | {v['over_trl']:.2f} "
             f"| {v['over_trl_best']:.2f} |"
         )
     trl_steps = ", ".join(f"{x:.2f}" for x in trl_timed)
     rl_lines.append(
         f"| TRL `GRPOTrainer` | {trl_s:.3f} | {trl_gen:.3f} | {trl_s - trl_gen:.3f} | – | – "
-        f"| {p * g} × {trl_res['max_row_tokens']} | – "
+        f"| {p * g} × {trl_res['max_row_tokens']} | – | – "
         f"| {trl_steps} | 1.00 | 1.00 |"
     )
     rl_table = "\n".join(rl_lines)

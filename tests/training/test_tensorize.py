@@ -16,12 +16,14 @@ import torch
 
 from art_langgraph.errors import UsageError
 from art_langgraph.training.tensorize import (
+    MIN_SHARED_PREFIX,
     MicroBatch,
     TensorizeStats,
     TrainSequence,
     build_sequences,
     micro_batches,
     pack_rows,
+    prefix_units,
 )
 from art_langgraph.trajectory import LLMCall, Trajectory
 
@@ -427,3 +429,100 @@ def test_micro_batch_logprobs_equal_each_sequence_alone(tiny_model: Any, pack: b
         torch.testing.assert_close(packed, alone, atol=1e-5, rtol=0)
         checked += len(alone)
     assert checked == sum(len(s) - 1 for s in seqs)
+
+
+# --------------------------------------------------------------------------- prefix sharing
+
+
+def group_sequences(seed: int = 0) -> list[TrainSequence]:
+    """Two groups of sequences with a common prompt each (one member with its own extra
+    prompt tokens, so another head, one with a multi-turn tail), plus an unrelated one."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(n: int) -> list[int]:
+        return torch.randint(3, 2000, (n,), generator=g).tolist()
+
+    out = []
+    for prompt_len, members in ((24, 4), (MIN_SHARED_PREFIX + 3, 3)):
+        prompt = rand(prompt_len)
+        for m in range(members):
+            extra = rand(3) if m == 1 else []
+            done = rand(4 + m)
+            tokens = prompt + extra + done
+            trainable = [False] * (prompt_len + len(extra)) + [True] * len(done)
+            if m == 2:  # a second turn: a tool result (masked), then another completion
+                tokens += rand(3) + rand(2)
+                trainable += [False] * 3 + [True] * 2
+            out.append(seq(tokens, trainable, advantage=float(m) - 1.5))
+    out.append(seq(rand(9), [False] * 5 + [True] * 4))
+    return out
+
+
+def test_prefix_units_bundle_sequences_with_the_same_prompt() -> None:
+    seqs = group_sequences()
+    units = prefix_units(seqs, cap=1000)
+    bundles = sorted((u for u in units if u.shared), key=lambda u: u.members)
+    # Members 1 and 5 have extra prompt tokens: another head, left alone.
+    assert [u.members for u in bundles] == [(0, 2, 3), (4, 6)]
+    # The head stops one token short of the common prompt (each rest starts with its last token).
+    assert [u.shared for u in bundles] == [23, MIN_SHARED_PREFIX + 2]
+    for u in bundles:
+        assert u.length == u.shared + sum(len(seqs[i]) - u.shared for i in u.members)
+        for i in u.members:
+            assert not any(seqs[i].trainable[: u.shared + 1])
+    assert sorted(i for u in units for i in u.members) == list(range(len(seqs)))
+
+
+def test_prefix_units_respect_the_cap_and_the_minimum() -> None:
+    seqs = group_sequences()
+    for u in prefix_units(seqs, cap=40):
+        assert u.length <= 40 or not u.shared
+        assert len(u.members) == 1 or u.shared
+    # A common prompt one token too short to share (the head would hold MIN - 1 tokens).
+    short = [
+        seq([*s.tokens[:MIN_SHARED_PREFIX], 7, 8], [False] * MIN_SHARED_PREFIX + [True] * 2)
+        for s in group_sequences()[:3]
+    ]
+    assert all(not u.shared for u in prefix_units(short, cap=1000))
+
+
+def test_shared_prefix_rows_score_each_sequence_as_alone(tiny_model: Any) -> None:
+    seqs = group_sequences()
+    kw = dict(row_length=max(len(s) for s in seqs), micro_batch_tokens=10_000, pack=True)
+    mb = only(list(micro_batches(seqs, share_prefixes=True, **kw)))
+    plain = only(list(micro_batches(seqs, share_prefixes=False, **kw)))
+    saved = 2 * 23 + 1 * (MIN_SHARED_PREFIX + 2)
+    assert mb.stats["shared_prefix_tokens"] == saved
+    assert mb.real_tokens == plain.real_tokens - saved
+    assert int(mb.target_mask.sum()) == sum(s.num_trainable for s in seqs)
+    got = token_logprobs(
+        tiny_model, mb.input_ids, position_ids=mb.position_ids, attention_mask=mb.attention_mask
+    )  # (R, L - 1): column t scores token t + 1
+    for k in range(mb.num_sequences):
+        rows, cols = (mb.target_mask & (mb.seq_ids == k)).nonzero(as_tuple=True)
+        bundled = got[rows, cols - 1]
+        # Which input sequence is k: the one whose trainable tokens these are.
+        ids = mb.input_ids[rows, cols].tolist()
+        (s,) = [
+            s for s in seqs if [t for t, m in zip(s.tokens, s.trainable, strict=False) if m] == ids
+        ]
+        alone_all = token_logprobs(tiny_model, torch.tensor([s.tokens]))[0]  # (n - 1,)
+        alone = alone_all[torch.tensor(s.trainable[1:])]
+        torch.testing.assert_close(bundled, alone, atol=1e-5, rtol=0)
+        # The rest of the sequence carries its own advantage and sampler logprobs.
+        assert torch.all(mb.advantages[rows, cols] == s.advantage)
+        expected = [x for x, m in zip(s.sampler_logprobs, s.trainable, strict=False) if m]
+        assert mb.sampler_logprobs[rows, cols].tolist() == pytest.approx(expected)
+
+
+def test_prefix_sharing_needs_packing() -> None:
+    seqs = group_sequences()
+    mb = only(
+        list(
+            micro_batches(
+                seqs, row_length=64, micro_batch_tokens=10_000, pack=False, share_prefixes=True
+            )
+        )
+    )
+    assert mb.stats["shared_prefix_tokens"] == 0
+    assert mb.input_ids.shape[0] == len(seqs)

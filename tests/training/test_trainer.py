@@ -241,6 +241,48 @@ def test_loss_and_gradient_do_not_depend_on_packing_or_micro_batches(
         assert m["clip_fraction"] == ref["clip_fraction"], name
 
 
+def test_shared_prefixes_leave_loss_and_gradient_unchanged(stepped: LoRATrainer) -> None:
+    # Two groups of sequences with a 20-token common prompt each, off-policy sampler logprobs.
+    g = torch.Generator().manual_seed(3)
+    seqs = []
+    for k in range(2):
+        prompt = torch.randint(3, 2000, (20,), generator=g).tolist()
+        for m, adv in enumerate((1.0, -1.0, 0.5)):
+            tokens = prompt + torch.randint(3, 2000, (4 + m + k,), generator=g).tolist()
+            trainable = [i >= len(prompt) for i in range(len(tokens))]
+            lp = logprobs(stepped, tokens)
+            sampler = [x - 0.1 * m if t else math.nan for x, t in zip(lp, trainable, strict=True)]
+            seqs.append(TrainSequence(tokens, trainable, sampler, adv))
+    start = lora_state(stepped)
+    results: dict[bool, dict[str, float]] = {}
+    grads: dict[bool, dict[str, torch.Tensor]] = {}
+
+    def keep_gradient(share: bool) -> Callable[[str, dict[str, Any]], None]:
+        def progress(stage: str, info: dict[str, Any]) -> None:
+            if stage == "micro_batch":  # after backward, before the optimizer step
+                grads[share] = {
+                    n: p.grad.clone()
+                    for n, p in stepped.model.named_parameters()
+                    if p.grad is not None
+                }
+
+        return progress
+
+    for share in (False, True):
+        restore(stepped, start)
+        config = TrainConfig(learning_rate=LR, share_prefixes=share)
+        results[share] = stepped.rl_step(seqs, config, keep_gradient(share))
+    assert results[True]["shared_prefix_tokens"] == 2 * 2 * 19
+    assert results[False]["shared_prefix_tokens"] == 0
+    for key in ("loss", "policy_loss", "clip_fraction", "trainable_tokens"):
+        assert results[True][key] == pytest.approx(results[False][key], abs=1e-6), key
+    assert results[True]["grad_norm"] == pytest.approx(results[False]["grad_norm"], rel=1e-4)
+    assert grads[True].keys() == grads[False].keys() and grads[True]
+    scale = max(float(g.abs().max()) for g in grads[False].values())
+    for n, g in grads[True].items():  # the same gradient, parameter by parameter
+        torch.testing.assert_close(g, grads[False][n], atol=1e-4 * scale, rtol=0)
+
+
 def test_packed_loss_is_right_with_eager_attention(stepped: LoRATrainer) -> None:
     base: Any = stepped.model.base_model.model
     base.set_attn_implementation("eager")
