@@ -129,7 +129,14 @@ class TrajectoryCallback(BaseCallbackHandler):
             else {"role": "assistant"}
         )
         completion_ids = meta.get("token_ids")
-        logprobs = [float(x["logprob"]) for x in lp_content] if lp_content else None
+        floats = meta.get("token_logprobs")  # our server's plain list (return_token_logprobs)
+        logprobs = (
+            [float(x) for x in floats]
+            if floats is not None
+            else [float(x["logprob"]) for x in lp_content]
+            if lp_content
+            else None
+        )
         if (
             completion_ids is not None
             and logprobs is not None

@@ -3,12 +3,14 @@
 It is `langchain_openai.ChatOpenAI` pointed at the backend's OpenAI-compatible server,
 so `bind_tools` (with `tool_choice`), `with_structured_output`, `invoke`/`ainvoke`/
 `batch`/`stream`/`astream`, callbacks, tags and metadata behave as LangChain users
-expect. Every call asks for logprobs and token ids (`return_token_ids`). ChatOpenAI
-drops response fields it does not know, so this subclass carries them into the
-message's `response_metadata`:
+expect. Every call asks for token ids and their logprobs (`return_token_ids`,
+`return_token_logprobs`: plain lists, not OpenAI's per-token logprob objects, which
+stay available with `logprobs=True`). ChatOpenAI drops response fields it does not
+know, so this subclass carries them into the message's `response_metadata`:
 
     prompt_token_ids   the exact prompt ids the engine saw (first chunk when streaming)
     token_ids          the completion ids it sampled (concatenated across stream chunks)
+    token_logprobs     each sampled token's logprob (concatenated the same way)
     model_name         "name@step": the adapter that served the call
 
 Without a step the model asks for `name`, which the server resolves to the latest
@@ -49,7 +51,7 @@ ART_METADATA_KEY = "art_trainable"
 class TrainableChatModel(ChatOpenAI):
     """ChatOpenAI against the backend, recording token ids in `response_metadata`.
 
-    Built directly or by `model.chat_model()`, it always asks for token ids and logprobs
+    Built directly or by `model.chat_model()`, it always asks for token ids and their logprobs
     and marks its calls trainable for `art.capture()` (a user's `extra_body`/`metadata`
     are merged over these, never replaced)."""
 
@@ -58,9 +60,12 @@ class TrainableChatModel(ChatOpenAI):
     def _art_defaults(cls, values: Any) -> Any:
         if isinstance(values, dict):
             values = dict(values)
-            values["extra_body"] = {"return_token_ids": True, **(values.get("extra_body") or {})}
+            values["extra_body"] = {
+                "return_token_ids": True,
+                "return_token_logprobs": True,
+                **(values.get("extra_body") or {}),
+            }
             values["metadata"] = {ART_METADATA_KEY: True, **(values.get("metadata") or {})}
-            values.setdefault("logprobs", True)
             values.setdefault("stream_usage", True)
         return values
 
@@ -76,6 +81,8 @@ class TrainableChatModel(ChatOpenAI):
                 meta["prompt_token_ids"] = prompt_ids
             if choice.get("token_ids") is not None:
                 meta["token_ids"] = choice["token_ids"]
+            if choice.get("token_logprobs") is not None:
+                meta["token_logprobs"] = choice["token_logprobs"]
             if body.get("model"):
                 meta["model_name"] = body["model"]
         return result
@@ -94,6 +101,8 @@ class TrainableChatModel(ChatOpenAI):
         choices = chunk.get("choices") or []
         if choices and choices[0].get("token_ids"):
             meta["token_ids"] = list(choices[0]["token_ids"])  # lists concatenate when chunks merge
+        if choices and choices[0].get("token_logprobs"):
+            meta["token_logprobs"] = list(choices[0]["token_logprobs"])
         if choices and choices[0].get("finish_reason") and chunk.get("model"):
             meta["model_name"] = chunk["model"]
         return gen

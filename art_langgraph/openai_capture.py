@@ -3,9 +3,11 @@
 The client returned by `model.openai_client()` sends its requests through
 `CapturingTransport`, an httpx transport in front of the shared per-loop pools. When a
 `capture()` block is open in the caller's context, a `POST .../chat/completions` asks the
-server for token ids and logprobs (adding `return_token_ids` and `logprobs` unless the
-caller set them) and is recorded as an `LLMCall` with the exact
-prompt and completion token ids the server returned, the way the LangChain path does.
+server for token ids and their logprobs (adding `return_token_ids` and
+`return_token_logprobs`, plain lists beside the choice, unless the caller set them; the
+caller's own `logprobs` choice is left as it was) and is recorded as an `LLMCall` with
+the exact prompt and completion token ids the server returned, the way the LangChain
+path does.
 Streamed responses pass through untouched chunk by chunk and are recorded once the
 stream ends. Everything else, and every request outside `capture()`, passes through untouched (its
 body is not even parsed); a failure to record is logged on the
@@ -57,9 +59,9 @@ class CapturingTransport(httpx.AsyncBaseTransport):
             body = None
         if not isinstance(body, dict):
             return await self.inner.handle_async_request(request)
-        if "return_token_ids" not in body or "logprobs" not in body:
+        if "return_token_ids" not in body or "return_token_logprobs" not in body:
             body.setdefault("return_token_ids", True)
-            body.setdefault("logprobs", True)
+            body.setdefault("return_token_logprobs", True)
             headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
             request = httpx.Request(
                 request.method,
@@ -170,7 +172,7 @@ class _RecordingStream(httpx.AsyncByteStream):
 
 def merge_stream_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     """Chat-completion chunks -> the ChatCompletion they add up to (content, tool calls,
-    token ids, logprobs, finish reason, usage), per choice index."""
+    token ids and their logprobs, logprobs, finish reason, usage), per choice index."""
     first = chunks[0]
     out: dict[str, Any] = {
         "id": first.get("id"),
@@ -211,6 +213,8 @@ def merge_stream_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
                 calls[k]["function"]["arguments"] += fn.get("arguments") or ""
             if c.get("token_ids"):
                 ch.setdefault("token_ids", []).extend(c["token_ids"])
+            if c.get("token_logprobs"):
+                ch.setdefault("token_logprobs", []).extend(c["token_logprobs"])
             if (lp := c.get("logprobs")) and lp.get("content"):
                 ch["logprobs"] = ch["logprobs"] or {"content": []}
                 ch["logprobs"]["content"].extend(lp["content"])

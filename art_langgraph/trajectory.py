@@ -89,6 +89,17 @@ def _dump(obj: Any, *, exclude_unset: bool = False) -> Any:
         return obj.model_dump()
 
 
+def _plain(response: Any) -> Any:
+    """A response as plain JSON data. A pydantic model's JSON-mode dump is that already, so
+    it is not walked again (a completion's logprobs make that walk the costly part)."""
+    if hasattr(response, "model_dump"):
+        try:
+            return response.model_dump(mode="json", exclude_unset=True)
+        except TypeError:  # a duck-typed model_dump without those keywords
+            return _jsonable(response.model_dump(), drop_none=False)
+    return _jsonable(response, drop_none=False)
+
+
 def _jsonable(value: Any, *, drop_none: bool) -> Any:
     """Plain JSON data from `value`: containers copied, models dumped, anything else `str()`."""
     if value is None or isinstance(value, str | bool | int | float):
@@ -274,14 +285,10 @@ class LLMCall(_Record):
 
         `chat_completion` is the returned `ChatCompletion` or a dict of its JSON. Token ids are
         read from vLLM's `prompt_token_ids` (top level) and `token_ids` (per choice) extras;
-        logprobs from `choice.logprobs.content[i].logprob`.
+        logprobs from our server's `token_logprobs` extra (`return_token_logprobs`), else
+        from `choice.logprobs.content[i].logprob`.
         """
-        data = _jsonable(
-            _dump(chat_completion, exclude_unset=True)
-            if hasattr(chat_completion, "model_dump")
-            else chat_completion,
-            drop_none=False,
-        )
+        data = _plain(chat_completion)
         if not isinstance(data, dict):
             raise UsageError(
                 f"expected a ChatCompletion or dict, got {type(chat_completion).__name__}"
@@ -293,6 +300,7 @@ class LLMCall(_Record):
             )
         choice = choices[choice_index]
         content = (choice.get("logprobs") or {}).get("content")
+        floats = choice.get("token_logprobs")  # this server's plain list (return_token_logprobs)
         usage = data.get("usage") or {}
         sampling = {
             k: v
@@ -309,7 +317,11 @@ class LLMCall(_Record):
             response_message=choice.get("message") or {"role": "assistant"},
             prompt_token_ids=data.get("prompt_token_ids") or choice.get("prompt_token_ids"),
             completion_token_ids=choice.get("token_ids"),
-            logprobs=[c["logprob"] for c in content] if content is not None else None,
+            logprobs=[float(x) for x in floats]
+            if floats is not None
+            else [c["logprob"] for c in content]
+            if content is not None
+            else None,
             model=data.get("model"),
             finish_reason=choice.get("finish_reason"),
             latency_s=latency_s,

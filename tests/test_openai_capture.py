@@ -66,7 +66,9 @@ async def test_a_plain_openai_tool_loop_is_captured_token_exactly(
         choice_extra = r.choices[0].model_extra or {}
         assert call.prompt_token_ids == extra["prompt_token_ids"]
         assert call.completion_token_ids == choice_extra["token_ids"]
-        assert call.logprobs == [t.logprob for t in r.choices[0].logprobs.content]
+        assert call.logprobs == choice_extra["token_logprobs"]
+        assert len(call.logprobs) == len(call.completion_token_ids or [])
+        assert r.choices[0].logprobs is None  # the caller's response stays as it asked
         assert call.trainable and call.model == "plain@0" and call.adapter_step == 0
     assert traj.calls[0].tools == TOOLS and traj.calls[0].tool_choice == "required"
     assert traj.calls[0].response_message["tool_calls"][0]["function"]["name"] == "calculator"

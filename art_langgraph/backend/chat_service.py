@@ -275,6 +275,8 @@ class ChatService:
                 choice.logprobs = self.logprobs(r.completion_token_ids, r.logprobs, r.top_logprobs)
             if req.return_token_ids:
                 choice.token_ids = r.completion_token_ids
+            if req.return_token_logprobs:
+                choice.token_logprobs = r.logprobs
             choice.stop_reason = r.stop_reason
             choices.append(choice)
         completion_tokens = sum(len(r.completion_token_ids) for r in results)
@@ -291,6 +293,21 @@ class ChatService:
             ),
             prompt_token_ids=plan.prompt_ids if req.return_token_ids else None,
         )
+
+    def _token_extras(
+        self, ch: ChunkChoice, req: ChatCompletionRequest, events: list[TokenEvent]
+    ) -> None:
+        """What a chunk carries about its tokens, as the request asked."""
+        if req.logprobs:
+            ch.logprobs = self.logprobs(
+                [e.token_id for e in events],
+                [e.logprob for e in events],
+                [e.top for e in events] if events[0].top is not None else None,
+            )
+        if req.return_token_ids:
+            ch.token_ids = [e.token_id for e in events]
+        if req.return_token_logprobs:
+            ch.token_logprobs = [e.logprob for e in events]
 
     async def stream(self, plan: Plan) -> AsyncIterator[str]:
         """The plan's choices as server-sent events, ending with `data: [DONE]`."""
@@ -318,8 +335,7 @@ class ChatService:
         ids: list[list[int]] = [[] for _ in range(n)]
         sent_text = [0] * n
         holds = [ToolCallHoldback() for _ in range(n)]
-        pending_ids: list[list[int]] = [[] for _ in range(n)]
-        pending_lp: list[list[TokenEvent]] = [[] for _ in range(n)]
+        pending: list[list[TokenEvent]] = [[] for _ in range(n)]  # tokens not yet in a chunk
         usage_completion, open_ = 0, len(tasks)
         first = {"prompt_token_ids": plan.prompt_ids} if req.return_token_ids else {}
         try:
@@ -340,26 +356,19 @@ class ChatService:
                     return
                 if isinstance(item, TokenEvent):
                     ids[i].append(item.token_id)
-                    pending_ids[i].append(item.token_id)
-                    pending_lp[i].append(item)
+                    pending[i].append(item)
                     text = self.tok.decode(ids[i], skip_special_tokens=True)
                     if text.endswith("\ufffd"):
                         continue  # an incomplete UTF-8 sequence: wait for the next token
                     new = holds[i].release(text) if plan.parse_tools else text[sent_text[i] :]
                     sent_text[i] = len(text)
-                    if not new and not req.return_token_ids and not req.logprobs:
+                    if not new and not (
+                        req.return_token_ids or req.logprobs or req.return_token_logprobs
+                    ):
                         continue
                     ch = ChunkChoice(index=i, delta=Delta(content=new or None))
-                    if req.logprobs:
-                        events = pending_lp[i]
-                        ch.logprobs = self.logprobs(
-                            [e.token_id for e in events],
-                            [e.logprob for e in events],
-                            [e.top for e in events] if events[0].top is not None else None,
-                        )
-                    if req.return_token_ids:
-                        ch.token_ids = pending_ids[i]
-                    pending_ids[i], pending_lp[i] = [], []
+                    self._token_extras(ch, req, pending[i])
+                    pending[i] = []
                     yield chunk([ch])
                     continue
                 # The finished result: flush what was held back.
@@ -381,8 +390,8 @@ class ChatService:
                 ch = ChunkChoice(
                     index=i, delta=delta, finish_reason=finish, stop_reason=item.stop_reason
                 )
-                if req.return_token_ids and pending_ids[i]:
-                    ch.token_ids = pending_ids[i]
+                if pending[i]:  # tokens held back (an incomplete UTF-8 sequence)
+                    self._token_extras(ch, req, pending[i])
                 yield chunk([ch])
             if req.stream_options and req.stream_options.include_usage:
                 n_prompt = len(plan.prompt_ids)

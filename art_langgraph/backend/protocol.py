@@ -173,6 +173,11 @@ class ChatCompletionRequest(BaseModel):
     stream_options: StreamOptions | None = None
     return_token_ids: bool = False
     """vLLM extension: add `prompt_token_ids` (top level) and `token_ids` (per choice)."""
+    return_token_logprobs: bool = False
+    """This server's extension: add `token_logprobs` (per choice, and per chunk when
+    streaming), the sampled tokens' logprobs as plain floats beside `token_ids`. What a
+    recorder needs, without OpenAI's per-token objects (text, bytes, alternatives) that
+    the client would parse only to read one float from each."""
     structured_outputs: dict[str, Any] | None = None
     """vLLM extension: constrain the completion with one of `{"json": schema}`, `{"regex": r}`,
     `{"grammar": lark}` (llguidance Lark) or `{"choice": [strings]}`."""
@@ -298,13 +303,15 @@ class ResponseMessage(_Out):
 
 
 class Choice(_Out):
-    _omit_none = frozenset({"token_ids"})
+    _omit_none = frozenset({"token_ids", "token_logprobs"})
     index: int
     message: ResponseMessage
     finish_reason: str
     logprobs: ChoiceLogprobs | None = None
     token_ids: list[int] | None = None
     """vLLM's extra: the completion's token ids (with `return_token_ids`)."""
+    token_logprobs: list[float] | None = None
+    """This server's extra: each completion token's logprob (with `return_token_logprobs`)."""
     stop_reason: int | str | None = None
     """vLLM's extra: the stop string or token that ended the completion, if any."""
 
@@ -336,12 +343,13 @@ class Delta(_Out):
 
 
 class ChunkChoice(_Out):
-    _omit_none = frozenset({"logprobs", "token_ids"})
+    _omit_none = frozenset({"logprobs", "token_ids", "token_logprobs"})
     index: int
     delta: Delta
     finish_reason: str | None = None
     logprobs: ChoiceLogprobs | None = None
     token_ids: list[int] | None = None
+    token_logprobs: list[float] | None = None
     stop_reason: int | str | None = None
 
 

@@ -3,8 +3,9 @@
 Endpoints: `GET /health`, `GET /v1/models`, `POST /v1/chat/completions` (messages,
 tools and tool_choice, sampling, n, stop, seed, logprobs, response_format with JSON
 schemas, SSE streaming). With `"return_token_ids": true` a response carries
-`prompt_token_ids` (top level) and `token_ids` per choice, as vLLM names them. The
-response's `model` is `name@step` for the weights that answered.
+`prompt_token_ids` (top level) and `token_ids` per choice, as vLLM names them; with
+`"return_token_logprobs": true` (ours), `token_logprobs` per choice, one float per
+completion token. The response's `model` is `name@step` for the weights that answered.
 
 The routes move bytes: the OpenAI translation (request -> plan -> typed response) is
 `ChatService` (`chat_service.py`). Here: the `Guard` (keys, sizes, content types),

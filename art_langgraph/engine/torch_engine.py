@@ -583,7 +583,11 @@ class TorchEngine:
                 self.model = PeftModel.from_pretrained(self.base_model, path, adapter_name=key)
                 self.model.eval()
             else:
-                self.model.load_adapter(path, adapter_name=key, is_trainable=False)
+                # low_cpu_mem_usage: the new LoRA weights start on the meta device instead of
+                # being initialised only to be overwritten (a third of the load time).
+                self.model.load_adapter(
+                    path, adapter_name=key, is_trainable=False, low_cpu_mem_usage=True
+                )
         except (RuntimeError, ValueError, KeyError) as exc:
             if self.model is not self.base_model and key in self.model.peft_config:
                 self._delete_keys([key])
@@ -607,8 +611,7 @@ class TorchEngine:
             for mod_name, module in self.model.named_modules():
                 if isinstance(module, LoraLayer) and key in module.lora_A:
                     target = self._merged.get_submodule(mod_name.removeprefix("base_model.model."))
-                    delta = module.get_delta_weight(key)  # type: ignore[attr-defined]
-                    target.weight.copy_(module.base_layer.weight + delta)
+                    _merge_into(target.weight, module, key)
         self._merged_key = key
 
     def _unload_adapter(self, name: str) -> None:
@@ -643,6 +646,18 @@ class TorchEngine:
         for key in keys:
             with contextlib.suppress(Exception):
                 self.model.delete_adapter(key)
+
+
+def _merge_into(out: torch.Tensor, module: Any, key: str) -> None:
+    """out = base weight + scale * B @ A, in one pass over the weight (an `addmm` into
+    `out`, no temporary of the weight's size). DoRA and fan-in-fan-out layers take peft's
+    own delta."""
+    base = module.base_layer.weight
+    if module.use_dora.get(key) or getattr(module, "fan_in_fan_out", False):
+        out.copy_(base + module.get_delta_weight(key))
+        return
+    a, b = module.lora_A[key].weight, module.lora_B[key].weight  # (r, in), (out, r)
+    torch.addmm(base, b.to(base.dtype), a.to(base.dtype), alpha=module.scaling[key], out=out)
 
 
 def _check_adapter_fits(model: Any, name: str, path: str) -> None:

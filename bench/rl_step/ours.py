@@ -61,8 +61,12 @@ async def run_ours(
             messages=[{"role": "user", "content": prompt}],
             max_tokens=c,
             temperature=1.0,
-            logprobs=True,
-            extra_body={"return_token_ids": True, "ignore_eos": True},
+            # what capture() asks for: ids and their logprobs as plain lists
+            extra_body={
+                "return_token_ids": True,
+                "return_token_logprobs": True,
+                "ignore_eos": True,
+            },
         )
         r = await client.chat.completions.create(**kw)
         call = art.LLMCall.from_openai(kw, r)

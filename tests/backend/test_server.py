@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -91,6 +92,37 @@ async def test_plain_chat_with_token_ids_and_logprobs(
     text = engine.tokenizer.decode(token_ids, skip_special_tokens=True)
     assert choice.message.content == text
     assert choice.finish_reason in ("stop", "length")
+
+
+async def test_token_logprobs_are_the_logprobs_as_plain_floats(client: AsyncOpenAI) -> None:
+    kw: dict[str, Any] = {"model": "tiny", "messages": USER, "max_tokens": 12, "seed": 5}
+    both = await client.chat.completions.create(
+        **kw, logprobs=True, extra_body={"return_token_ids": True, "return_token_logprobs": True}
+    )
+    choice = both.choices[0]
+    floats = choice.model_extra["token_logprobs"]  # type: ignore[index]
+    assert choice.logprobs is not None and choice.logprobs.content is not None
+    assert floats == [x.logprob for x in choice.logprobs.content]
+    assert len(floats) == len(choice.model_extra["token_ids"])  # type: ignore[index]
+    # Alone, without OpenAI's per-token objects; and split across stream chunks.
+    plain = await client.chat.completions.create(**kw, extra_body={"return_token_logprobs": True})
+    assert plain.choices[0].logprobs is None
+    assert plain.choices[0].model_extra["token_logprobs"] == floats  # type: ignore[index]
+    stream = await client.chat.completions.create(
+        **kw, stream=True, extra_body={"return_token_ids": True, "return_token_logprobs": True}
+    )
+    ids: list[int] = []
+    streamed: list[float] = []
+    async for chunk in stream:
+        for c in chunk.choices:
+            extra = c.model_extra or {}
+            ids += extra.get("token_ids") or []
+            streamed += extra.get("token_logprobs") or []
+            assert len(extra.get("token_ids") or []) == len(extra.get("token_logprobs") or [])
+    assert streamed == floats and len(ids) == len(floats)
+    # Not asked for: not sent.
+    neither = await client.chat.completions.create(**kw)
+    assert "token_logprobs" not in (neither.choices[0].model_extra or {})
 
 
 async def test_seeded_requests_repeat_and_n_gives_distinct_choices(client: AsyncOpenAI) -> None:
