@@ -358,6 +358,7 @@ class LocalBackend:
         if paused:
             self.registry.pause(name)
         t0 = time.perf_counter()
+        trim: asyncio.Future[bool] | None = None
         try:
             trainer = await self._trainer(run)
             try:
@@ -375,12 +376,16 @@ class LocalBackend:
                 run.trainer = None
                 raise
             finally:
-                release_free_memory()  # the step's activations, back to the OS (memory.py)
+                # The step's activations, back to the OS (memory.py), beside the swap:
+                # malloc_trim runs without the GIL.
+                trim = asyncio.ensure_future(asyncio.to_thread(release_free_memory))
             t_swap = time.perf_counter()
             await self._load(run, new_step)
             run.step = new_step
             metrics["swap_seconds"] = time.perf_counter() - t_swap
         finally:
+            if trim is not None:
+                await trim
             if paused:
                 self.registry.resume(name)
         metrics["step_seconds"] = time.perf_counter() - t0

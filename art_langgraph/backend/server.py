@@ -73,6 +73,10 @@ def create_app(
     async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(cpu, fn, *args)
 
+    def parse_and_plan(raw: bytes) -> tuple[ChatCompletionRequest, Plan | None]:
+        req = service.parse(raw)
+        return req, None if registry.is_paused(req.model) else service.plan(req)
+
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
         return _error(exc)
@@ -101,12 +105,15 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         raw = await request.body()  # the Guard bounds its size
-        req: ChatCompletionRequest = await off_loop(service.parse, raw)
-        while registry.is_paused(req.model):  # a step is training: wait for it (ART's semantics)
-            if await request.is_disconnected():
-                return None
-            await asyncio.sleep(0.005)
-        plan: Plan = await off_loop(service.plan, req)
+        # One trip to the worker for both when the model is not training (the common case);
+        # otherwise the plan waits for the new step, which it must resolve to.
+        req, plan = await off_loop(parse_and_plan, raw)
+        if plan is None:
+            while registry.is_paused(req.model):  # a step is training: wait (ART's semantics)
+                if await request.is_disconnected():
+                    return None
+                await asyncio.sleep(0.005)
+            plan = await off_loop(service.plan, req)
         await service.ensure_adapter(plan)
         if req.stream:
             return StreamingResponse(service.stream(plan), media_type="text/event-stream")

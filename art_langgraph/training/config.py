@@ -98,10 +98,11 @@ class TrainConfig(BaseModel):
     )
     share_prefixes: bool = Field(
         True,
-        description="With pack_sequences: sequences that start with the same prompt (at least 16 "
-        "tokens, e.g. a group's system prompt and task) run that prefix once per row, the rest of "
-        "each attending to it; logprobs and gradients are unchanged. Saves the prompt's compute "
-        "for all but one member of a group (see the RL-step benchmark).",
+        description="With pack_sequences: sequences with the same prompt (all before their first "
+        "sampled token, more than 16 tokens: a group's system prompt, tools and task) run it once "
+        "in one row, the rest of each attending to it; logprobs and gradients are unchanged. Saves "
+        "the prompt's compute for all but one member of each group (RL-step benchmark: the "
+        "trainer's time halves on both presets).",
     )
     micro_batch_tokens: int = Field(
         16384,
@@ -166,10 +167,13 @@ class ModelConfig(BaseModel):
         min_length=1,
         description="Module names that get LoRA adapters. Default: all attention and MLP projections (ART's).",
     )
-    gradient_checkpointing: bool = Field(
-        True,
+    gradient_checkpointing: bool | Literal["auto"] = Field(
+        "auto",
         description=(
-            "Recompute activations in the backward pass to save memory. Measured on "
+            "Recompute activations in the backward pass to save memory. True: always; False: "
+            "never; auto: for each micro-batch whose activations would take more than 256 MiB "
+            "(estimated from its tokens and the model's sizes), so a small batch does not pay "
+            "for the recompute (about a fifth of the tiny preset's step). Measured on "
             "SmolLM2-135M, 16 x 400 tokens, bf16 autocast, 2048-token micro-batches: peak RSS "
             "4.8 -> 2.3 GiB for +10% step time (see the trainer benchmark in bench/)."
         ),

@@ -86,6 +86,7 @@ class LoRATrainer:
         else:
             loaded: Any = AutoModelForCausalLM.from_pretrained(base_path, dtype=self.dtype)
             base = loaded.to(self.device)
+        self._checkpointed: list[Any] = []  # the layers whose flag turns checkpointing on
         if config.gradient_checkpointing:
             kwargs = {"use_reentrant": False}
             if hasattr(base, "activation_checkpointing_enable"):
@@ -93,6 +94,10 @@ class LoRATrainer:
             else:  # transformers before the rename
                 base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
             base.enable_input_require_grads()
+            self._checkpointed = [
+                m for m in base.modules() if hasattr(m, "_gradient_checkpointing_func")
+            ]
+        self._activation_bytes = _activation_bytes_per_token(base.config, self.compute_dtype)
         lora = LoraConfig(
             r=config.lora_r,
             lora_alpha=config.lora_alpha,
@@ -137,6 +142,7 @@ class LoRATrainer:
                 ~mask, torch.finfo(self.dtype).min
             )
         base: Any = self.model.get_base_model()
+        self._checkpoint_if_large(mb)
         with self._autocast():
             hidden = base.model(
                 input_ids=mb.input_ids.to(dev),
@@ -149,6 +155,15 @@ class LoRATrainer:
         h = hidden[:, :-1][before].to(self.dtype)  # (N, H)
         targets = mb.input_ids[:, 1:].to(dev)[before]  # (N,)
         return token_logprobs(h, base.get_output_embeddings(), targets)
+
+    def _checkpoint_if_large(self, mb: MicroBatch) -> None:
+        """With gradient_checkpointing="auto": recompute this micro-batch's activations in
+        the backward pass only when keeping them would take more than AUTO_CHECKPOINT_BYTES."""
+        if self.config.gradient_checkpointing != "auto" or not self._checkpointed:
+            return
+        on = mb.input_ids.numel() * self._activation_bytes > AUTO_CHECKPOINT_BYTES
+        for layer in self._checkpointed:
+            layer.gradient_checkpointing = on
 
     @heap_for_large_blocks()  # an engine's mmap threshold would halve this step's speed
     def rl_step(
@@ -378,6 +393,21 @@ def token_logprobs(
         else:
             parts.append(one(h, t))
     return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
+
+
+AUTO_CHECKPOINT_BYTES = 256 * 2**20
+"""gradient_checkpointing="auto" recomputes micro-batches whose activations would pass this."""
+
+
+def _activation_bytes_per_token(config: Any, dtype: torch.dtype) -> int:
+    """What the backward pass keeps per token without checkpointing, estimated for a
+    llama-like decoder: per layer, the inputs of the norms and the attention and MLP
+    projections (about 8 x hidden) and the MLP's inner activations (4 x intermediate)."""
+    hidden = int(getattr(config, "hidden_size", 0) or 0)
+    inner = int(getattr(config, "intermediate_size", 0) or 4 * hidden)
+    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    size = torch.empty((), dtype=dtype).element_size()
+    return layers * (8 * hidden + 4 * inner) * size
 
 
 def _row_length(seqs: list[TrainSequence], config: TrainConfig) -> int:

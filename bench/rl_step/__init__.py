@@ -48,7 +48,7 @@ below, and there are none with this reward). The machine is shared: read the rat
 
 Run (from the repository root):
 
-    .venv/bin/python -m bench.rl_step [--prompts 4 --group-size 8 --completion-tokens 32 --steps 3]
+    .venv/bin/python -m bench.rl_step [--prompts 4 --group-size 8 --completion-tokens 32 --steps 5]
 
 `--only ours` runs part 1 for our side alone and prints its steps (nothing saved), e.g.
 under `.venv/bin/py-spy record -o out.txt -f raw -- .venv/bin/python -m bench.rl_step

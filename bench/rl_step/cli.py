@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prompts", type=int, default=4, help="prompts (groups) per step, P")
     ap.add_argument("--group-size", type=int, default=8, help="completions per prompt, G")
     ap.add_argument("--completion-tokens", type=int, default=32, help="tokens per completion, C")
-    ap.add_argument("--steps", type=int, default=3, help="timed RL steps per side (median)")
+    ap.add_argument("--steps", type=int, default=5, help="timed RL steps per side (median)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed RL steps first")
     ap.add_argument("--swap-steps", type=int, default=5, help="extra steps to time the swap")
     ap.add_argument("--pack-seqs", type=int, default=48, help="sequences for the packing test")

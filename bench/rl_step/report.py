@@ -153,11 +153,15 @@ def report(
         f"{pk['sequences']} sequences of 20-400 tokens ({pk['tokens']} tokens), "
         f"{args.pack_repeats} repeats (median)"
     )
+    # What the swap adds to the first request: on a real model the request itself (a
+    # prefill and one token) takes longer than the target, swap or not.
+    added = median(first) - median(steady)
     target_lines = [
         f"target ours/TRL ≤ {TARGETS['ours_over_trl']:g}: {ratio:.2f} "
         f"({'met' if ratio <= TARGETS['ours_over_trl'] else 'MISSED'})",
-        f"target swap median ≤ {TARGETS['swap_median_ms']:g} ms: {median(first):.1f} ms "
-        f"({'met' if median(first) <= TARGETS['swap_median_ms'] else 'MISSED'})",
+        f"target swap median ≤ {TARGETS['swap_median_ms']:g} ms (first request on the new step, "
+        f"less the same request again): {added:.1f} ms "
+        f"({'met' if added <= TARGETS['swap_median_ms'] else 'MISSED'})",
     ]
     markdown = "\n\n".join([rl_table, ours_parts, pk_table, swap_table, rss_table])
     return {

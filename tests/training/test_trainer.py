@@ -283,6 +283,27 @@ def test_shared_prefixes_leave_loss_and_gradient_unchanged(stepped: LoRATrainer)
         torch.testing.assert_close(g, grads[False][n], atol=1e-4 * scale, rtol=0)
 
 
+def test_auto_checkpointing_recomputes_only_large_micro_batches(
+    stepped: LoRATrainer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from art_langgraph.training import trainer as trainer_module
+
+    assert stepped.config.gradient_checkpointing == "auto" and stepped._checkpointed
+    seqs = make_sequences(stepped, LENGTHS, ADV, offset=-0.1)
+    start = lora_state(stepped)
+    seen: dict[str, list[bool]] = {}
+    losses = {}
+    for name, limit in (("small", trainer_module.AUTO_CHECKPOINT_BYTES), ("large", 0)):
+        monkeypatch.setattr(trainer_module, "AUTO_CHECKPOINT_BYTES", limit)
+        restore(stepped, start)
+        losses[name] = stepped.rl_step(seqs, TrainConfig(learning_rate=LR))
+        seen[name] = [bool(m.gradient_checkpointing) for m in stepped._checkpointed]
+    assert not any(seen["small"])  # a few hundred tokens of the tiny model: kept
+    assert all(seen["large"])  # over the limit: recomputed
+    assert losses["small"]["loss"] == pytest.approx(losses["large"]["loss"], abs=1e-6)
+    assert losses["small"]["grad_norm"] == pytest.approx(losses["large"]["grad_norm"], rel=1e-5)
+
+
 def test_packed_loss_is_right_with_eager_attention(stepped: LoRATrainer) -> None:
     base: Any = stepped.model.base_model.model
     base.set_attn_implementation("eager")
