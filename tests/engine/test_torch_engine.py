@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -243,6 +244,55 @@ async def test_adapters_route_per_row_in_one_batch(engine: TorchEngine, lora_ada
     await engine.unload_adapter("lora-a")
     with pytest.raises(UsageError, match="no adapter"):
         await engine.generate(p, greedy, adapter="lora-a")
+
+
+async def test_a_freed_adapter_slot_takes_the_next_adapter_exactly(
+    engine: TorchEngine, lora_adapter: Path, tmp_path: Path
+) -> None:
+    from safetensors.torch import load_file, save_file
+
+    # A second adapter: the same settings, other weights; a third with another rank.
+    other = tmp_path / "other"
+    shutil.copytree(lora_adapter, other)
+    file = other / "adapter_model.safetensors"
+    save_file({k: -0.5 * v for k, v in load_file(str(file)).items()}, str(file))
+    p = _prompt(engine, "slot test")
+    greedy = SamplingParams(max_tokens=10, temperature=0, ignore_eos=True)
+
+    async def outputs(*names: str) -> list[list[int]]:
+        alone = [(await engine.generate(p, greedy, adapter=n)).completion_token_ids for n in names]
+        mixed = await asyncio.gather(*(engine.generate(p, greedy, adapter=n) for n in names))
+        assert [m.completion_token_ids for m in mixed] == alone  # peft's per-row path agrees
+        return alone
+
+    await engine.load_adapter("a", str(lora_adapter))
+    await engine.load_adapter("b", str(other))
+    want_a, want_b = await outputs("a", "b")
+    assert want_a != want_b
+    key_a = engine._adapters["a"]
+    await engine.unload_adapter("a")
+    assert engine._spare == key_a  # kept, not deleted
+    await engine.load_adapter("c", str(lora_adapter))  # written into the spare, in place
+    assert engine._adapters["c"] == key_a and engine._spare is None
+    assert await outputs("c", "b") == [want_a, want_b]
+    await engine.unload_adapter("b")
+    await engine.load_adapter("d", str(other))  # into b's freed slot
+    assert await outputs("c", "d") == [want_a, want_b]
+    # Another rank does not fit the spare: a regular load, still exact.
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(engine.base_model.name_or_path)
+    await engine.unload_adapter("c")
+    spare = engine._spare
+    m = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj"], init_lora_weights=False))
+    m.save_pretrained(tmp_path / "r4")
+    await engine.load_adapter("e", str(tmp_path / "r4"))
+    assert engine._adapters["e"] != spare and engine._spare == spare
+    assert await outputs("d") == [want_b]
+    for name in ("d", "e"):
+        await engine.unload_adapter(name)
+    assert engine._spare is None and engine.list_adapters() == []
 
 
 async def test_adapter_errors(engine: TorchEngine, tmp_path: Path) -> None:
