@@ -5,7 +5,8 @@ attention and MLP projections, the same prompts and reward for both sides):
 
 1. `rl_step`: seconds per full GRPO step. Ours: P prompts × G concurrent chat requests
    through the OpenAI-compatible server (C completion tokens each, `ignore_eos`), the
-   trajectories recorded with `LLMCall.from_openai`, then `model.train` (checks,
+   trajectories recorded with `LLMCall.from_openai` (token ids and their logprobs as
+   plain lists, `return_token_logprobs`, what `capture()` asks for), then `model.train` (checks,
    advantages, trajectories JSONL, token-exact tensorization, one optimizer step,
    checkpoint on disk, adapter swapped into the engine); the wall time of all of it.
    TRL: `GRPOTrainer` (transformers `generate`, `use_vllm=False`) with `num_generations=G`,
@@ -19,7 +20,7 @@ attention and MLP projections, the same prompts and reward for both sides):
    step, then one of ours per variant) and the noise of a shared machine falls on both,
    while neither runs when the other is timed. Both run `--warmup` untimed steps, then
    `--steps` timed ones; the table reports medians, the ratio ours / TRL of the medians
-   (target ≤ 1) and of the fastest steps (the least disturbed), with each side's
+   (target ≤ 0.8) and of the fastest steps (the least disturbed), with each side's
    generation share. Ours alternates the default `TrainConfig()` (sequences packed, a
    group's common prompt run once: `share_prefixes`) with two diagnostic rows on the
    same model: `share_prefixes=False` (each sequence's prompt computed again, as TRL
