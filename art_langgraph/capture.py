@@ -38,7 +38,13 @@ from langchain_core.outputs import LLMResult
 from langchain_core.tracers.context import register_configure_hook
 
 from art_langgraph.chat_model import ART_METADATA_KEY
-from art_langgraph.trajectory import ExceptionInfo, LLMCall, ToolEvent, Trajectory
+from art_langgraph.trajectory import (
+    ExceptionInfo,
+    LLMCall,
+    ToolEvent,
+    Trajectory,
+    sampled_logprobs,
+)
 
 __all__ = ["TrajectoryCallback", "capture", "current_handler", "current_trajectory"]
 
@@ -129,14 +135,7 @@ class TrajectoryCallback(BaseCallbackHandler):
             else {"role": "assistant"}
         )
         completion_ids = meta.get("token_ids")
-        floats = meta.get("token_logprobs")  # our server's plain list (return_token_logprobs)
-        logprobs = (
-            [float(x) for x in floats]
-            if floats is not None
-            else [float(x["logprob"]) for x in lp_content]
-            if lp_content
-            else None
-        )
+        logprobs = sampled_logprobs(meta.get("token_logprobs"), lp_content or None)
         if (
             completion_ids is not None
             and logprobs is not None

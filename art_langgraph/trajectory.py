@@ -89,6 +89,14 @@ def _dump(obj: Any, *, exclude_unset: bool = False) -> Any:
         return obj.model_dump()
 
 
+def sampled_logprobs(floats: list[Any] | None, content: list[Any] | None) -> list[float] | None:
+    """A completion's per-token logprobs: our server's plain `token_logprobs` when present,
+    else read from OpenAI's per-token objects (`logprobs.content[i].logprob`)."""
+    if floats is not None:
+        return [float(x) for x in floats]
+    return [float(c["logprob"]) for c in content] if content is not None else None
+
+
 def _plain(response: Any) -> Any:
     """A response as plain JSON data. A pydantic model's JSON-mode dump is that already, so
     it is not walked again (a completion's logprobs make that walk the costly part)."""
@@ -300,7 +308,6 @@ class LLMCall(_Record):
             )
         choice = choices[choice_index]
         content = (choice.get("logprobs") or {}).get("content")
-        floats = choice.get("token_logprobs")  # this server's plain list (return_token_logprobs)
         usage = data.get("usage") or {}
         sampling = {
             k: v
@@ -317,11 +324,7 @@ class LLMCall(_Record):
             response_message=choice.get("message") or {"role": "assistant"},
             prompt_token_ids=data.get("prompt_token_ids") or choice.get("prompt_token_ids"),
             completion_token_ids=choice.get("token_ids"),
-            logprobs=[float(x) for x in floats]
-            if floats is not None
-            else [c["logprob"] for c in content]
-            if content is not None
-            else None,
+            logprobs=sampled_logprobs(choice.get("token_logprobs"), content),
             model=data.get("model"),
             finish_reason=choice.get("finish_reason"),
             latency_s=latency_s,

@@ -577,8 +577,8 @@ class TorchEngine:
     def _load_adapter(self, name: str, path: str) -> None:
         from peft import PeftModel
 
-        _check_adapter_fits(self.base_model, name, path)
-        key = self._load_into_spare(path)
+        tensors = _check_adapter_fits(self.base_model, name, path)
+        key = self._load_into_spare(path, tensors) if tensors is not None else None
         if key is not None:
             self._install(name, key)
             return
@@ -607,17 +607,16 @@ class TorchEngine:
         if self.config.merge_latest:
             self._merge_adapter(key)
 
-    def _load_into_spare(self, path: str) -> str | None:
-        """Load the adapter at `path` into the spare key's LoRA weights, in place, and return
-        that key; None (nothing changed) when there is no spare or the adapter's settings or
-        tensors differ from the spare's. Creating a key costs peft a new module per target
-        layer (about 0.35 s on SmolLM2); a step's new adapter usually replaces one just freed."""
+    def _load_into_spare(self, path: str, tensors: dict[str, torch.Tensor]) -> str | None:
+        """Write the adapter at `path` (its `tensors`, as `_check_adapter_fits` read them)
+        into the spare key's LoRA weights, in place, and return that key; None (nothing
+        changed) when there is no spare or the adapter's settings or tensors differ from the
+        spare's. Creating a key costs peft a new module per target layer (about 0.35 s on
+        SmolLM2); a step's new adapter usually replaces one just freed."""
         key = self._spare
-        file = Path(path) / "adapter_model.safetensors"
-        if key is None or not file.exists():
+        if key is None:
             return None
         from peft import LoraConfig
-        from safetensors.torch import load_file
 
         try:
             config = LoraConfig.from_pretrained(path)
@@ -629,10 +628,6 @@ class TorchEngine:
             return None
         modules = dict(self.model.named_modules())
         targets: list[tuple[torch.Tensor, torch.Tensor]] = []
-        try:
-            tensors = load_file(str(file))
-        except Exception:
-            return None  # the regular load reports what is wrong with the file
         for k, v in tensors.items():
             mod_name, _, part = k.partition(".lora_")
             layers = getattr(modules.get(mod_name), f"lora_{part[:1]}", None)
@@ -672,18 +667,24 @@ class TorchEngine:
         self._free_retired()
 
     def _free_retired(self) -> None:
-        if not self._retired:
+        """Delete the retired keys no row uses, keeping one (not the merged one) as the spare
+        while adapters are loaded; with none left, the spare goes too."""
+        if not self._retired and (self._spare is None or self._adapters):
             return
         in_use = {r.adapter_key for r in self._rows}
         free = sorted(self._retired - in_use)
         self._retired.difference_update(free)
-        if free and self._spare is None and self._adapters and self._merged_key not in free[-1:]:
-            self._spare = free.pop()  # kept for the next load (_load_into_spare)
+        if not self._adapters and self._spare is not None:
+            free.append(self._spare)  # nothing left to load into it
+            self._spare = None
+        elif self._adapters and self._spare is None:
+            keep = [k for k in free if k != self._merged_key]
+            if keep:
+                self._spare = keep[-1]  # kept for the next load (_load_into_spare)
+                free.remove(self._spare)
         self._delete_keys(free)
 
     def _delete_keys(self, keys: list[str]) -> None:
-        if not self._adapters and self._spare is not None:
-            keys, self._spare = [*keys, self._spare], None  # nothing left to load it for
         if not keys or self.model is self.base_model:
             return
         if self._merged_key in keys:
@@ -715,14 +716,15 @@ def _merge_into(out: torch.Tensor, module: Any, key: str) -> None:
     torch.addmm(base, b.to(base.dtype), a.to(base.dtype), alpha=module.scaling[key], out=out)
 
 
-def _check_adapter_fits(model: Any, name: str, path: str) -> None:
+def _check_adapter_fits(model: Any, name: str, path: str) -> dict[str, torch.Tensor] | None:
     """Refuse, before touching the model, an adapter whose LoRA shapes do not fit it or
-    whose weights are not all finite (it would serve one token over and over)."""
+    whose weights are not all finite (it would serve one token over and over). Returns the
+    LoRA tensors it read (None for a .bin adapter), so a load need not read them again."""
     from safetensors import safe_open
 
     files = list(Path(path).glob("adapter_model.safetensors"))
     if not files:
-        return  # a .bin adapter: peft checks it (we never unpickle it ourselves)
+        return None  # a .bin adapter: peft checks it (we never unpickle it ourselves)
     modules = dict(model.named_modules())
     try:
         handle = safe_open(str(files[0]), framework="pt")
@@ -730,13 +732,15 @@ def _check_adapter_fits(model: Any, name: str, path: str) -> None:
         raise UsageError(
             f"adapter {name!r}: {files[0]} is not a readable safetensors file ({exc})"
         ) from exc
+    tensors: dict[str, torch.Tensor] = {}
     with handle as f:
         for k in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
+            tensors[k] = f.get_tensor(k)
             if ".lora_A." not in k and ".lora_B." not in k:
                 continue
             target = k.split(".lora_")[0].removeprefix("base_model.model.")
             module = modules.get(target)
-            shape = f.get_slice(k).get_shape()
+            shape = tensors[k].shape
             if module is None or not hasattr(module, "in_features"):
                 raise UsageError(
                     f"adapter {name!r} targets {target!r}, which this base model does not have"
@@ -748,8 +752,9 @@ def _check_adapter_fits(model: Any, name: str, path: str) -> None:
                     f"adapter {name!r} does not fit this base model: {target} has {want} "
                     f"features, the adapter has {got} (was it trained on another base model?)"
                 )
-            if not bool(torch.isfinite(f.get_tensor(k)).all()):
+            if not bool(torch.isfinite(tensors[k]).all()):
                 raise UsageError(f"adapter {name!r}: {k} holds NaN or infinite weights")
+    return tensors
 
 
 _MIN_SHARED_PREFIX = 16
