@@ -5,7 +5,13 @@
 from typing import TYPE_CHECKING
 
 from art_langgraph._lazy import lazy_getattr
-from art_langgraph.engine.base import GenerateResult, InferenceEngine, SamplingParams, TokenEvent
+from art_langgraph.engine.base import (
+    EngineMetrics,
+    GenerateResult,
+    InferenceEngine,
+    SamplingParams,
+    TokenEvent,
+)
 
 if TYPE_CHECKING:
     from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
@@ -17,6 +23,7 @@ __getattr__ = lazy_getattr(
 )
 
 __all__ = [
+    "EngineMetrics",
     "GenerateResult",
     "InferenceEngine",
     "SamplingParams",

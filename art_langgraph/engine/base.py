@@ -23,7 +23,7 @@ from art_langgraph.errors import UsageError
 if TYPE_CHECKING:
     from art_langgraph.engine.constrained import GrammarCompiler
 
-__all__ = ["GenerateResult", "InferenceEngine", "SamplingParams", "TokenEvent"]
+__all__ = ["EngineMetrics", "GenerateResult", "InferenceEngine", "SamplingParams", "TokenEvent"]
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -88,6 +88,35 @@ class GenerateResult:
     """The adapter that served it (None: the base model)."""
     timings: dict[str, float] = field(default_factory=dict)
     """Seconds spent queued, in prefill and in decode."""
+    cached_tokens: int = 0
+    """Prompt tokens whose KV came from the engine's prefix cache instead of a prefill
+    (OpenAI's `usage.prompt_tokens_details.cached_tokens`)."""
+
+
+@dataclass
+class EngineMetrics:
+    """Counters and gauges an engine reports for `/metrics` (Prometheus text, as vLLM's).
+
+    Counters only grow over the engine's life; a scraper takes rates from them."""
+
+    prompt_tokens: int = 0
+    """Counter: prompt tokens of admitted requests (served from the cache or computed)."""
+    generation_tokens: int = 0
+    """Counter: completion tokens sampled."""
+    prefix_cache_queries: int = 0
+    """Counter: prompt tokens looked up in the prefix cache."""
+    prefix_cache_hits: int = 0
+    """Counter: prompt tokens served from the prefix cache."""
+    prefix_cache_evictions: int = 0
+    """Counter: cache blocks evicted to stay within the budget (or dropped with a stale adapter)."""
+    prefix_cache_bytes: int = 0
+    """Gauge: bytes of KV held by the prefix cache now."""
+    prefix_cache_capacity_bytes: int = 0
+    """Gauge: the prefix cache's budget in bytes (0: the cache is off)."""
+    running: int = 0
+    """Gauge: sequences being decoded now."""
+    waiting: int = 0
+    """Gauge: requests queued, not yet admitted."""
 
 
 @runtime_checkable
@@ -123,6 +152,10 @@ class InferenceEngine(Protocol):
 
     def list_adapters(self) -> list[str]:
         """Names of the adapters loaded now."""
+        ...
+
+    def metrics(self) -> EngineMetrics:
+        """The engine's counters and gauges now (cheap; called on every `/metrics` scrape)."""
         ...
 
     async def close(self) -> None:

@@ -36,7 +36,7 @@ from typing import Any, Literal
 import torch
 
 from art_langgraph.devices import pick_device, pick_dtype, torch_dtype
-from art_langgraph.engine.base import GenerateResult, SamplingParams, TokenEvent
+from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
 from art_langgraph.engine.constrained import GrammarCompiler
 from art_langgraph.engine.kv_cache import drop_left, growing_cache, merge_rows
 from art_langgraph.engine.sampling import raw_logprobs, sample_rows
@@ -229,6 +229,9 @@ class TorchEngine:
 
     def list_adapters(self) -> list[str]:
         return sorted(self._adapters)
+
+    def metrics(self) -> EngineMetrics:
+        return EngineMetrics(running=len(self._rows), waiting=self._inbox.qsize())
 
     async def close(self) -> None:
         self._closing = True
