@@ -9,7 +9,8 @@ buffer is reallocated only when it is full (with a quarter more room) or when th
 engine reshapes the batch (rows admitted, rows retired).
 
 `growing_cache(config)` builds a `DynamicCache` whose full-attention layers are
-`GrowingLayer`s; `merge_rows` and `drop_left` are the batch reshapes the engine needs.
+`GrowingLayer`s; `merge_rows` and `drop_left` are the batch reshapes the engine needs, and
+`preset_layer` starts a layer from KV computed earlier (`engine/prefix_cache.py`).
 
 Left out: sliding-window layers (kept as transformers builds them) and paged memory.
 """
@@ -22,7 +23,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-__all__ = ["GrowingLayer", "drop_left", "growing_cache", "merge_rows"]
+__all__ = ["GrowingLayer", "drop_left", "growing_cache", "merge_rows", "preset_layer"]
 
 _MIN_ROOM = 64
 """Spare time steps a (re)allocated buffer gets at least."""
@@ -138,3 +139,11 @@ def merge_rows(old: DynamicCache, new: DynamicCache, width: int) -> None:
             old_l._view(width)
         else:
             old_l.keys, old_l.values = buf_k[:, :, :width], buf_v[:, :, :width]
+
+
+def preset_layer(layer: GrowingLayer, buf_k: torch.Tensor, buf_v: torch.Tensor, t: int) -> None:
+    """Make `layer` hold the first `t` steps of the buffers `buf_k`/`buf_v` (B, H, T, D):
+    a batch that starts from KV computed earlier (the engine's prefix cache)."""
+    layer.lazy_initialization(buf_k, buf_v)
+    layer._buf_k, layer._buf_v = buf_k, buf_v
+    layer._view(t)

@@ -15,8 +15,13 @@ sequence uses it.
 The KV cache grows in place (`engine/kv_cache.py`): a decode step writes one column
 instead of copying the whole cache, as transformers' `DynamicCache` does.
 
+A prefix cache (`engine/prefix_cache.py`) keeps the KV of earlier requests across
+requests, keyed by the weights they were computed under: an agent's next turn, or a
+group member admitted later, prefills only its new tokens (`cached_tokens` in each
+result, counters in `metrics()`).
+
 Runs on CUDA when present (bf16) and on the CPU otherwise (fp32). Left out: paged
-attention, prefix caching and chunked prefill; vLLM is the engine for those.
+attention and chunked prefill; vLLM is the engine for those.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ import torch
 from art_langgraph.devices import pick_device, pick_dtype, torch_dtype
 from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
 from art_langgraph.engine.constrained import GrammarCompiler
-from art_langgraph.engine.kv_cache import drop_left, growing_cache, merge_rows
+from art_langgraph.engine.kv_cache import drop_left, growing_cache, merge_rows, preset_layer
+from art_langgraph.engine.prefix_cache import PrefixCache, PrefixHit
 from art_langgraph.engine.sampling import raw_logprobs, sample_rows
 from art_langgraph.errors import InfrastructureError, UsageError
 from art_langgraph.memory import release_free_memory, use_mmap_for_large_blocks
@@ -71,10 +77,31 @@ class TorchEngineConfig:
     """Keep a second copy of the weights with the most recently loaded adapter merged in, and
     serve batches that use only that adapter from it: peft's per-layer LoRA path costs about
     2x in decode time on a small model. Costs one more copy of the model's weights in memory."""
+    prefix_cache_bytes: int | None = None
+    """Memory budget of the prefix cache, in bytes: the KV of earlier requests, kept so a new
+    request prefills only what no earlier request under the same weights computed (an
+    agent's next turn, a group's shared prompt; see `engine/prefix_cache.py`). Least
+    recently used blocks are evicted past it. 0 turns the cache off. None: 1/16 of the
+    device's memory (the machine's RAM on CPUs), at most 2 GiB. Negative budgets, and
+    budgets beyond the device's memory, are refused at construction."""
+    prefix_cache_block_size: int = 16
+    """Tokens per prefix-cache block (vLLM's --block-size): a prompt reuses whole blocks, so
+    up to this many tokens less than the longest common prefix. At least 1."""
     chat_template: str | None = None
     """A Jinja chat template (its text, or a file path) replacing the tokenizer's own, as
     vLLM's --chat-template. None: the tokenizer's template; one that ignores tools gets them
     in the generic format (engine/templates.py)."""
+
+    def __post_init__(self) -> None:
+        if self.prefix_cache_bytes is not None and self.prefix_cache_bytes < 0:
+            raise UsageError(
+                f"prefix_cache_bytes must be >= 0 (0 turns the prefix cache off), "
+                f"got {self.prefix_cache_bytes}"
+            )
+        if self.prefix_cache_block_size < 1:
+            raise UsageError(
+                f"prefix_cache_block_size must be >= 1, got {self.prefix_cache_block_size}"
+            )
 
 
 @dataclass
@@ -91,6 +118,10 @@ class _Request:
     logprobs: list[float] = field(default_factory=list)
     top: list[list[tuple[int, float]]] | None = None
     cancelled: bool = False
+    identity: str = ""
+    """The weights identity the KV was computed under (prefix-cache key), set at admission."""
+    cached: int = 0
+    """Prompt tokens served from the prefix cache."""
     t_submit: float = field(default_factory=time.perf_counter)
     t_start: float = 0.0
     t_first: float = 0.0
@@ -146,6 +177,16 @@ class TorchEngine:
         """Decode steps run so far (for tests and metrics)."""
         self.shared_prefix_tokens = 0
         """Prompt tokens not prefilled because a batch shared them (for tests and metrics)."""
+        self._prefix = PrefixCache(
+            _prefix_budget(self.config.prefix_cache_bytes, self.device),
+            self.config.prefix_cache_block_size,
+        )
+        if self._prefix.enabled and not _full_attention_only(model.config):
+            log.info("prefix cache off: the model has layers that are not full attention")
+            self._prefix = PrefixCache(0, self.config.prefix_cache_block_size)
+        self._identity: dict[str, str] = {_BASE: _BASE}  # peft key -> weights identity
+        self._loads = itertools.count(1)
+        self._counts = EngineMetrics(prefix_cache_capacity_bytes=self._prefix.budget_bytes)
         self._thread = threading.Thread(target=self._run, name="art-torch-engine", daemon=True)
         self._thread.start()
 
@@ -231,7 +272,23 @@ class TorchEngine:
         return sorted(self._adapters)
 
     def metrics(self) -> EngineMetrics:
-        return EngineMetrics(running=len(self._rows), waiting=self._inbox.qsize())
+        c = self._counts
+        return EngineMetrics(
+            prompt_tokens=c.prompt_tokens,
+            generation_tokens=c.generation_tokens,
+            prefix_cache_queries=c.prefix_cache_queries,
+            prefix_cache_hits=c.prefix_cache_hits,
+            prefix_cache_evictions=self._prefix.evictions,
+            prefix_cache_bytes=self._prefix.bytes,
+            prefix_cache_capacity_bytes=self._prefix.budget_bytes,
+            running=len(self._rows),
+            waiting=self._inbox.qsize(),
+        )
+
+    @property
+    def prefix_cache(self) -> PrefixCache:
+        """The prefix cache (for tests and benchmarks; the worker thread owns it)."""
+        return self._prefix
 
     async def close(self) -> None:
         self._closing = True
@@ -387,42 +444,39 @@ class TorchEngine:
         return out.logits[:, -1, :]  # (B, V)
 
     def _prefill(self, new: list[_Request]) -> None:
-        """Prefill the new rows. Where they share a prompt prefix (an agent's system prompt
-        and tool specs) and an adapter, the prefix runs once and its cache is copied to
-        every row; each row's own suffix then runs left-padded after it, so the row layout
-        is [prefix | pads | suffix] with the pads masked out and positions continuing."""
-        keys = [r.adapter_key for r in new]
-        shared = _shared_prefix(new) if len(set(keys)) == 1 else 0
-        shared = shared if shared >= _MIN_SHARED_PREFIX else 0
-        cache = growing_cache(self.model.config)
-        b = len(new)
-        if shared:
-            head = torch.tensor([new[0].prompt_ids[:shared]], device=self.device)  # (1, P)
-            ones = torch.ones_like(head)
-            self._forward(
-                head, ones, torch.arange(shared, device=self.device)[None], cache, keys[:1]
-            )
-            layer: Any
-            for layer in cache.layers:
-                # (B, H, P, D) views; the suffix's forward copies them once into each layer's
-                # buffer (kv_cache.py)
-                layer.keys = layer.keys.expand(b, -1, -1, -1)
-                layer.values = layer.values.expand(b, -1, -1, -1)
-        width = max(len(r.prompt_ids) - shared for r in new)
-        ids = torch.full((b, width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((b, width), dtype=torch.long)
+        """Prefill the new rows. Each row starts from the longest prefix of its prompt that
+        the prefix cache holds under its weights. Where rows of one adapter share a longer
+        prompt prefix (a group's system prompt and first turn), that head runs once and
+        every such row starts from it. The rest of each prompt then runs left-padded after
+        its start, so the row layout is [pads | start | pads | suffix] with the pads masked
+        out and positions continuing."""
+        pc = self._prefix
+        starts: list[_Start] = []
+        for r in new:
+            # A key retired while the request queued has no identity: share nothing.
+            r.identity = self._identity.get(r.adapter_key) or f"orphan.{next(self._loads)}"
+            hit = pc.lookup(r.identity, r.prompt_ids, len(r.prompt_ids) - 1)
+            r.cached = hit.tokens
+            starts.append(_Start(hit.tokens, hit=hit))
+            self._counts.prompt_tokens += len(r.prompt_ids)
+            self._counts.prefix_cache_queries += len(r.prompt_ids)
+            self._counts.prefix_cache_hits += hit.tokens
+        groups: dict[str, list[int]] = {}
         for i, r in enumerate(new):
-            n = len(r.prompt_ids) - shared
-            ids[i, width - n :] = torch.tensor(r.prompt_ids[shared:])
-            mask[i, width - n :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        pos = shared + (mask.cumsum(-1) - 1).clamp(min=0)  # (B, T)
-        if shared:
-            mask = torch.cat(
-                [torch.ones((b, shared), dtype=torch.long, device=self.device), mask], 1
-            )
-        logits = self._forward(ids, mask, pos, cache, keys)
-        self.shared_prefix_tokens += shared * (b - 1)
+            groups.setdefault(r.adapter_key, []).append(i)
+        for idx in groups.values():
+            rows = [new[i] for i in idx]
+            shared = _shared_prefix(rows)
+            if shared - max(starts[i].tokens for i in idx) < _MIN_SHARED_PREFIX:
+                continue
+            head = rows[0].prompt_ids[:shared]
+            hit = pc.lookup(rows[0].identity, head, shared - 1)
+            cache, mask, _, _ = self._prefill_rows([head], [_Start(hit.tokens, hit=hit)], [rows[0]])
+            layers = [(layer.keys, layer.values) for layer in cache.layers]  # (1, H, P, D)
+            for i in idx:
+                starts[i] = _Start(shared, head=layers)
+            self.shared_prefix_tokens += shared * (len(idx) - 1)
+        cache, mask, pos, logits = self._prefill_rows([r.prompt_ids for r in new], starts, new)
         now = time.perf_counter()
         for r in new:
             r.t_first = now
@@ -431,6 +485,76 @@ class TorchEngine:
         last = pos[:, -1] + 1
         self._merge(new, cache, mask, nxt, last)
         self._retire_finished()
+
+    def _prefill_rows(
+        self, prompts: list[list[int]], starts: list[_Start], rows: list[_Request]
+    ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One prefill forward of `prompts`, each row after its start's KV; every full block
+        of each prompt goes into the prefix cache. Returns the cache, the (B, T) mask, the
+        (B, S) positions of the suffix and the (B, V) logits of each row's last token."""
+        b = len(prompts)
+        width = max(s.tokens for s in starts)
+        cache = growing_cache(self.model.config)
+        mask_start = torch.zeros((b, width), dtype=torch.long)
+        suffix = max(len(p) - s.tokens for p, s in zip(prompts, starts, strict=True))
+        if width:
+            self._fill_starts(cache, starts, width, suffix)
+            for i, st in enumerate(starts):
+                mask_start[i, width - st.tokens :] = 1
+        ids = torch.full((b, suffix), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((b, suffix), dtype=torch.long)
+        for i, (p, st) in enumerate(zip(prompts, starts, strict=True)):
+            n = len(p) - st.tokens
+            ids[i, suffix - n :] = torch.tensor(p[st.tokens :])
+            mask[i, suffix - n :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        offset = torch.tensor([s.tokens for s in starts], device=self.device)[:, None]
+        pos = offset + (mask.cumsum(-1) - 1).clamp(min=0)  # (B, S)
+        mask = torch.cat([mask_start.to(self.device), mask], 1)  # (B, T)
+        logits = self._forward(ids, mask, pos, cache, [r.adapter_key for r in rows])
+        if self._prefix.enabled:
+            for i, (p, r) in enumerate(zip(prompts, rows, strict=True)):
+                self._remember(cache, i, mask[i], p, r.identity)
+        return cache, mask, pos, logits
+
+    def _fill_starts(self, cache: Any, starts: list[_Start], width: int, suffix: int) -> None:
+        """Give each layer of `cache` a (B, H, width + room, D) buffer whose first `width`
+        steps hold each row's start, right-aligned (zeros before it)."""
+        b = len(starts)
+        stacked = [s.hit.stacked() if s.hit is not None and s.hit.blocks else None for s in starts]
+        some = next(x for x in [*stacked, *(s.head for s in starts)] if x is not None)
+        if isinstance(some, list):
+            h, d, dtype = some[0][0].shape[1], some[0][0].shape[-1], some[0][0].dtype
+        else:
+            h, d, dtype = some.shape[3], some.shape[-1], some.dtype
+        room = suffix + max(64, (width + suffix) // 4)
+        bs = self._prefix.block_size
+        layer: Any
+        for li, layer in enumerate(cache.layers):
+            buf_k = torch.zeros((b, h, width + room, d), dtype=dtype, device=self.device)
+            buf_v = torch.zeros_like(buf_k)
+            for i, st in enumerate(starts):
+                lo = width - st.tokens
+                if st.head is not None:
+                    buf_k[i, :, lo:width] = st.head[li][0][0]
+                    buf_v[i, :, lo:width] = st.head[li][1][0]
+                elif (kv := stacked[i]) is not None:  # (k, L, 2, H, bs, D)
+                    k = kv.shape[0]
+                    buf_k[i, :, lo:width].view(h, k, bs, d).copy_(kv[:, li, 0].transpose(0, 1))
+                    buf_v[i, :, lo:width].view(h, k, bs, d).copy_(kv[:, li, 1].transpose(0, 1))
+            preset_layer(layer, buf_k, buf_v, width)
+
+    def _remember(
+        self, cache: Any, row: int, mask: torch.Tensor, tokens: list[int], identity: str
+    ) -> None:
+        """Put the full blocks of `tokens` (row `row` of `cache`, its real columns where
+        `mask` is 1) into the prefix cache."""
+        columns = mask.nonzero().squeeze(1)
+        if len(columns) != len(tokens):  # never expected; a wrong key would be worse
+            log.warning("prefix cache: %d columns for %d tokens", len(columns), len(tokens))
+            return
+        layers = [(layer.keys[row], layer.values[row]) for layer in cache.layers]
+        self._prefix.insert(identity, tokens, layers, columns)
 
     def _decode(self) -> None:
         assert self._mask is not None and self._next is not None and self._pos is not None
@@ -521,6 +645,7 @@ class TorchEngine:
             stop_reason=stop,
             top_logprobs=r.top,
             adapter=r.adapter_name,
+            cached_tokens=r.cached,
             timings={
                 "queued_s": max(0.0, r.t_start - r.t_submit),
                 "prefill_s": max(0.0, r.t_first - r.t_start),
@@ -535,6 +660,11 @@ class TorchEngine:
             if done is None:
                 keep.append(i)
             else:
+                self._counts.generation_tokens += len(r.completion)
+                if self._prefix.enabled and len(r.completion) > 1 and self._mask is not None:
+                    self._remember(
+                        self._cache, i, self._mask[i], r.prompt_ids + r.completion[:-1], r.identity
+                    )
                 r.emit(self._result(r, done[0], done[1]))
         if len(keep) == len(self._rows):
             return
@@ -603,6 +733,10 @@ class TorchEngine:
         self._install(name, key)
 
     def _install(self, name: str, key: str) -> None:
+        # New weights under `key`: a new identity, so no KV computed before is served.
+        if key in self._identity:
+            self._prefix.retire(self._identity[key])
+        self._identity[key] = f"{key}.{next(self._loads)}"
         old = self._adapters.get(name)
         self._adapters[name] = key
         if old is not None:
@@ -677,6 +811,9 @@ class TorchEngine:
         in_use = {r.adapter_key for r in self._rows}
         free = sorted(self._retired - in_use)
         self._retired.difference_update(free)
+        for key in free:  # deleted, or kept as the spare: no request reaches them again
+            if key in self._identity:
+                self._prefix.retire(self._identity.pop(key))
         if not self._adapters and self._spare is not None:
             free.append(self._spare)  # nothing left to load into it
             self._spare = None
@@ -758,6 +895,46 @@ def _check_adapter_fits(model: Any, name: str, path: str) -> dict[str, torch.Ten
             if not bool(torch.isfinite(tensors[k]).all()):
                 raise UsageError(f"adapter {name!r}: {k} holds NaN or infinite weights")
     return tensors
+
+
+@dataclass
+class _Start:
+    """The KV a row's prefill starts from: `tokens` steps from a prefix-cache `hit`, or
+    from a `head` computed in this batch ((keys, values) per layer, (1, H, P, D))."""
+
+    tokens: int
+    hit: PrefixHit | None = None
+    head: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+
+
+def _device_memory(device: torch.device) -> int:
+    """Bytes of memory of `device` (the machine's RAM for the CPU)."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    import os
+
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _prefix_budget(budget: int | None, device: torch.device) -> int:
+    """The prefix cache's budget in bytes (`TorchEngineConfig.prefix_cache_bytes`)."""
+    total = _device_memory(device)
+    if budget is None:
+        return min(total // 16, 2 << 30)
+    if budget < 0:
+        raise UsageError(f"prefix_cache_bytes must be >= 0 (0 turns the cache off), got {budget}")
+    if budget > total:
+        raise UsageError(
+            f"prefix_cache_bytes={budget} is more than the {device.type} device's memory "
+            f"({total} bytes); pick a smaller budget, or None for the default"
+        )
+    return budget
+
+
+def _full_attention_only(config: Any) -> bool:
+    """Whether every layer of the model attends to the whole context (no sliding window)."""
+    kinds = getattr(config, "layer_types", None)
+    return not kinds or all(k == "full_attention" for k in kinds)
 
 
 _MIN_SHARED_PREFIX = 16
