@@ -257,7 +257,9 @@ class LLMCall(_Record):
     latency_s: float | None = None
     """Wall time of the call in seconds; None when not measured."""
     usage: dict[str, int] | None = None
-    """Token counts reported by the server (prompt_tokens, completion_tokens, total_tokens)."""
+    """prompt_tokens, completion_tokens, total_tokens, and cached_tokens (OpenAI's
+    `prompt_tokens_details.cached_tokens`: prompt tokens the server's prefix cache served),
+    as the server reported them."""
     trainable: bool = True
     """Whether the trainer may learn from this call's completion tokens."""
     raw_response: dict[str, Any] | None = None
@@ -328,7 +330,7 @@ class LLMCall(_Record):
             model=data.get("model"),
             finish_reason=choice.get("finish_reason"),
             latency_s=latency_s,
-            usage={k: v for k, v in usage.items() if type(v) is int} or None,
+            usage=_flat_usage(usage),
             raw_response=data,
             started_at=started_at,
         )
@@ -598,3 +600,13 @@ def read_jsonl(path: str | os.PathLike[str], kind: type[Any] = Trajectory) -> li
 def read_groups(path: str | os.PathLike[str]) -> list[TrajectoryGroup]:
     """Read a file of TrajectoryGroups, e.g. a backend's `trajectories/{split}/{step}.jsonl`."""
     return read_jsonl(path, TrajectoryGroup)
+
+
+def _flat_usage(usage: dict[str, Any]) -> dict[str, int] | None:
+    """OpenAI's usage as flat counts: the integers, plus `cached_tokens` from
+    `prompt_tokens_details`."""
+    flat = {k: v for k, v in usage.items() if type(v) is int}
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if type(cached) is int:
+        flat["cached_tokens"] = cached
+    return flat or None

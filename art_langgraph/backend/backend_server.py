@@ -2,8 +2,9 @@
 
 One port serves two APIs, in one process and one event loop:
 
-- `/v1/...` and `/health`: the OpenAI-compatible endpoint of the embedded backend (the same
-  app as `LocalBackend`'s own server), available once a model is registered;
+- `/v1/...`, `/health` and `/metrics`: the OpenAI-compatible endpoint of the embedded
+  backend (the same app as `LocalBackend`'s own server, `server.py`), available once a
+  model is registered (before: `/health` lists no models, the rest answer 503);
 - `/art/v1/...`: the training API (`wire.py` has the bodies): `register`, `step`, `train`,
   `train_sft`, `log`, `delete_checkpoints`, `health`.
 
@@ -14,8 +15,9 @@ A backend killed mid-step has committed nothing (steps are all or nothing), so t
 trains it once.
 
 Security as for `serve`: 127.0.0.1 by default, a non-loopback bind needs an API key, and
-the key guards `/v1` and `/art`. Bodies are bounded compressed (`max_upload_bytes`) and
-decompressed (`max_decoded_bytes`); malformed ones get 400 and nothing is written.
+the key guards `/v1`, `/art` and `/metrics`. Bodies are bounded compressed
+(`max_upload_bytes`) and decompressed (`max_decoded_bytes`); malformed ones get 400 and
+nothing is written.
 
 Left out: TLS (put a reverse proxy in front), several base models per server.
 """

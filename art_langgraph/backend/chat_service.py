@@ -7,6 +7,12 @@ runs it (`generate`, `stream`), and turns engine results into the typed response
 ids). The HTTP routes (`server.py`) only move bytes, wait while a step trains, and
 cancel work whose client left; everything here is unit-testable with an engine alone.
 
+Usage is OpenAI's: the prompt counted once however many choices (`n`), completion tokens
+summed over the choices, and `prompt_tokens_details.cached_tokens` the prompt tokens
+that came from the engine's prefix cache; with n > 1, the fewest any choice had, so a
+choice that reused a sibling's prefill does not count as a hit of the request. A stream
+sends the same usage in its last chunk when asked (`stream_options.include_usage`).
+
 Errors are `ServiceError`s carrying the OpenAI error fields and an HTTP status: 400 for
 malformed input, 404 for an unknown model, 500 when the engine fails. A model's
 malformed tool-call output comes back as plain content, never as an error.
@@ -37,6 +43,7 @@ from art_langgraph.backend.protocol import (
     ChunkChoice,
     Delta,
     NamedToolChoice,
+    PromptTokensDetails,
     ResponseMessage,
     TokenLogprob,
     TopLogprob,
@@ -279,18 +286,12 @@ class ChatService:
                 choice.token_logprobs = r.logprobs
             choice.stop_reason = r.stop_reason
             choices.append(choice)
-        completion_tokens = sum(len(r.completion_token_ids) for r in results)
-        n_prompt = len(plan.prompt_ids)
         return ChatCompletion(
             id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
             model=plan.served.label,
             choices=choices,
-            usage=Usage(
-                prompt_tokens=n_prompt,
-                completion_tokens=completion_tokens,
-                total_tokens=n_prompt + completion_tokens,
-            ),
+            usage=_usage(plan, results),
             prompt_token_ids=plan.prompt_ids if req.return_token_ids else None,
         )
 
@@ -336,7 +337,8 @@ class ChatService:
         sent_text = [0] * n
         holds = [ToolCallHoldback() for _ in range(n)]
         pending: list[list[TokenEvent]] = [[] for _ in range(n)]  # tokens not yet in a chunk
-        usage_completion, open_ = 0, len(tasks)
+        finished: list[GenerateResult] = []  # for the usage chunk
+        open_ = len(tasks)
         first = {"prompt_token_ids": plan.prompt_ids} if req.return_token_ids else {}
         try:
             yield chunk(
@@ -373,7 +375,7 @@ class ChatService:
                     continue
                 # The finished result: flush what was held back.
                 open_ -= 1
-                usage_completion += len(item.completion_token_ids)
+                finished.append(item)
                 message, finish = self.message(plan, item)
                 delta = Delta()
                 if plan.parse_tools:
@@ -394,17 +396,24 @@ class ChatService:
                     self._token_extras(ch, req, pending[i])
                 yield chunk([ch])
             if req.stream_options and req.stream_options.include_usage:
-                n_prompt = len(plan.prompt_ids)
-                usage = Usage(
-                    prompt_tokens=n_prompt,
-                    completion_tokens=usage_completion,
-                    total_tokens=n_prompt + usage_completion,
-                )
-                yield chunk([], usage=usage)
+                yield chunk([], usage=_usage(plan, finished))
             yield "data: [DONE]\n\n"
         finally:
             for t in tasks:
                 t.cancel()
+
+
+def _usage(plan: Plan, results: list[GenerateResult]) -> Usage:
+    """One request's usage (see the module doc): the prompt once, completions summed."""
+    n_prompt = len(plan.prompt_ids)
+    completion = sum(len(r.completion_token_ids) for r in results)
+    cached = min((r.cached_tokens for r in results), default=0)
+    return Usage(
+        prompt_tokens=n_prompt,
+        completion_tokens=completion,
+        total_tokens=n_prompt + completion,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
+    )
 
 
 # --------------------------------------------------------------------- parsing

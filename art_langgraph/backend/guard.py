@@ -2,7 +2,7 @@
 
 In order: an unexpected Host header on a keyless loopback server gets 421 (a web page,
 or DNS rebinding, cannot reach the model through the user's browser); a wrong or
-missing API key gets 401 on `/v1` and `/art`; a POST that is not `application/json` gets 415 (a
+missing API key gets 401 on `/v1`, `/art` and `/metrics`; a POST that is not `application/json` gets 415 (a
 browser may send `text/plain` to any origin without asking); a body larger than
 `max_body_bytes` gets 413, before it is read when `Content-Length` says so, else as
 soon as the count passes the limit. Any exception the app lets escape becomes a JSON
@@ -47,6 +47,10 @@ def _host_name(header: str) -> str:
     return header.rpartition(":")[0] if header.count(":") == 1 else header
 
 
+_KEYED_PATHS = ("/v1", "/art", "/metrics")
+"""Path prefixes that need the API key when the server has one (all but `/health`)."""
+
+
 class Guard:
     """Wraps an ASGI app with the checks above."""
 
@@ -85,7 +89,7 @@ class Guard:
             await reply(421, error_json("unexpected Host header", "invalid_request_error"))
             return
         path = scope.get("path", "")
-        if self.api_key is not None and path.startswith(("/v1", "/art")):
+        if self.api_key is not None and path.startswith(_KEYED_PATHS):
             scheme, _, token = headers.get("authorization", "").strip().partition(" ")
             if scheme.lower() != "bearer" or not secrets.compare_digest(
                 token.strip().encode(), self.api_key.encode()

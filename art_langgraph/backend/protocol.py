@@ -5,7 +5,9 @@ like `user` or `store`); validation errors become HTTP 400 in the server.
 
 Responses (`ChatCompletion`, `ChatCompletionChunk`): typed; an extra field (vLLM's
 `token_ids`, `prompt_token_ids`, a delta's parts) is left out of the JSON when it is None,
-while OpenAI's own fields are always there (`logprobs: null`, as OpenAI sends).
+while OpenAI's own fields are always there (`logprobs: null`, as OpenAI sends). `Usage`
+carries `prompt_tokens_details.cached_tokens` as OpenAI does (vLLM sends it only when
+asked; here it is always there, 0 when nothing came from the prefix cache).
 
 Left out: audio, images, `functions` (the deprecated form of `tools`), `logit_bias`.
 """
@@ -34,6 +36,7 @@ __all__ = [
     "ChunkChoice",
     "Delta",
     "NamedToolChoice",
+    "PromptTokensDetails",
     "ResponseMessage",
     "TokenLogprob",
     "Tool",
@@ -316,10 +319,21 @@ class Choice(_Out):
     """vLLM's extra: the stop string or token that ended the completion, if any."""
 
 
+class PromptTokensDetails(BaseModel):
+    """OpenAI's breakdown of the prompt tokens (`usage.prompt_tokens_details`)."""
+
+    cached_tokens: int = 0
+    """Prompt tokens whose KV came from the engine's prefix cache, not from a prefill."""
+
+
 class Usage(BaseModel):
+    """Token counts of one request; the prompt is counted once, however many choices."""
+
     prompt_tokens: int
     completion_tokens: int
+    """Summed over the choices."""
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
 
 
 class ChatCompletion(_Out):

@@ -1,11 +1,13 @@
 """The OpenAI-compatible HTTP server around an `InferenceEngine` (FastAPI): the routes.
 
-Endpoints: `GET /health`, `GET /v1/models`, `POST /v1/chat/completions` (messages,
-tools and tool_choice, sampling, n, stop, seed, logprobs, response_format with JSON
-schemas, SSE streaming). With `"return_token_ids": true` a response carries
-`prompt_token_ids` (top level) and `token_ids` per choice, as vLLM names them; with
-`"return_token_logprobs": true` (ours), `token_logprobs` per choice, one float per
-completion token. The response's `model` is `name@step` for the weights that answered.
+Endpoints: `GET /health`, `GET /v1/models`, `GET /metrics` (Prometheus text, as vLLM's:
+`metrics.py`), `POST /v1/chat/completions` (messages, tools and tool_choice, sampling, n,
+stop, seed, logprobs, response_format with JSON schemas, SSE streaming; usage with
+`prompt_tokens_details.cached_tokens`, as OpenAI's). With `"return_token_ids": true` a
+response carries `prompt_token_ids` (top level) and `token_ids` per choice, as vLLM
+names them; with `"return_token_logprobs": true` (ours), `token_logprobs` per choice,
+one float per completion token. The response's `model` is `name@step` for the weights
+that answered.
 
 The routes move bytes: the OpenAI translation (request -> plan -> typed response) is
 `ChatService` (`chat_service.py`). Here: the `Guard` (keys, sizes, content types),
@@ -14,7 +16,8 @@ model's step trains, and cancelling the rows of a client that left.
 
 Errors are OpenAI-style JSON bodies: 400 for malformed input (a prompt too long for the
 context names both lengths), 401 for a wrong or missing API key, 404 for an unknown
-model, 500 when the engine fails.
+model, 500 when the engine fails. The key guards `/metrics` as it guards `/v1/models`
+(the Guard).
 
 Left out: the legacy `/v1/completions`, embeddings, and adapter management over HTTP
 (the backend loads adapters in-process).
@@ -37,6 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from art_langgraph.backend.chat_service import ChatService, Plan, ServiceError, validation_message
 from art_langgraph.backend.guard import Guard
+from art_langgraph.backend.metrics import CONTENT_TYPE, ServerMetrics
 from art_langgraph.backend.protocol import ChatCompletionRequest
 from art_langgraph.backend.registry import ModelRegistry
 from art_langgraph.backend.server_config import ServerConfig
@@ -64,6 +68,7 @@ def create_app(
         raise UsageError("the API key is empty or whitespace: pass a real key, or none")
     limits = config or ServerConfig()
     service = ChatService(engine, registry, limits)
+    exposition = ServerMetrics(engine, registry.base_name)
     app = FastAPI(title="art_langgraph", docs_url=None, redoc_url=None)
     app.add_middleware(Guard, api_key=api_key, max_body_bytes=limits.max_body_bytes)
     # Parsing, validation, chat templates and tokenization run here, one request at a time,
@@ -101,6 +106,10 @@ def create_app(
             for name in [*registry.names(), *registry.labels()]
         ]
         return {"object": "list", "data": data}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(exposition.render(), media_type=CONTENT_TYPE)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:

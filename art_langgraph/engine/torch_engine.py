@@ -591,6 +591,7 @@ class TorchEngine:
         chosen = lp.gather(1, tokens.unsqueeze(1)).squeeze(1)  # (B,)
         tokens = tokens.cpu()
         tok_list, lp_list = tokens.tolist(), chosen.tolist()
+        self._counts.generation_tokens += len(tok_list)
         k = max(r.sampling.top_logprobs for r in rows)
         top_v = top_i = None
         if k:
@@ -660,7 +661,6 @@ class TorchEngine:
             if done is None:
                 keep.append(i)
             else:
-                self._counts.generation_tokens += len(r.completion)
                 if self._prefix.enabled and len(r.completion) > 1 and self._mask is not None:
                     self._remember(
                         self._cache, i, self._mask[i], r.prompt_ids + r.completion[:-1], r.identity
