@@ -2,24 +2,29 @@
 
 One `LocalBackend(engine="vllm")` on the real preset (fp32) serves the module: a full
 GRPO step with verified swap, parity of logprobs with our torch engine, constraints
-through vLLM's structured outputs, a failed load that fails loudly, and a crashed vLLM
-that is restarted with its adapters. Then `art-mcp train --engine vllm` end to end.
+through vLLM's structured outputs, a failed load that fails loudly, prefix caching seen in
+`cached_tokens` and `metrics()`, and a crashed vLLM that is restarted with its adapters.
+Then a vLLM whose starter exits without `close()`, or is SIGKILLed, must not outlive it;
+and `art-mcp train --engine vllm` end to end.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import art_langgraph as art
-from art_langgraph.engine.base import SamplingParams
+from art_langgraph.engine.base import GenerateResult, SamplingParams
 from art_langgraph.engine.vllm_engine import VLLMEngine, VLLMEngineConfig, to_lark
 from art_langgraph.errors import InfrastructureError
 
@@ -117,7 +122,7 @@ async def test_forced_tool_calls_and_json_go_to_vllms_structured_outputs(
 ) -> None:
     _, model = vllm_model
     client = model.openai_client()
-    tool = {
+    tool: Any = {
         "type": "function",
         "function": {
             "name": "lookup",
@@ -132,7 +137,7 @@ async def test_forced_tool_calls_and_json_go_to_vllms_structured_outputs(
     r = await client.chat.completions.create(
         model=model.name,
         messages=[{"role": "user", "content": "Look up Paris."}],
-        tools=[tool],  # type: ignore[list-item]
+        tools=[tool],
         tool_choice="required",
         parallel_tool_calls=False,
         max_tokens=60,
@@ -169,6 +174,38 @@ async def test_a_failed_load_fails_loudly(
     assert "v@99" not in backend.engine.list_adapters()
 
 
+async def test_prefix_caching_shows_in_cached_tokens_and_metrics(
+    vllm_model: tuple[art.LocalBackend, art.TrainableModel],
+) -> None:
+    backend, _ = vllm_model
+    engine: VLLMEngine = backend.engine
+    before = engine.metrics()
+    one = SamplingParams(max_tokens=1, temperature=0.0)
+    prompt = engine.tokenizer(" ".join(f"item{i}" for i in range(150)))["input_ids"]
+    assert len(prompt) > 2 * 128  # two of vLLM's CPU KV blocks
+    fresh = await engine.generate(prompt, one)
+    turn = await engine.generate([*prompt, *prompt[:20]], one)
+    streamed = [e async for e in engine.stream([*prompt, *prompt[:30]], one)][-1]
+    assert fresh.cached_tokens == 0
+    assert turn.cached_tokens >= 256 and isinstance(streamed, GenerateResult)
+    assert streamed.cached_tokens >= 256
+    after = engine.metrics()
+    assert after.prompt_tokens - before.prompt_tokens == 3 * len(prompt) + 50
+    assert after.generation_tokens - before.generation_tokens == 3
+    assert after.prefix_cache_queries - before.prefix_cache_queries == 3 * len(prompt) + 50
+    assert (
+        after.prefix_cache_hits - before.prefix_cache_hits
+        == turn.cached_tokens + streamed.cached_tokens
+    )
+    deadline = time.monotonic() + 30  # running/waiting and the capacity come from vLLM
+    while engine._counts.vllm_gauges is None and time.monotonic() < deadline:
+        engine.metrics()
+        await asyncio.sleep(0.2)
+    after = engine.metrics()
+    assert (after.running, after.waiting) == (0, 0)
+    assert after.prefix_cache_capacity_bytes == 2 * 2**30  # kv_cache_gib
+
+
 async def test_a_crashed_vllm_is_restarted_with_its_adapters(
     vllm_model: tuple[art.LocalBackend, art.TrainableModel],
 ) -> None:
@@ -179,6 +216,77 @@ async def test_a_crashed_vllm_is_restarted_with_its_adapters(
     engine._proc.wait(timeout=30)
     traj = await _rollout(model, 5)  # restarts vLLM, reloads v@1, answers
     assert traj.calls[0].model == f"v@{await model.get_step()}" and engine.alive()
+
+
+_STARTER = """
+import asyncio, sys
+from pathlib import Path
+import httpx
+from art_langgraph.engine.vllm_engine import VLLMEngine, VLLMEngineConfig
+from art_langgraph.presets import resolve_preset
+
+config = VLLMEngineConfig(dtype="float32", max_model_len=512, kv_cache_gib=1)
+start = (VLLMEngine.start, resolve_preset("smollm2-135m"), config, Path(sys.argv[1]))
+engine = asyncio.run(asyncio.to_thread(*start))  # from a worker thread, as LocalBackend does
+assert httpx.get(engine._url + "/health").status_code == 200  # that thread's end left it up
+print(engine._proc.pid, flush=True)
+if sys.argv[2] == "sigkill":
+    sys.stdin.read()  # until killed
+"""
+
+
+def _processes() -> dict[int, tuple[int, int]]:
+    """Live (not zombie) processes: pid -> (parent pid, process group)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        try:
+            fields = (Path("/proc") / entry / "stat").read_text().rpartition(")")[2].split()
+        except (OSError, ValueError):
+            continue
+        if entry.isdigit() and fields[0] not in ("Z", "X"):
+            out[int(entry)] = (int(fields[1]), int(fields[2]))
+    return out
+
+
+def _tree(root: int, seen: set[int]) -> set[int]:
+    """Live processes among `seen`, in `root`'s process group or descended from `root`."""
+    procs = _processes()
+    tree = {p for p, (_, group) in procs.items() if group == root} | ({root} & procs.keys())
+    for _ in range(8):
+        tree |= {p for p, (parent, _) in procs.items() if parent in tree}
+    return tree | (seen & procs.keys())
+
+
+@pytest.mark.parametrize("end", ["exit", "sigkill"])
+def test_vllm_dies_with_the_process_that_started_it(end: str, tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    starter = subprocess.Popen(
+        [sys.executable, "-c", _STARTER, str(log), end],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert starter.stdout is not None
+    root = 0
+    try:
+        line = starter.stdout.readline()
+        assert line.strip().isdigit(), log.read_text()[-3000:] if log.exists() else "no log"
+        root = int(line)
+        tree = _tree(root, set())
+        assert len(tree) >= 3, tree  # the watchdog, vLLM's API server, its engine core
+        if end == "sigkill":
+            starter.kill()  # no close(), no atexit, no finally: only the kernel closes its fds
+        assert starter.wait(timeout=60) == (-9 if end == "sigkill" else 0)
+        deadline = time.monotonic() + 60
+        while (left := _tree(root, tree)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not left, f"still running after its starter ended: {sorted(left)}"
+    finally:
+        starter.kill()
+        if root:
+            for pid in _tree(root, set()):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_art_mcp_train_with_the_vllm_engine(tmp_path: Path) -> None:
