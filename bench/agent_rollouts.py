@@ -7,7 +7,8 @@ another in one run:
 - `torch-cache`: our torch engine with its prefix cache (the default);
 - `vllm`: vLLM's CPU build with its automatic prefix caching (`VLLMEngineConfig`'s default).
 
-All in `--dtype` (bfloat16 by default: this CPU has AMX). Each setting measures:
+All in `--dtype`, the same for both engines; `auto` (the default): bfloat16 where the CPU
+multiplies it in hardware (AMX, AVX-512-BF16), float32 elsewhere. Each setting measures:
 
 1. **Next turn vs fresh prompt**: a conversation of about `--conv-tokens` tokens (1,700)
    answered with 1 token, fresh (nothing of it served before), and the next turn of a
@@ -205,7 +206,8 @@ async def _one(setting: str, args: argparse.Namespace) -> dict[str, Any]:
             from art_langgraph.engine import TorchEngineConfig
 
             budget = 0 if setting == "torch-nocache" else None
-            kind, config = "torch", TorchEngineConfig(dtype=args.dtype, prefix_cache_bytes=budget)
+            dtype = None if args.dtype == "auto" else args.dtype
+            kind, config = "torch", TorchEngineConfig(dtype=dtype, prefix_cache_bytes=budget)
         t0 = time.perf_counter()
         async with art.LocalBackend(path=tmp, engine=kind, engine_config=config) as backend:
             model = art.TrainableModel(
@@ -279,7 +281,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--settings", default=",".join(SETTINGS))
-    p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     p.add_argument("--rollouts", type=int, default=16)
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--max-turns", type=int, default=4)
@@ -288,6 +290,11 @@ def main() -> None:
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args()
+    from art_langgraph.devices import cpu_has_fast_bf16
+
+    fast = cpu_has_fast_bf16()
+    if args.dtype == "auto":  # both engines at the same dtype: this CPU's fast one
+        args.dtype = "bfloat16" if fast else "float32"
     if args.one:
         row = asyncio.run(_one(args.one, args))
         Path(args.out).write_text(json.dumps(row))
@@ -305,8 +312,9 @@ def main() -> None:
         print(json.dumps(rows[-1], indent=1, default=str)[:2000], flush=True)
     extra = ""
     step = next((r["step"] for r in rows if "step" in r), None)
+    resolved = args.dtype
     if step is not None:
-        peak = _matmul_peak_tflops(args.dtype)
+        peak = _matmul_peak_tflops(resolved)
         m = step["train_metrics"]
         tokens = m.get("trainable_tokens", 0) + m.get("shared_prefix_tokens", 0)
         n_params = 134.5e6 - 28.3e6  # SmolLM2-135M without its (tied) embedding matrix
@@ -314,13 +322,16 @@ def main() -> None:
         step.update(matmul_peak_tflops=peak, trainer_tflops=achieved, trainer_mfu=achieved / peak)
         extra = (
             f"\n\nOne whole RL step (torch engine with the cache, 8 groups x 4 rollouts, 3 turns, "
-            f"{args.dtype}): rollouts {step['rollout_s']:.0f} s + train {step['train_s']:.0f} s "
+            f"{resolved}): rollouts {step['rollout_s']:.0f} s + train {step['train_s']:.0f} s "
             f"= {step['rollout_s'] + step['train_s']:.0f} s; the trainer processed "
             f"{m.get('train_tokens_per_s', 0):.0f} tokens/s ({tokens:.0f} tokens, of which "
             f"{m.get('trainable_tokens', 0):.0f} trainable), {achieved:.2f} TFLOP/s against "
-            f"this CPU's {peak:.2f} TFLOP/s {args.dtype} matmul: {achieved / peak:.0%} of peak."
+            f"this CPU's {peak:.2f} TFLOP/s {resolved} matmul: {achieved / peak:.0%} of peak."
         )
-    table = _table(rows) + extra
+    table = (
+        f"{os.cpu_count()} cores, {'AMX/AVX-512-BF16' if fast else 'AVX2 only (no hardware bf16)'}"
+        f", both engines in {args.dtype}\n\n" + _table(rows) + extra
+    )
     print(table)
     write_results(
         RESULTS,
@@ -328,6 +339,7 @@ def main() -> None:
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
             "args": vars(args),
+            "hardware_bf16": fast,
             "rows": rows,
             "table": table,
         },
