@@ -255,7 +255,12 @@ def test_from_openai_reads_a_chat_completion_object() -> None:
     assert call.model == "agent@3" and call.adapter_step == 3
     assert call.finish_reason == "tool_calls"
     assert call.latency_s == 0.25
-    assert call.usage == {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8}
+    assert call.usage == {
+        "prompt_tokens": 4,
+        "completion_tokens": 4,
+        "total_tokens": 8,
+        "cached_tokens": 0,
+    }
     assert call.response_message == {  # None fields (content, refusal, audio...) dropped
         "role": "assistant",
         "tool_calls": RESPONSE["choices"][0]["message"]["tool_calls"],
@@ -267,6 +272,18 @@ def test_from_openai_reads_a_chat_completion_object() -> None:
     assert isinstance(tool_call, ToolCall) and tool_call.function.name == "search"
     assert tool_call.parsed_arguments() == NESTED_ARGS
     assert call.to_messages() == [*REQUEST["messages"], call.response_message]
+
+
+def test_from_openai_keeps_cached_tokens_from_the_usage_details() -> None:
+    response = json.loads(json.dumps(RESPONSE))
+    response["usage"]["prompt_tokens_details"] = {"cached_tokens": 3}
+    call = LLMCall.from_openai(REQUEST, ChatCompletion.model_validate(response))
+    assert call.usage == {
+        "prompt_tokens": 4,
+        "completion_tokens": 4,
+        "total_tokens": 8,
+        "cached_tokens": 3,
+    }
 
 
 def test_from_openai_with_a_dict_matches_the_object() -> None:
