@@ -13,6 +13,14 @@ know, so this subclass carries them into the message's `response_metadata`:
     token_logprobs     each sampled token's logprob (concatenated the same way)
     model_name         "name@step": the adapter that served the call
 
+Each assistant message of the history that carries `token_ids` in its
+`response_metadata` (a reply of this server) goes back to the server with them, as the
+message's `token_ids`: the server renders that turn as exactly the ids it sampled, so the
+next prompt extends the previous prompt + completion token for token (the trainer then
+trains a rollout as one sequence, and a prefix cache hits) however the sampler split the
+text. The server checks them against the message and renders from text where they
+disagree (a message edited in the graph).
+
 Without a step the model asks for `name`, which the server resolves to the latest
 adapter at each call, so a graph compiled before `model.train()` uses the new adapter
 on its next call. With a step it asks for `name@step` (pinned, for evaluation).
@@ -29,6 +37,8 @@ from typing import Any
 
 import httpx
 import openai
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import model_validator
@@ -68,6 +78,19 @@ class TrainableChatModel(ChatOpenAI):
             values["metadata"] = {ART_METADATA_KEY: True, **(values.get("metadata") or {})}
             values.setdefault("stream_usage", True)
         return values
+
+    def _get_request_payload(
+        self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
+    ) -> dict:
+        payload = super()._get_request_payload(input_, stop=stop, **kwargs)
+        sent = payload.get("messages")
+        messages = self._convert_input(input_).to_messages()
+        if isinstance(sent, list) and len(sent) == len(messages):
+            for message, body in zip(messages, sent, strict=True):
+                ids = message.response_metadata.get("token_ids")
+                if isinstance(message, AIMessage) and ids and body.get("role") == "assistant":
+                    body["token_ids"] = list(ids)
+        return payload
 
     def _create_chat_result(
         self, response: dict | openai.BaseModel, generation_info: dict | None = None

@@ -185,7 +185,8 @@ async def _rollouts(
         }
         if step:
             t0 = time.perf_counter()
-            res = await model.train(got, art.TrainConfig())
+            # micro-batches of 2,048 tokens, as `./scripts/demo.sh --real` trains
+            res = await model.train(got, art.TrainConfig(micro_batch_tokens=2048))
             out["train_s"] = time.perf_counter() - t0
             out["train_metrics"] = res.metrics
         return out
@@ -246,13 +247,13 @@ async def _one(setting: str, args: argparse.Namespace) -> dict[str, Any]:
                 completion_tok_s=(m1.generation_tokens - m0.generation_tokens) / row["rollout_s"],
                 cache_mib=m1.prefix_cache_bytes / 2**20,
             )
+            # this process and its children: the torch engine is in-process, vLLM's server
+            # tree is our child
+            row["peak_rss_mib"] = _tree_peak_rss_mib(os.getpid())
             if args.step and setting == "torch-cache":
                 step = await _rollouts(model, 8, 4, 3, True, args.dtype)
+                step["peak_rss_mib"] = _tree_peak_rss_mib(os.getpid())
                 row["step"] = step
-            proc = getattr(engine, "_proc", None) or getattr(engine, "process", None)
-            row["peak_rss_mib"] = _tree_peak_rss_mib(os.getpid())
-            if proc is not None and getattr(proc, "pid", None):
-                row["peak_rss_mib"] = _tree_peak_rss_mib(proc.pid) + _tree_peak_rss_mib(os.getpid())
     return row
 
 
@@ -326,7 +327,8 @@ def main() -> None:
             f"= {step['rollout_s'] + step['train_s']:.0f} s; the trainer processed "
             f"{m.get('train_tokens_per_s', 0):.0f} tokens/s ({tokens:.0f} tokens, of which "
             f"{m.get('trainable_tokens', 0):.0f} trainable), {achieved:.2f} TFLOP/s against "
-            f"this CPU's {peak:.2f} TFLOP/s {resolved} matmul: {achieved / peak:.0%} of peak."
+            f"this CPU's {peak:.2f} TFLOP/s {resolved} matmul: {achieved / peak:.0%} of peak. "
+            f"Peak RSS with the step: {step.get('peak_rss_mib', 0):.0f} MiB."
         )
     table = (
         f"{os.cpu_count()} cores, {'AMX/AVX-512-BF16' if fast else 'AVX2 only (no hardware bf16)'}"

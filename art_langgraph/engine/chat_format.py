@@ -8,6 +8,13 @@ stays plain content (the caller records it; nothing raises). `ToolCallHoldback`
 decides, while streaming, which text is safe to send as content before a tool call
 may begin.
 
+An assistant message may carry `token_ids`, the completion ids the engine sampled for
+it (`TrainableChatModel` sends them back with the history): `render_prompt` renders such
+a message as exactly those ids, so each turn of a rollout extends the previous prompt +
+completion token for token. The ids are used only where they say what the message says
+(decoded and parsed as the server parses a completion, they give its content and tool
+calls; a message edited since, or ids from another tokenizer, are rendered from text).
+
 Templates that ignore tools get them in one generic format (`engine/templates.py`),
 which this parser reads back. Left out: other model families' own tool-call formats
 (Llama, Mistral); such models get the generic format.
@@ -31,6 +38,7 @@ __all__ = [
     "normalize_messages",
     "parse_tool_calls",
     "render_prompt",
+    "sampled_matches",
 ]
 
 TOOL_CALL_OPEN = "<tool_call>"
@@ -102,6 +110,13 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     }
                 )
             msg["tool_calls"] = calls
+        if role == "assistant" and m.get("token_ids") is not None:
+            ids = m["token_ids"]
+            if not isinstance(ids, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) for t in ids
+            ):
+                raise UsageError(f"{where}.token_ids must be a list of integers")
+            msg["token_ids"] = ids
         if role == "tool":
             msg["tool_call_id"] = m.get("tool_call_id")
             if m.get("name"):
@@ -116,11 +131,51 @@ def render_prompt(
     """Render messages (already normalized) and tools; returns prompt ids.
 
     Tools go through the template where it renders them, else in the generic format
-    (`engine/templates.py`); a template that cannot render them raises UsageError.
+    (`engine/templates.py`); a template that cannot render them raises UsageError. An
+    assistant message's `token_ids` are rendered as they are where they match the message
+    (see the module doc), else dropped.
     """
     from art_langgraph.engine.templates import ChatFormat
 
+    if any("token_ids" in m for m in messages):
+        messages = [_checked_ids(tokenizer, m) if "token_ids" in m else m for m in messages]
     return ChatFormat.of(tokenizer).prompt_ids(messages, tools)
+
+
+def _checked_ids(tokenizer: Any, message: dict[str, Any]) -> dict[str, Any]:
+    """`message` with its `token_ids` where they decode to what it says, else without them."""
+    ids = message["token_ids"]
+    if ids and all(0 <= t < len(tokenizer) for t in ids):
+        text = str(tokenizer.decode(ids, skip_special_tokens=True))
+        if sampled_matches(text, message):
+            return message
+    return {k: v for k, v in message.items() if k != "token_ids"}
+
+
+def sampled_matches(text: str, message: dict[str, Any]) -> bool:
+    """Whether a completion's text is what an assistant message (normalized) says: its
+    content and tool calls as `parse_tool_calls` reads them (arguments compared as JSON),
+    or, for a message without calls, its content as it is (whitespace at the ends aside)."""
+    content = (message.get("content") or "").strip()
+    calls = message.get("tool_calls") or []
+    if not calls and text.strip() == content:
+        return True
+    parsed = parse_tool_calls(text)
+    if (parsed.content or "").strip() != content or len(parsed.tool_calls or []) != len(calls):
+        return False
+    for got, want in zip(parsed.tool_calls or [], calls, strict=True):
+        if got["function"]["name"] != want["function"]["name"]:
+            return False
+        if _canonical(got["function"]["arguments"]) != _canonical(want["function"]["arguments"]):
+            return False
+    return True
+
+
+def _canonical(arguments: str) -> str | None:
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True)
+    except json.JSONDecodeError:
+        return None
 
 
 @dataclass

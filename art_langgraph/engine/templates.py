@@ -24,6 +24,20 @@ A template that cannot render system/user/assistant text at all (or none is set)
 unusable: rendering raises `UsageError`, which the server answers with a 400. Tools are
 never dropped silently.
 
+`prompt_ids(messages, tools)` renders a prompt. An assistant message that carries
+`token_ids` (the ids the engine sampled for it, sent back by `TrainableChatModel` and
+checked against the message by `chat_format.render_prompt`) is rendered as exactly those
+ids, not as its re-rendered text: the template renders a marker in its place, the text
+around the markers is tokenized piece by piece and the sampled ids go between them (a
+later call tokenizes the same pieces the same way, so its prompt extends the earlier
+one wherever the template renders a longer chat as an extension of the shorter one's
+text); the template's end-of-turn text right after a marker is left out
+where the sampled ids already end with it (a sampled `<|im_end|>`). So a rollout's next
+prompt is the previous prompt + the sampled completion + the new turns, token for token,
+whichever split of the text the sampler chose (`E` `gypt` where the tokenizer writes
+`Egypt`, `}` `}` for `}}`), and in the generic format whatever the model wrote around its
+calls. A template that does not render such a message exactly once gets the text instead.
+
 `training_ids(messages, tools)` gives the ids and the assistant mask for SFT. Templates
 with `{% generation %}` markers use transformers' own mask; for the others the mask is
 found from the text: each assistant turn is the difference between the chat rendered up
@@ -31,7 +45,11 @@ to it (with the generation prompt) and up to and including it, trailing whitespa
 out; tokens whose characters fall in a turn are trained.
 
 Left out: other tool-call formats (Llama 3.1 JSON, Mistral `[TOOL_CALLS]`); such models
-get the generic format too.
+get the generic format too. The pieces around spliced ids are tokenized as the whole
+text would be where they start and end at special tokens (ChatML's `<|im_start|>`,
+`<|im_end|>`) and the tokenizer is byte-level BPE (GPT-2, Qwen, SmolLM, Llama 3); a
+SentencePiece tokenizer that prefixes every encoded text with a space (Llama 2's legacy
+mode) gets one more token per piece (the turns still extend each other).
 """
 
 from __future__ import annotations
@@ -55,6 +73,10 @@ _PROBE_TOOL = {
     },
 }
 _CACHE_ATTR = "_art_chat_format"
+# Where the template renders an assistant message whose sampled ids are spliced in:
+# private-use code points, never in a real chat.
+_SAMPLED_OPEN = "\ue000art sampled "
+_SAMPLED_MARK = _SAMPLED_OPEN + "{}\ue001"
 
 
 def tools_system_text(tools: list[dict[str, Any]]) -> str:
@@ -240,9 +262,56 @@ class ChatFormat:
     def prompt_ids(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
     ) -> list[int]:
-        """Prompt token ids for a generation (messages already normalized)."""
+        """Prompt token ids for a generation (messages already normalized). An assistant
+        message with `token_ids` is rendered as exactly those ids (see the module doc)."""
+        sampled = {
+            i: [int(t) for t in m["token_ids"]]
+            for i, m in enumerate(messages)
+            if m["role"] == "assistant" and m.get("token_ids")
+        }
+        if sampled:
+            marked = [
+                {"role": "assistant", "content": _SAMPLED_MARK.format(i)} if i in sampled else m
+                for i, m in enumerate(messages)
+            ]
+            ids = self._spliced(self.render(marked, tools, add_generation_prompt=True), sampled)
+            if ids is not None:
+                return ids
         text = self.render(messages, tools, add_generation_prompt=True)
+        return self._encode(text)
+
+    def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False, verbose=False))
+
+    def _spliced(self, text: str, sampled: dict[int, list[int]]) -> list[int] | None:
+        """`text` with each marker replaced by its sampled ids; None where the template did
+        not render every marker exactly once, in order."""
+        ids: list[int] = []
+        rest = text
+        for i, completion in sampled.items():
+            before, found, after = rest.partition(_SAMPLED_MARK.format(i))
+            if not found or _SAMPLED_OPEN in before or _SAMPLED_MARK.format(i) in after:
+                return None
+            ids += self._encode(before)
+            ids += completion
+            rest = after[len(self._sampled_end(completion, after)) :]
+        if _SAMPLED_OPEN in rest:
+            return None
+        return ids + self._encode(rest)
+
+    def _sampled_end(self, completion: list[int], after: str) -> str:
+        """The template's text after a marker that the sampled ids already hold: the text of
+        their trailing special tokens (a sampled `<|im_end|>`) when the template writes it
+        next, else ''."""
+        special = set(self.tokenizer.all_special_ids)
+        n = 0
+        while n < len(completion) and completion[-1 - n] in special:
+            n += 1
+        for k in range(n, 0, -1):
+            end = str(self.tokenizer.decode(completion[-k:], skip_special_tokens=False))
+            if end and after.startswith(end):
+                return end
+        return ""
 
     def training_ids(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None

@@ -1,12 +1,21 @@
-"""Tool-call parsing, streaming hold-back and message normalization (pure functions)."""
+"""Tool-call parsing, streaming hold-back, message normalization, and the sampled ids an
+assistant message carries (pure functions; the last test uses the tiny preset's tokenizer)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from transformers import AutoTokenizer
 
-from art_langgraph.engine.chat_format import ToolCallHoldback, normalize_messages, parse_tool_calls
+from art_langgraph.engine.chat_format import (
+    ToolCallHoldback,
+    normalize_messages,
+    parse_tool_calls,
+    render_prompt,
+    sampled_matches,
+)
 from art_langgraph.errors import UsageError
 
 
@@ -112,3 +121,56 @@ def test_normalize_rejects_bad_messages(messages: list, needle: str) -> None:
     with pytest.raises(UsageError, match=None) as info:
         normalize_messages(messages)
     assert needle in str(info.value)
+
+
+def test_normalize_keeps_an_assistants_sampled_ids_and_checks_them() -> None:
+    msgs = normalize_messages(
+        [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": "y", "token_ids": [5, 6]},
+        ]
+    )
+    assert msgs[1] == {"role": "assistant", "content": "y", "token_ids": [5, 6]}
+    for bad in ("5 6", [5, "6"], [True]):
+        with pytest.raises(UsageError, match=r"messages\[0\].token_ids"):
+            normalize_messages([{"role": "assistant", "content": "y", "token_ids": bad}])
+
+
+def test_sampled_text_matches_the_message_it_became() -> None:
+    call = {
+        "id": "c",
+        "type": "function",
+        "function": {"name": "f", "arguments": '{"a": 1, "b": "é"}'},
+    }
+    msg = {"role": "assistant", "content": "", "tool_calls": [call]}
+    sampled = '<tool_call>\n{"name": "f", "arguments": {"b":"\\u00e9","a":1}}\n</tool_call>'
+    assert sampled_matches(sampled, msg)
+    assert sampled_matches("Sure.\n" + sampled, {**msg, "content": "Sure."})
+    assert not sampled_matches(sampled.replace('"a":1', '"a":2'), msg)  # edited arguments
+    assert not sampled_matches(sampled.replace('"f"', '"g"'), msg)
+    assert not sampled_matches(sampled + sampled, msg)
+    assert not sampled_matches("no call", msg)
+    # A reply served without tools is its text, tool-call markup or not.
+    assert sampled_matches(sampled + " ", {"role": "assistant", "content": sampled})
+    assert sampled_matches(" hi\n", {"role": "assistant", "content": "hi"})
+    assert not sampled_matches("hi", {"role": "assistant", "content": "an edit"})
+
+
+def test_render_prompt_uses_sampled_ids_only_where_they_match(tiny_path: Path) -> None:
+    tok = AutoTokenizer.from_pretrained(tiny_path)
+    user = {"role": "user", "content": "hi"}
+    sampled = [i for ch in "hello" for i in tok.encode(ch, add_special_tokens=False)]
+
+    def prompt(content: str, ids: list[int]) -> list[int]:
+        reply = {"role": "assistant", "content": content, "token_ids": ids}
+        return render_prompt(tok, normalize_messages([user, reply, user]))
+
+    first = render_prompt(tok, normalize_messages([user]))
+    assert prompt("hello", sampled)[: len(first) + len(sampled)] == first + sampled
+    from_text = render_prompt(
+        tok, normalize_messages([user, {"role": "assistant", "content": "hallo"}, user])
+    )
+    assert prompt("hallo", sampled) == from_text  # the message was edited: its text
+    too_big = [*sampled[:-1], len(tok) + 7]
+    assert prompt("hello", too_big) != prompt("hello", sampled)  # not this tokenizer's ids
+    assert tok.decode(prompt("hello", too_big)) == tok.decode(prompt("hello", sampled))

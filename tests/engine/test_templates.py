@@ -154,3 +154,67 @@ def test_load_chat_template_takes_a_file_or_text(tmp_path: Path) -> None:
     assert load_chat_template(PLAIN_CHATML) == PLAIN_CHATML
     with pytest.raises(UsageError, match="neither a file nor Jinja"):
         load_chat_template(str(tmp_path / "missing.jinja"))
+
+
+def _sampled_turn(
+    fmt: ChatFormat, convo: list[dict[str, Any]], tools: Any
+) -> tuple[str, list[int]]:
+    """The text the template writes for the last (assistant) message, and ids for it as a
+    sampler might pick them: one token per character (never the tokenizer's own split),
+    then the end-of-turn token."""
+    before = fmt.render(convo[:-1], tools, add_generation_prompt=True)
+    text = fmt.render(convo, tools, add_generation_prompt=False)[len(before) :]
+    text = text.split("<|im_end|>")[0]
+    tok = fmt.tokenizer
+    ids = [i for ch in text for i in tok.encode(ch, add_special_tokens=False)]
+    return text, [*ids, tok.convert_tokens_to_ids("<|im_end|>")]
+
+
+@pytest.mark.parametrize("template", [None, PLAIN_CHATML], ids=["native", "generic"])
+def test_an_assistant_turn_with_sampled_ids_is_rendered_as_those_ids(
+    tiny_path: Path, template: str | None
+) -> None:
+    """The next prompt starts with the previous prompt + the sampled ids, token for token,
+    although the tokenizer splits the same text otherwise; the sampled `<|im_end|>` is not
+    written twice, and the text is what the template renders."""
+    fmt = ChatFormat.of(_tok(tiny_path, template))
+    text, sampled = _sampled_turn(fmt, CONVO[:3], TOOLS)
+    assert fmt.tokenizer.encode(text, add_special_tokens=False) != sampled[:-1]
+    prompt = fmt.prompt_ids(CONVO[:2], TOOLS)
+    history = [*CONVO[:2], {**CONVO[2], "token_ids": sampled}, *CONVO[3:5]]
+    after = fmt.prompt_ids(history, TOOLS)
+    assert after[: len(prompt) + len(sampled)] == prompt + sampled
+    assert fmt.tokenizer.decode(after) == fmt.render(CONVO[:5], TOOLS)
+    assert history[2]["token_ids"] == sampled  # the caller's messages are left alone
+    # Without the ids the turn is re-encoded from text: the prefix breaks.
+    assert fmt.prompt_ids(CONVO[:5], TOOLS)[: len(prompt) + len(sampled)] != prompt + sampled
+
+
+def test_sampled_ids_without_an_end_of_turn_token_get_the_templates(tiny_path: Path) -> None:
+    fmt = ChatFormat.of(_tok(tiny_path, PLAIN_CHATML))
+    convo: list[dict[str, Any]] = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello there"},
+    ]
+    _, sampled = _sampled_turn(fmt, convo, None)
+    ids = fmt.prompt_ids([convo[0], {**convo[1], "token_ids": sampled[:-1]}, convo[0]])
+    assert fmt.tokenizer.decode(ids) == fmt.render([convo[0], convo[1], convo[0]])
+
+
+def test_a_template_that_drops_an_earlier_turn_gets_the_text(tiny_path: Path) -> None:
+    """A template that renders only the last assistant message (as templates that drop
+    earlier reasoning do) cannot hold the sampled ids: the prompt is the rendered text."""
+    last_only = PLAIN_CHATML.replace(
+        "{% for message in messages %}",
+        "{% for message in messages %}{% if message['role'] != 'assistant' or loop.last %}",
+    ).replace("{% endfor %}", "{% endif %}{% endfor %}")
+    fmt = ChatFormat.of(_tok(tiny_path, last_only))
+    convo: list[dict[str, Any]] = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+    ]
+    _, sampled = _sampled_turn(fmt, [*convo, *convo], None)
+    history = [convo[0], {**convo[1], "token_ids": sampled}, convo[0]]
+    assert fmt.prompt_ids(history) == fmt.tokenizer.encode(
+        fmt.render(history), add_special_tokens=False
+    )
