@@ -129,7 +129,7 @@ def _matmul_peak_tflops(dtype: str) -> float:
 
 
 async def _rollouts(
-    model: Any, groups: int, group_size: int, max_turns: int, step: bool, dtype: str
+    model: Any, groups: int, group_size: int, max_turns: int, step: bool
 ) -> dict[str, Any]:
     import art_langgraph as art
     from art_langgraph.training.tensorize import build_sequences
@@ -233,7 +233,6 @@ async def _one(setting: str, args: argparse.Namespace) -> dict[str, Any]:
                     args.group_size,
                     args.max_turns,
                     False,
-                    args.dtype,
                 )
             )
             m1 = engine.metrics()
@@ -251,7 +250,7 @@ async def _one(setting: str, args: argparse.Namespace) -> dict[str, Any]:
             # tree is our child
             row["peak_rss_mib"] = _tree_peak_rss_mib(os.getpid())
             if args.step and setting == "torch-cache":
-                step = await _rollouts(model, 8, 4, 3, True, args.dtype)
+                step = await _rollouts(model, 8, 4, 3, True)
                 step["peak_rss_mib"] = _tree_peak_rss_mib(os.getpid())
                 row["step"] = step
     return row

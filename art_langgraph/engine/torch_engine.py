@@ -919,12 +919,11 @@ def _device_memory(device: torch.device) -> int:
 
 
 def _prefix_budget(budget: int | None, device: torch.device) -> int:
-    """The prefix cache's budget in bytes (`TorchEngineConfig.prefix_cache_bytes`)."""
+    """The prefix cache's budget in bytes (`TorchEngineConfig.prefix_cache_bytes`; the config
+    refuses negative budgets, this the ones beyond the device)."""
     total = _device_memory(device)
     if budget is None:
         return min(total // 32, 1 << 30)
-    if budget < 0:
-        raise UsageError(f"prefix_cache_bytes must be >= 0 (0 turns the cache off), got {budget}")
     if budget > total:
         raise UsageError(
             f"prefix_cache_bytes={budget} is more than the {device.type} device's memory "
