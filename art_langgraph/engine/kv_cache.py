@@ -9,7 +9,8 @@ buffer is reallocated only when it is full (with a quarter more room) or when th
 engine reshapes the batch (rows admitted, rows retired).
 
 `growing_cache(config)` builds a `DynamicCache` whose full-attention layers are
-`GrowingLayer`s; `merge_rows` and `drop_left` are the batch reshapes the engine needs, and
+`GrowingLayer`s; `merge_rows`, `fill_rows` (new rows into free slots, in place) and
+`drop_left` are the batch reshapes the engine needs, and
 `preset_layer` starts a layer from KV computed earlier (`engine/prefix_cache.py`).
 
 Left out: sliding-window layers (kept as transformers builds them) and paged memory.
@@ -23,7 +24,14 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-__all__ = ["GrowingLayer", "drop_left", "growing_cache", "merge_rows", "preset_layer"]
+__all__ = [
+    "GrowingLayer",
+    "drop_left",
+    "fill_rows",
+    "growing_cache",
+    "merge_rows",
+    "preset_layer",
+]
 
 _MIN_ROOM = 64
 """Spare time steps a (re)allocated buffer gets at least."""
@@ -139,6 +147,26 @@ def merge_rows(old: DynamicCache, new: DynamicCache, width: int) -> None:
             old_l._view(width)
         else:
             old_l.keys, old_l.values = buf_k[:, :, :width], buf_v[:, :, :width]
+
+
+def fill_rows(old: DynamicCache, new: DynamicCache, slots: list[int], width: int) -> bool:
+    """Write `new`'s rows into rows `slots[:len(new rows)]` of `old`, right-aligned at
+    `width` (the batch's current length): admitting rows into free slots copies only the
+    new rows. The slots' earlier columns keep stale values the mask hides. Returns False,
+    writing nothing, where a layer is not a `GrowingLayer` owning its buffer."""
+    pairs: list[tuple[Any, Any]] = list(zip(old.layers, new.layers, strict=True))
+    if not all(isinstance(o, GrowingLayer) and o._owns() for o, _ in pairs):
+        return False
+    for old_l, new_l in pairs:
+        if old_l.keys.shape[-2] != width or new_l.keys.shape[-2] > width:
+            return False
+    b = new.layers[0].keys.shape[0]
+    idx = torch.tensor(slots[:b], device=new.layers[0].keys.device)
+    for old_l, new_l in pairs:
+        t = new_l.keys.shape[-2]
+        old_l._buf_k[idx, :, width - t : width] = new_l.keys
+        old_l._buf_v[idx, :, width - t : width] = new_l.values
+    return True
 
 
 def preset_layer(layer: GrowingLayer, buf_k: torch.Tensor, buf_v: torch.Tensor, t: int) -> None:

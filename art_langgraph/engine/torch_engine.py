@@ -43,7 +43,13 @@ import torch
 from art_langgraph.devices import pick_device, pick_dtype, torch_dtype
 from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
 from art_langgraph.engine.constrained import GrammarCompiler
-from art_langgraph.engine.kv_cache import drop_left, growing_cache, merge_rows, preset_layer
+from art_langgraph.engine.kv_cache import (
+    drop_left,
+    fill_rows,
+    growing_cache,
+    merge_rows,
+    preset_layer,
+)
 from art_langgraph.engine.prefix_cache import PrefixCache, PrefixHit
 from art_langgraph.engine.sampling import raw_logprobs, sample_rows
 from art_langgraph.errors import InfrastructureError, UsageError
@@ -170,7 +176,11 @@ class TorchEngine:
         self._generator = torch.Generator(device="cpu").manual_seed(self.config.seed)
         self._inbox: queue.Queue[Any] = queue.Queue()
         self._closing = False
-        self._rows: list[_Request] = []
+        self.admitted_in_place = 0
+        """Rows admitted into free slots of a running batch (no copy of the others)."""
+        self._rows: list[_Request | None] = []
+        """The batch's row slots: a request, or None where one retired and the slot waits
+        for a new row (its KV stays, masked out) until the batch is compacted."""
         self._cache: Any = None
         self._mask: torch.Tensor | None = None  # (B, T) 1 for real tokens
         self._next: torch.Tensor | None = None  # (B,) token to feed next
@@ -283,7 +293,7 @@ class TorchEngine:
             prefix_cache_evictions=self._prefix.evictions,
             prefix_cache_bytes=self._prefix.bytes,
             prefix_cache_capacity_bytes=self._prefix.budget_bytes,
-            running=len(self._rows),
+            running=self.active,
             waiting=self._inbox.qsize(),
         )
 
@@ -305,7 +315,10 @@ class TorchEngine:
     @property
     def active(self) -> int:
         """Sequences being decoded now."""
-        return len(self._rows)
+        return sum(r is not None for r in self._rows)
+
+    def _live(self) -> list[_Request]:
+        return [r for r in self._rows if r is not None]
 
     # ------------------------------------------------------------- internals
     def _submit(self, prompt_ids, sampling, adapter, emit, *, stream) -> _Request:
@@ -354,7 +367,7 @@ class TorchEngine:
         while not self._closing:
             new: list[_Request] = []
             try:
-                new = self._take_inbox(block=not self._rows)
+                new = self._take_inbox(block=not self.active)
                 if new:
                     self._prefill(new)
                 if self._rows:
@@ -362,11 +375,11 @@ class TorchEngine:
                 self._free_retired()
             except Exception as exc:  # a bug or an OOM: fail the batch, keep serving
                 log.exception("engine step failed")
-                failed = {id(r): r for r in [*self._rows, *new]}
+                failed = {id(r): r for r in [*self._live(), *new]}
                 for r in failed.values():
                     r.emit(InfrastructureError(f"engine step failed: {exc!r}"))
                 self._reset_batch()
-        for r in self._rows:
+        for r in self._live():
             r.emit(self._result(r, "abort"))
         while not self._inbox.empty():
             item = self._inbox.get_nowait()
@@ -375,8 +388,8 @@ class TorchEngine:
 
     def _take_inbox(self, *, block: bool) -> list[_Request]:
         new: list[_Request] = []
-        room = self.config.max_batch_size - len(self._rows)
-        if self.config.scheduling == "dynamic" and self._rows:
+        room = self.config.max_batch_size - self.active
+        if self.config.scheduling == "dynamic" and self.active:
             room = 0
         deadline = None
         while True:
@@ -564,14 +577,24 @@ class TorchEngine:
         self._mask = torch.cat(
             [self._mask, torch.ones((b, 1), dtype=torch.long, device=self.device)], 1
         )
+        live = [i for i, r in enumerate(self._rows) if r is not None]
+        rows = [self._rows[i] for i in live]
+        # A free slot runs along with the key of a live row (one adapter stays one batch);
+        # its output is dropped.
+        fill = rows[0].adapter_key  # type: ignore[union-attr]
         logits = self._forward(
             self._next.unsqueeze(1),
             self._mask,
             self._pos.unsqueeze(1),
             self._cache,
-            [r.adapter_key for r in self._rows],
+            [r.adapter_key if r is not None else fill for r in self._rows],
         )
-        self._next = self._sample(self._rows, logits).to(self.device)
+        if len(live) < b:
+            idx = torch.tensor(live, device=self.device)
+            self._next = self._next.clone()
+            self._next[idx] = self._sample(rows, logits[idx]).to(self.device)  # type: ignore[arg-type]
+        else:
+            self._next = self._sample(rows, logits).to(self.device)  # type: ignore[arg-type]
         self._pos = self._pos + 1
         self.steps += 1
         self._retire_finished()
@@ -657,28 +680,48 @@ class TorchEngine:
         )
 
     def _retire_finished(self) -> None:
-        keep: list[int] = []
+        """Emit the rows that finished and free their slots. A freed slot keeps its place
+        (its mask row zeroed) for the next admitted row, so retiring copies nothing; the
+        batch is compacted only once free slots outnumber live rows."""
+        assert self._mask is not None
+        retired = False
         for i, r in enumerate(self._rows):
+            if r is None:
+                continue
             done = self._finish_reason(r)
             if done is None:
-                keep.append(i)
-            else:
-                if self._prefix.enabled and len(r.completion) > 1 and self._mask is not None:
-                    self._remember(
-                        self._cache, i, self._mask[i], r.prompt_ids + r.completion[:-1], r.identity
-                    )
-                r.emit(self._result(r, done[0], done[1]))
-        if len(keep) == len(self._rows):
+                continue
+            if self._prefix.enabled and len(r.completion) > 1:
+                self._remember(
+                    self._cache, i, self._mask[i], r.prompt_ids + r.completion[:-1], r.identity
+                )
+            r.emit(self._result(r, done[0], done[1]))
+            self._rows[i] = None
+            self._mask[i] = 0
+            retired = True
+        if not retired:
             return
-        if not keep:
+        live = self.active
+        if live == 0:
             self._reset_batch()
-            return
+        elif 2 * live < len(self._rows):
+            self._compact()
+        else:
+            self._drop_unused_columns()
+
+    def _compact(self) -> None:
+        """Drop the free slots from the batch (one copy of the live rows' KV)."""
+        keep = [i for i, r in enumerate(self._rows) if r is not None]
         idx = torch.tensor(keep, device=self.device)
         self._rows = [self._rows[i] for i in keep]
         self._cache.batch_select_indices(idx)
         assert self._mask is not None and self._next is not None and self._pos is not None
         self._mask, self._next, self._pos = self._mask[idx], self._next[idx], self._pos[idx]
-        # Drop the left columns that no remaining row uses.
+        self._drop_unused_columns()
+
+    def _drop_unused_columns(self) -> None:
+        """Drop the left columns that no live row uses (a view, no copy)."""
+        assert self._mask is not None
         used = self._mask.any(dim=0).nonzero()
         lead = int(used[0]) if len(used) else 0
         if lead:
@@ -686,7 +729,10 @@ class TorchEngine:
             drop_left(self._cache, lead)
 
     def _merge(self, new: list[_Request], cache: Any, mask: torch.Tensor, nxt, pos) -> None:
-        if not self._rows:
+        """Add the prefilled rows to the batch: into free slots in place when there are
+        enough and the rows fit the batch's width (a copy of the new rows only), else by
+        rebuilding the batch's buffers with them appended (a copy of every row)."""
+        if not self.active:
             self._rows, self._cache, self._mask, self._next, self._pos = (
                 list(new),
                 cache,
@@ -697,6 +743,19 @@ class TorchEngine:
             return
         assert self._mask is not None and self._next is not None and self._pos is not None
         t_old, t_new = self._mask.shape[1], mask.shape[1]
+        free = [i for i, r in enumerate(self._rows) if r is None]
+        if len(free) >= len(new) and t_new <= t_old and fill_rows(self._cache, cache, free, t_old):
+            slots = torch.tensor(free[: len(new)], device=self.device)
+            self._mask[slots] = _pad_left_2d(mask, t_old)
+            self._next = self._next.clone()
+            self._next[slots], self._pos[slots] = nxt, pos
+            for slot, r in zip(free, new, strict=False):
+                self._rows[slot] = r
+            self.admitted_in_place += len(new)
+            return
+        if free:
+            self._compact()
+            t_old = self._mask.shape[1]
         width = max(t_old, t_new)
         merge_rows(self._cache, cache, width)
         self._mask = torch.cat([_pad_left_2d(self._mask, width), _pad_left_2d(mask, width)], 0)
@@ -810,7 +869,7 @@ class TorchEngine:
         while adapters are loaded; with none left, the spare goes too."""
         if not self._retired and (self._spare is None or self._adapters):
             return
-        in_use = {r.adapter_key for r in self._rows}
+        in_use = {r.adapter_key for r in self._live()}
         free = sorted(self._retired - in_use)
         self._retired.difference_update(free)
         for key in free:  # deleted, or kept as the spare: no request reaches them again

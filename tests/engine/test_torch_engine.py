@@ -63,6 +63,26 @@ async def test_concurrent_greedy_equals_generate_row_by_row(engine: TorchEngine)
         assert r.finish_reason == "length" and len(r.logprobs) == 12
 
 
+async def test_rows_admitted_into_freed_slots_are_exact(engine: TorchEngine) -> None:
+    """Short requests finish and free their slots while long ones run; later requests
+    take those slots in place. Every row still equals its own greedy generation."""
+    long = [_prompt(engine, "word " * k) for k in (30, 34, 38)]
+    short = [_prompt(engine, f"hi {k}") for k in (1, 2)]
+    later = [_prompt(engine, f"x {k}") for k in (3, 4)]
+    before = engine.admitted_in_place
+
+    async def run(p: list[int], n: int, delay: float) -> GenerateResult:
+        await asyncio.sleep(delay)
+        return await engine.generate(p, SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
+
+    jobs = [(p, 40, 0.0) for p in long] + [(p, 2, 0.0) for p in short]
+    jobs += [(p, 6, 0.15) for p in later]
+    results = await asyncio.gather(*(run(*j) for j in jobs))
+    for (p, n, _), r in zip(jobs, results, strict=True):
+        assert r.completion_token_ids == _greedy_reference(engine, p, n)
+    assert engine.admitted_in_place - before >= 1  # the slot path ran
+
+
 async def test_a_shared_prompt_prefix_is_prefilled_once_and_changes_nothing(
     engine: TorchEngine,
 ) -> None:
