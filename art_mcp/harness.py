@@ -21,6 +21,7 @@ import importlib
 import inspect
 import json
 import os
+import random
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -33,6 +34,13 @@ import art_langgraph as art
 from art_langgraph.backend.base import Backend
 from art_langgraph.errors import UsageError
 from art_langgraph.utils import atomic_write, iterate_dataset
+from art_mcp.evaluation import (
+    Evaluation,
+    changed_examples,
+    episode_format,
+    paired_rise,
+    transcript,
+)
 from art_mcp.scenarios import (
     Scenario,
     generate_scenarios,
@@ -94,16 +102,35 @@ class HarnessConfig(BaseModel):
             "also answer in text."
         ),
     )
-    eval_temperature: float | None = Field(
-        None,
+    eval_samples: int = Field(
+        4,
         ge=0,
-        description="Sampling temperature of the held-out evaluation; None = --temperature.",
+        description=(
+            "Held-out evaluation: besides one greedy episode per scenario, this many sampled "
+            "at temperature 1 (success is then the mean over scenarios of the solved share)."
+        ),
+    )
+    success_reward: float = Field(
+        1.0, description="The reward at or above which an episode counts as solved (reports)."
+    )
+    shuffle_rewards: bool = Field(
+        False,
+        description=(
+            "Control arm: shuffle the rewards across all of a step's rollouts before training, "
+            "so updates keep their size and shape but lose the signal. Whatever such a run "
+            "gains is not learning from the reward; subtract it."
+        ),
     )
     learning_rate: float = Field(
         5e-4, gt=0, description="GRPO learning rate (the tiny preset: 5e-4; 7B: ~1e-5)."
     )
     eval_every: int = Field(
-        2, ge=1, description="Evaluate on the held-out scenarios every this many steps."
+        0,
+        ge=0,
+        description=(
+            "Also evaluate on the held-out scenarios every this many steps; 0: only before RL "
+            "and after the last step."
+        ),
     )
     val_fraction: float = Field(
         0.25, ge=0, lt=1, description="Share of scenarios held out for evaluation."
@@ -190,6 +217,13 @@ class Report(BaseModel):
     """Held-out reward at the last evaluation."""
     val_reward_best: float | None = None
     """Best held-out reward after RL step 0."""
+    evaluations: list[Evaluation] = Field(default_factory=list)
+    """Every held-out evaluation, the untrained model's first."""
+    paired: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """"greedy"/"sampled" -> the paired per-scenario rise in success from the untrained
+    model to the last evaluation: {"rise", "se", "n"}."""
+    examples: list[dict[str, Any]] = Field(default_factory=list)
+    """A few held-out scenarios whose greedy episode changed, before and after."""
     seconds: float = 0.0
     folder: str = ""
 
@@ -348,11 +382,8 @@ async def train(
             )
 
         train_agent = make_agent(cfg.temperature)
-        eval_agent = (
-            train_agent
-            if cfg.eval_temperature is None or cfg.eval_temperature == cfg.temperature
-            else make_agent(cfg.eval_temperature)
-        )
+        greedy_agent = make_agent(0.0)
+        sample_agent = make_agent(1.0)
 
         async def rollout(s: Scenario, agent: Any = train_agent) -> art.Trajectory:
             with art.capture(metadata={"scenario": s.id}) as traj:
@@ -368,24 +399,40 @@ async def train(
 
         judge = _judge(cfg, model)
 
-        async def evaluate(step: int, split: str = "val") -> float:
-            trajs = await asyncio.gather(*(rollout(s, eval_agent) for s in val_set))
-            if not trajs:
-                return float("nan")
-            await model.log([art.TrajectoryGroup(trajs)], split=split)
-            return sum(t.reward for t in trajs) / len(trajs)
+        async def evaluate(step: int, rl_step: int, split: str = "val") -> Evaluation:
+            ev = Evaluation(step=step, rl_step=rl_step, success_reward=cfg.success_reward)
+            jobs = [(s, True) for s in val_set]
+            jobs += [(s, False) for s in val_set for _ in range(cfg.eval_samples)]
+            trajs = await asyncio.gather(
+                *(rollout(s, greedy_agent if greedy else sample_agent) for s, greedy in jobs)
+            )
+            formats = []
+            for (s, greedy), t in zip(jobs, trajs, strict=True):
+                if greedy:
+                    ev.greedy[s.id] = t.reward
+                    ev.greedy_format[s.id] = episode_format(t, s)
+                    ev.transcripts[s.id] = transcript(t)
+                else:
+                    ev.sampled.setdefault(s.id, []).append(t.reward)
+                    formats.append(episode_format(t, s))
+            ev.sampled_format = sum(formats) / len(formats) if formats else float("nan")
+            if trajs:
+                await model.log([art.TrajectoryGroup(trajs)], split=split)
+            report.evaluations.append(ev)
+            return ev
 
         report = Report(model=name, server=toolset.label, steps=cfg.steps, folder=str(folder))
         old = _load_report(folder)
         history = report.rows = list(old.get("rows", []))
+        report.evaluations = [Evaluation.model_validate(e) for e in old.get("evaluations", [])]
         report.val_reward_untrained = old.get("val_reward_untrained")
-        if await model.get_step() == 0:
+        if await model.get_step() == 0 and not history:
+            # The untrained model first, so the report can tell what training did.
+            untrained = await evaluate(0, 0, "untrained")
+            report.val_reward_untrained = untrained.greedy_reward
+            log(f"untrained: held-out {_eval_line(untrained)}")
             demos = _demonstrations(sft, train_set, tools)
             if demos and cfg.sft_epochs > 0:
-                # The untrained model's held-out reward, so the report can tell what the
-                # warm start did from what RL did.
-                report.val_reward_untrained = await evaluate(0, "untrained")
-                log(f"untrained: held-out reward {report.val_reward_untrained:.2f}")
                 res = await model.train_sft(
                     demos,
                     art.TrainConfig(learning_rate=cfg.sft_learning_rate),
@@ -397,16 +444,19 @@ async def train(
                 )
         start_step = await model.get_step()
         if not history:
-            before = await evaluate(start_step)
+            if start_step == 0 and report.evaluations:
+                before = report.evaluations[-1]  # no warm start: the untrained evaluation
+            else:
+                before = await evaluate(start_step, 0)
+                log(f"RL step 0 (before RL): held-out {_eval_line(before)}")
             report.rows.append(
                 {
                     "step": float(start_step),
                     "rl_step": 0.0,
-                    "val_reward": before,
                     "train_reward": float("nan"),
+                    **_eval_row(before),
                 }
             )
-            log(f"RL step 0 (before RL): held-out reward {before:.2f}")
         grpo_done = _grpo_steps_done(folder, report.rows)
         epochs = 1 + (cfg.steps * cfg.groups_per_step) // max(len(train_set), 1)
         batches = iterate_dataset(
@@ -428,6 +478,8 @@ async def train(
                 max_exceptions=0.5,
                 after_each=judge,
             )
+            if cfg.shuffle_rewards:
+                _shuffle_rewards(groups, random.Random(f"{cfg.seed}/{batch.step}"))
             result = await model.train(
                 groups,
                 art.TrainConfig(
@@ -440,18 +492,28 @@ async def train(
                 "rl_step": float(batch.step + 1),
                 "val_reward": float("nan"),
                 "train_reward": train_reward,
+                "zero_variance_groups": result.metrics.get("zero_variance_groups", float("nan")),
+                "seconds": time.perf_counter() - t0,
             }
-            if (batch.step + 1) % cfg.eval_every == 0 or batch.step + 1 == cfg.steps:
-                row["val_reward"] = await evaluate(result.step)
+            done = batch.step + 1
+            if done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0):
+                ev = await evaluate(result.step, done)
+                row.update(_eval_row(ev))
+                held = _eval_line(ev)
+            else:
+                held = "-"
             report.rows.append(row)
-            log(
-                f"RL step {batch.step + 1}: train reward {train_reward:.2f}, held-out {_fmt(row['val_reward'])}"
-            )
+            log(f"RL step {done}: train reward {train_reward:.2f}, held-out {held}")
         vals = [r["val_reward"] for r in report.rows if _ok(r.get("val_reward"))]
         report.val_reward_before = vals[0] if vals else None
         report.val_reward_after = vals[-1] if vals else None
         report.val_reward_best = max(vals[1:]) if len(vals) > 1 else None
         report.seconds = time.perf_counter() - t0
+        rl_evals = [e for e in report.evaluations if e.rl_step > 0]
+        if report.evaluations and rl_evals:
+            first, last = report.evaluations[0], rl_evals[-1]
+            report.paired = {k: paired_rise(first, last, k) for k in ("greedy", "sampled")}
+            report.examples = changed_examples(first, last, val_set)
         _write_report(report, folder)
         log(f"report: {folder / 'report.md'}")
         return report
@@ -566,24 +628,75 @@ def _grpo_steps_done(folder: Path, rows: list[dict[str, Any]]) -> int:
     return done
 
 
+def _shuffle_rewards(groups: list[art.TrajectoryGroup], rng: random.Random) -> None:
+    """The control arm: the step's rewards, permuted across all of its rollouts."""
+    trajs = [t for g in groups for t in g.trajectories]
+    rewards = [t.reward for t in trajs]
+    rng.shuffle(rewards)
+    for t, r in zip(trajs, rewards, strict=True):
+        t.reward = r
+
+
+def _eval_row(ev: Evaluation) -> dict[str, float]:
+    s = ev.summary()
+    return {
+        "val_reward": ev.greedy_reward,
+        "val_greedy_success": s["greedy_success"],
+        "val_sampled_success": s["sampled_success"],
+        "val_format": s["sampled_format"] if ev.sampled else s["greedy_format"],
+    }
+
+
+def _eval_line(ev: Evaluation) -> str:
+    s = ev.summary()
+    line = f"greedy success {_fmt(s['greedy_success'])}"
+    if ev.sampled:
+        line += (
+            f", sampled success {_fmt(s['sampled_success'])}, format {_fmt(s['sampled_format'])}"
+        )
+    return line + f" (reward {_fmt(s['greedy_reward'])})"
+
+
 def _fmt(x: float | None) -> str:
     return "-" if x is None or x != x else f"{x:.2f}"
 
 
 def summary_lines(report: Report) -> list[str]:
-    """The report's headline: untrained -> after the warm start -> after RL, and RL's share."""
-    out = []
-    if _ok(report.val_reward_untrained):
-        out.append(f"- held-out reward of the untrained model: {_fmt(report.val_reward_untrained)}")
-    out.append(
-        f"- before RL (step 0{', after the SFT warm start' if _ok(report.val_reward_untrained) else ''}): {_fmt(report.val_reward_before)}"
-    )
-    if _ok(report.val_reward_best) and _ok(report.val_reward_before):
-        rl = (report.val_reward_best or 0.0) - (report.val_reward_before or 0.0)
-        out.append(
-            f"- after RL: {_fmt(report.val_reward_after)} at the last evaluation, best "
-            f"{_fmt(report.val_reward_best)} (RL's own contribution: {rl:+.2f})"
+    """The report's headline: held-out success of the untrained model, after any warm
+    start, after RL; the paired rise; the wall time."""
+    evs = report.evaluations
+    if not evs:
+        return [f"- wall time: {report.seconds:.0f} s"]
+    n = len(evs[0].greedy)
+    k = max((len(v) for v in evs[0].sampled.values()), default=0)
+    out = [
+        f"- held-out: {n} scenarios never trained on; greedy, and {k} samples at temperature 1"
+        if k
+        else f"- held-out: {n} scenarios never trained on, greedy"
+    ]
+    for ev in evs:
+        label = (
+            "untrained"
+            if ev.step == 0
+            else (
+                "before RL (after the warm start)"
+                if ev.rl_step == 0
+                else f"after RL step {ev.rl_step}"
+            )
         )
+        out.append(f"- {label}: {_eval_line(ev)}")
+    for kind in ("sampled", "greedy"):
+        p = report.paired.get(kind)
+        if p and _ok(p.get("rise")):
+            out.append(
+                f"- paired rise in {kind} success, untrained -> last: {p['rise']:+.2f} "
+                f"(± {_fmt(p['se'])} s.e., {int(p['n'])} scenarios)"
+            )
+    rl = [e for e in evs if e.rl_step > 0]
+    before = [e for e in evs if e.rl_step == 0]
+    if rl and before:
+        share = rl[-1].greedy_reward - before[-1].greedy_reward
+        out.append(f"- RL's own contribution to the greedy reward: {share:+.2f}")
     out.append(f"- wall time: {report.seconds:.0f} s")
     return out
 
@@ -600,6 +713,21 @@ def _load_report(folder: Path) -> dict[str, Any]:
 
 def _ok(x: float | None) -> bool:
     return x is not None and x == x
+
+
+def _example_lines(report: Report) -> list[str]:
+    if not report.examples:
+        return []
+    out = ["", "## Held-out episodes that changed (greedy, untrained -> last)", ""]
+    for ex in report.examples:
+        out += [
+            f"**{ex['task']}**",
+            "",
+            f"- before (reward {_fmt(ex['before_reward'])}): `{ex['before']}`",
+            f"- after (reward {_fmt(ex['after_reward'])}): `{ex['after']}`",
+            "",
+        ]
+    return out
 
 
 def _write_report(report: Report, folder: Path) -> None:
@@ -623,6 +751,7 @@ def _write_report(report: Report, folder: Path) -> None:
         ),
         "",
         "![reward curve](reward_curve.png)",
+        *_example_lines(report),
     ]
     put("report.md", "\n".join(lines) + "\n")
     try:

@@ -17,7 +17,7 @@ import json
 import os
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -40,6 +40,9 @@ class Scenario(BaseModel):
     """The expected final answer, for programmatic rewards; None when unknown."""
     demonstration: list[dict[str, Any]] | None = None
     """A worked conversation (OpenAI messages) for an SFT warm start; None when absent."""
+    split: Literal["train", "val"] | None = None
+    """Where `split_scenarios` puts it: a generator that holds out entities or phrasings
+    says so here; None: the seeded random split decides."""
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -63,9 +66,25 @@ def save_scenarios(path: str | Path, scenarios: list[Scenario]) -> None:
 def split_scenarios(
     scenarios: list[Scenario], val_fraction: float = 0.25, seed: int = 0
 ) -> tuple[list[Scenario], list[Scenario]]:
-    """A deterministic train/val split (at least one of each when there are two or more)."""
+    """A deterministic train/val split (at least one of each when there are two or more).
+    Scenarios that carry a `split` go where it says; `val_fraction` of the others is held
+    out at random."""
     if not 0 <= val_fraction < 1:
         raise UsageError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    fixed_train = [s for s in scenarios if s.split == "train"]
+    fixed_val = [s for s in scenarios if s.split == "val"]
+    if fixed_train or fixed_val:
+        rest_train, rest_val = split_scenarios(
+            [s for s in scenarios if s.split is None], val_fraction, seed
+        )
+        train = sorted(fixed_train, key=lambda s: s.id) + rest_train
+        val = sorted(fixed_val, key=lambda s: s.id) + rest_val
+        if not train or not val:
+            raise UsageError(
+                f"the scenarios' own splits leave {len(train)} to train on and {len(val)} to "
+                "hold out: both need at least one"
+            )
+        return train, val
     order = sorted(scenarios, key=lambda s: s.id)
     random.Random(seed).shuffle(order)
     n_val = round(len(order) * val_fraction)

@@ -18,7 +18,7 @@ out="${ART_DEMO_PATH:-.art-demo}"
 # with complete_task), a bf16 engine and bf16 autocast in the trainer. Experimental (see
 # the README for its time, memory and spread).
 name=demo
-args=(--sft-epochs 28 --steps 30 --eval-every 5)
+args=(--sft-epochs 28 --steps 30 --eval-every 5 --eval-samples 0)
 if [ "${1:-}" = "--real" ]; then
   shift
   name=demo-real
@@ -30,6 +30,6 @@ fi
     --server "$venv/bin/python -m examples.mcp_server.server" \
     --scenarios examples/mcp_server/scenarios.jsonl \
     --reward examples.mcp_server.tasks:score \
-    --tool-choice required --eval-temperature 0 "${args[@]}" \
+    --tool-choice required "${args[@]}" \
     --path "$out" --name "$name" "$@"
 cat "$out/mcp/models/$name/report.md"

@@ -160,8 +160,9 @@ def fill_rows(old: DynamicCache, new: DynamicCache, slots: list[int], width: int
     for old_l, new_l in pairs:
         if old_l.keys.shape[-2] != width or new_l.keys.shape[-2] > width:
             return False
-    b = new.layers[0].keys.shape[0]
-    idx = torch.tensor(slots[:b], device=new.layers[0].keys.device)
+    first: Any = new.layers[0]
+    b = first.keys.shape[0]
+    idx = torch.tensor(slots[:b], device=first.keys.device)
     for old_l, new_l in pairs:
         t = new_l.keys.shape[-2]
         old_l._buf_k[idx, :, width - t : width] = new_l.keys

@@ -40,6 +40,17 @@ def test_split_is_deterministic_and_disjoint() -> None:
         split_scenarios(items, 1.0)
 
 
+def test_a_scenario_s_own_split_wins() -> None:
+    fixed = [Scenario(id=f"v{i}", task="t", split="val") for i in range(3)]
+    fixed += [Scenario(id=f"t{i}", task="t", split="train") for i in range(4)]
+    free = [Scenario(id=f"f{i:02d}", task="t") for i in range(8)]
+    train, val = split_scenarios(fixed + free, 0.25, seed=1)
+    assert {s.id for s in val} >= {"v0", "v1", "v2"} and len(val) == 3 + 2
+    assert {s.id for s in train} >= {"t0", "t1", "t2", "t3"} and len(train) == 4 + 6
+    with pytest.raises(UsageError, match="both need at least one"):
+        split_scenarios([Scenario(id="a", task="t", split="val")], 0.25)
+
+
 def test_reply_parsing() -> None:
     assert _parse('```json\n{"scenarios": [{"task": "add 2 and 3", "difficulty": 2}]}\n```') == [
         {"task": "add 2 and 3", "difficulty": 2}

@@ -1,0 +1,169 @@
+"""Held-out evaluation records for `art_mcp.train`: greedy and sampled, paired per scenario.
+
+An `Evaluation` is one pass over the held-out scenarios at one checkpoint: one greedy
+episode (temperature 0) and `samples` episodes at temperature 1 per scenario. It keeps
+every episode's reward by scenario id, so two evaluations compare *paired*, scenario by
+scenario (`paired_rise`), and a short transcript of each greedy episode, so a report can
+show what changed in the agent's behaviour (`changed_examples`).
+
+Success is a reward at or above `success_reward` (a fully correct episode); *format* is
+the share of episodes whose first tool call named the right tool (the scenario's
+`metadata["tool"]`, else any tool but `complete_task`) and ran without error — reported
+apart from correctness, because a small model's early gains are mostly format.
+
+Left out: confidence intervals beyond the paired standard error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+import art_langgraph as art
+from art_mcp.scenarios import Scenario
+
+__all__ = ["Evaluation", "changed_examples", "episode_format", "paired_rise", "transcript"]
+
+
+class Evaluation(BaseModel):
+    """One held-out evaluation at one checkpoint."""
+
+    step: int
+    """The checkpoint's step (0: the untrained model)."""
+    rl_step: int
+    """GRPO steps done before it (0: before RL)."""
+    greedy: dict[str, float] = Field(default_factory=dict)
+    """Scenario id -> the greedy episode's reward."""
+    sampled: dict[str, list[float]] = Field(default_factory=dict)
+    """Scenario id -> the rewards of its sampled episodes (temperature 1)."""
+    greedy_format: dict[str, bool] = Field(default_factory=dict)
+    """Scenario id -> whether the greedy episode's first call was the right tool, without error."""
+    sampled_format: float = float("nan")
+    """Share of sampled episodes whose first call was the right tool, without error."""
+    transcripts: dict[str, str] = Field(default_factory=dict)
+    """Scenario id -> the greedy episode in one line (calls, results, answer)."""
+    success_reward: float = 1.0
+    """The reward at or above which an episode counts as solved."""
+
+    def _mean(self, values: list[float]) -> float:
+        return sum(values) / len(values) if values else float("nan")
+
+    @property
+    def greedy_reward(self) -> float:
+        return self._mean(list(self.greedy.values()))
+
+    @property
+    def greedy_success(self) -> float:
+        return self._mean([float(r >= self.success_reward) for r in self.greedy.values()])
+
+    @property
+    def sampled_reward(self) -> float:
+        return self._mean([r for rs in self.sampled.values() for r in rs])
+
+    @property
+    def sampled_success(self) -> float:
+        """The mean over scenarios of each scenario's share of solved samples."""
+        return self._mean([self._success_share(rs) for rs in self.sampled.values() if rs])
+
+    @property
+    def greedy_format_rate(self) -> float:
+        return self._mean([float(ok) for ok in self.greedy_format.values()])
+
+    def _success_share(self, rewards: list[float]) -> float:
+        return sum(r >= self.success_reward for r in rewards) / len(rewards)
+
+    def summary(self) -> dict[str, float]:
+        """The headline figures, for rows and logs."""
+        return {
+            "greedy_success": self.greedy_success,
+            "sampled_success": self.sampled_success,
+            "greedy_reward": self.greedy_reward,
+            "sampled_reward": self.sampled_reward,
+            "greedy_format": self.greedy_format_rate,
+            "sampled_format": self.sampled_format,
+        }
+
+    def per_scenario_success(self, kind: str) -> dict[str, float]:
+        """Scenario id -> success (greedy: 0 or 1; sampled: the share of solved samples)."""
+        if kind == "greedy":
+            return {k: float(r >= self.success_reward) for k, r in self.greedy.items()}
+        return {k: self._success_share(rs) for k, rs in self.sampled.items() if rs}
+
+
+def paired_rise(before: Evaluation, after: Evaluation, kind: str = "sampled") -> dict[str, float]:
+    """Mean per-scenario change in success from `before` to `after` over the scenarios
+    both saw, with its standard error; `kind` is "sampled" or "greedy"."""
+    a, b = before.per_scenario_success(kind), after.per_scenario_success(kind)
+    diffs = [b[k] - a[k] for k in a if k in b]
+    n = len(diffs)
+    if n == 0:
+        return {"rise": float("nan"), "se": float("nan"), "n": 0.0}
+    mean = sum(diffs) / n
+    var = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else float("nan")
+    return {"rise": mean, "se": math.sqrt(var / n) if n > 1 else float("nan"), "n": float(n)}
+
+
+def _first_call(traj: art.Trajectory) -> art.ToolEvent | None:
+    return next(iter(traj.tool_events), None)
+
+
+def episode_format(traj: art.Trajectory, scenario: Scenario) -> bool:
+    """Whether the episode's first tool call named the right tool and ran without error."""
+    ev = _first_call(traj)
+    if ev is None or ev.error is not None:
+        return False
+    want = scenario.metadata.get("tool")
+    return ev.name == want if want else ev.name != "complete_task"
+
+
+def transcript(traj: art.Trajectory, limit: int = 400) -> str:
+    """The episode in one line: each call with its arguments and result, or what the
+    model said when it made no call."""
+    parts = []
+    for ev in traj.tool_events:
+        args = ev.args if isinstance(ev.args, str) else json.dumps(ev.args, ensure_ascii=False)
+        out = (
+            f"error: {ev.error}"
+            if ev.error is not None
+            else json.dumps(ev.result, ensure_ascii=False)
+        )
+        parts.append(f"{ev.name}({args}) -> {out}")
+    if not parts:
+        said = next(
+            (
+                str(m.get("content"))
+                for m in reversed(traj.messages)
+                if m.get("role") == "assistant"
+            ),
+            "",
+        )
+        parts.append(f"no tool call; said {said!r}")
+    text = " | ".join(parts)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def changed_examples(
+    before: Evaluation, after: Evaluation, scenarios: list[Scenario], k: int = 3
+) -> list[dict[str, Any]]:
+    """Up to `k` held-out scenarios whose greedy episode failed before and succeeded
+    after (else any whose reward changed), with both transcripts."""
+    tasks = {s.id: s.task for s in scenarios}
+    ids = [i for i in before.greedy if i in after.greedy]
+    fixed = [i for i in ids if before.greedy[i] < before.success_reward <= after.greedy[i]]
+    changed = [i for i in ids if i not in fixed and before.greedy[i] != after.greedy[i]]
+    out = []
+    for i in (fixed + changed)[:k]:
+        out.append(
+            {
+                "scenario": i,
+                "task": tasks.get(i, ""),
+                "before": before.transcripts.get(i, ""),
+                "before_reward": before.greedy[i],
+                "after": after.transcripts.get(i, ""),
+                "after_reward": after.greedy[i],
+            }
+        )
+    return out

@@ -1,0 +1,108 @@
+"""Held-out evaluation records: success, format, the paired rise, changed examples."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import art_langgraph as art
+from art_mcp.evaluation import (
+    Evaluation,
+    changed_examples,
+    episode_format,
+    paired_rise,
+    transcript,
+)
+from art_mcp.harness import _shuffle_rewards
+from art_mcp.scenarios import Scenario
+
+
+def _ev(greedy: dict[str, float], sampled: dict[str, list[float]], step: int = 0) -> Evaluation:
+    return Evaluation(step=step, rl_step=step, greedy=greedy, sampled=sampled)
+
+
+def test_success_counts_only_solved_episodes() -> None:
+    ev = _ev({"a": 1.0, "b": 0.2}, {"a": [1.0, 0.0, 1.0, 1.0], "b": [0.2, 0.2, 0.0, 1.0]})
+    assert ev.greedy_success == 0.5 and ev.greedy_reward == pytest.approx(0.6)
+    assert ev.sampled_success == pytest.approx((0.75 + 0.25) / 2)
+    assert ev.per_scenario_success("sampled") == {"a": 0.75, "b": 0.25}
+
+
+def test_paired_rise_pairs_by_scenario() -> None:
+    before = _ev(
+        {"a": 0.0, "b": 0.0, "c": 1.0}, {"a": [0.0, 0.0], "b": [0.0, 1.0], "c": [1.0, 1.0]}
+    )
+    after = _ev(
+        {"a": 1.0, "b": 0.0, "d": 1.0}, {"a": [1.0, 1.0], "b": [1.0, 1.0], "c": [1.0, 0.0]}, 2
+    )
+    greedy = paired_rise(before, after, "greedy")
+    assert greedy["n"] == 2 and greedy["rise"] == 0.5  # a: 0 -> 1, b: 0 -> 0; c, d unpaired
+    sampled = paired_rise(before, after, "sampled")
+    diffs = [1.0, 0.5, -0.5]
+    mean = sum(diffs) / 3
+    se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 2 / 3)
+    assert sampled["rise"] == pytest.approx(mean) and sampled["se"] == pytest.approx(se)
+    assert math.isnan(paired_rise(before, _ev({}, {}), "greedy")["rise"])
+
+
+def _traj(*events: art.ToolEvent) -> art.Trajectory:
+    t = art.Trajectory()
+    t.tool_events.extend(events)
+    return t
+
+
+def test_format_and_transcript() -> None:
+    s = Scenario(id="x", task="t", metadata={"tool": "lookup"})
+    good = _traj(
+        art.ToolEvent(name="lookup", args={"person": "Ann Bell"}, result="4821"),
+        art.ToolEvent(name="complete_task", args={"answer": "4821"}, result="4821"),
+    )
+    assert episode_format(good, s)
+    assert not episode_format(_traj(art.ToolEvent(name="lookup", error="no one")), s)
+    assert not episode_format(_traj(art.ToolEvent(name="complete_task", args={})), s)
+    assert not episode_format(_traj(), s)
+    # Without an expected tool, any first call but complete_task is well-formed.
+    assert episode_format(_traj(art.ToolEvent(name="add")), Scenario(id="y", task="t"))
+    assert transcript(good) == (
+        'lookup({"person": "Ann Bell"}) -> "4821" | complete_task({"answer": "4821"}) -> "4821"'
+    )
+    assert transcript(_traj(art.ToolEvent(name="f", error="boom"))) == "f({}) -> error: boom"
+    assert transcript(_traj()).startswith("no tool call")
+    assert len(transcript(_traj(art.ToolEvent(name="f", args={"x": "y" * 900})), 50)) == 50
+
+
+def test_changed_examples_prefer_fixed_episodes() -> None:
+    before = _ev({"a": 0.2, "b": 0.0, "c": 1.0}, {})
+    after = _ev({"a": 1.0, "b": 0.2, "c": 1.0}, {}, 3)
+    before.transcripts = {"a": "old a", "b": "old b", "c": "c"}
+    after.transcripts = {"a": "new a", "b": "new b", "c": "c"}
+    scen = [Scenario(id=i, task=f"task {i}") for i in "abc"]
+    got = changed_examples(before, after, scen, k=5)
+    assert [g["scenario"] for g in got] == ["a", "b"]
+    assert got[0] == {
+        "scenario": "a",
+        "task": "task a",
+        "before": "old a",
+        "before_reward": 0.2,
+        "after": "new a",
+        "after_reward": 1.0,
+    }
+
+
+def test_the_control_arm_permutes_a_step_s_rewards() -> None:
+    import random
+
+    groups = [
+        art.TrajectoryGroup([art.Trajectory(reward=float(g * 4 + i)) for i in range(4)])
+        for g in range(3)
+    ]
+    _shuffle_rewards(groups, random.Random("0/1"))
+    got = [t.reward for g in groups for t in g.trajectories]
+    assert sorted(got) == [float(i) for i in range(12)] and got != sorted(got)
+    again = [
+        art.TrajectoryGroup([art.Trajectory(reward=float(g * 4 + i)) for i in range(4)])
+        for g in range(3)
+    ]
+    _shuffle_rewards(again, random.Random("0/1"))
+    assert [t.reward for g in again for t in g.trajectories] == got  # seeded
