@@ -89,7 +89,10 @@ def lookup(person: Person, field: FieldName) -> str:
         raise ToolError(f"no one named {person!r} in the directory")
     if field not in FIELDS:
         raise ToolError(f"unknown field {field!r}: one of {', '.join(FIELDS)}")
-    return found[field]
+    # A labelled fact, not a bare value: a small model copies "Ann Bell's office: C135"
+    # into its answer far more often than "C135" (SmolLM2-135M at temperature 1, the
+    # turn after the lookup: 19 of 64 answers right against 0 of 64).
+    return f"{found['name']}'s {field}: {found[field]}"
 
 
 if __name__ == "__main__":

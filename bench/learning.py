@@ -1,0 +1,196 @@
+"""Does RL make the real model better? `art-mcp train` over several seeds and a control arm.
+
+Each run is `art-mcp train` as a user runs it (defaults, plus only the task's server,
+scenarios and reward, and `--seed`), in a child process of its own, one after another:
+`--seeds` seeds (1-5), then as many control runs (`--shuffle-rewards`: the same run with
+each step's rewards permuted across its rollouts, so whatever it gains is not learning
+from the reward). Each run's report gives the held-out success of the untrained model
+and after the last step, greedy and sampled (4 samples at temperature 1), paired per
+scenario; its peak RSS and wall time are measured here.
+
+    .venv/bin/python -m bench.learning [--seeds 1,2,3,4,5] [--controls 1,2,3] [--steps N]
+
+Writes bench/results/learning.json, docs/learning_band.png (train reward per step, the
+seeds' band against the control's) and the README table between its markers.
+
+Left out: running seeds side by side (2 cores: they would only share them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.engines import _tree_peak_rss_mib
+from bench.readme import update_readme, write_results
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "learning.json"
+PLOT = ROOT / "docs" / "learning_band.png"
+TASK = [
+    "--server",
+    f"{sys.executable} -m examples.mcp_directory.server",
+    "--scenarios",
+    "examples/mcp_directory/scenarios.jsonl",
+    "--reward",
+    "examples.mcp_directory.tasks:score",
+    "--base-model",
+    "smollm2-135m",
+]
+
+
+def run_one(seed: int, control: bool, extra: list[str], folder: Path) -> dict[str, Any]:
+    """One `art-mcp train` run; its report's figures, wall time and peak RSS."""
+    name = f"{'control' if control else 'seed'}-{seed}"
+    cmd = [sys.executable, "-m", "art_mcp.cli", "train", *TASK, "--seed", str(seed)]
+    cmd += ["--path", str(folder), "--name", name, *extra]
+    if control:
+        cmd.append("--shuffle-rewards")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    peak = 0.0
+    while proc.poll() is None:
+        peak = max(peak, _tree_peak_rss_mib(proc.pid))
+        time.sleep(1.0)
+    out = proc.stdout.read() if proc.stdout else ""
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} failed ({proc.returncode}):\n{out[-3000:]}")
+    report = json.loads((folder / "mcp" / "models" / name / "report.json").read_text())
+    evs = report["evaluations"]
+    first, last = evs[0], evs[-1]
+
+    def success(ev: dict[str, Any], kind: str) -> float:
+        bar = ev.get("success_reward", 1.0)
+        if kind == "greedy":
+            vals = [float(r >= bar) for r in ev["greedy"].values()]
+        else:
+            vals = [sum(r >= bar for r in rs) / len(rs) for rs in ev["sampled"].values() if rs]
+        return sum(vals) / len(vals) if vals else float("nan")
+
+    return {
+        "run": name,
+        "seed": seed,
+        "control": control,
+        "wall_s": wall,
+        "peak_rss_mib": peak,
+        "greedy_before": success(first, "greedy"),
+        "greedy_after": success(last, "greedy"),
+        "sampled_before": success(first, "sampled"),
+        "sampled_after": success(last, "sampled"),
+        "format_before": first.get("sampled_format"),
+        "format_after": last.get("sampled_format"),
+        "paired": report.get("paired", {}),
+        "train_reward": [r.get("train_reward") for r in report["rows"][1:]],
+        "zero_variance_groups": [r.get("zero_variance_groups") for r in report["rows"][1:]],
+        "examples": report.get("examples", []),
+        "log_tail": out[-1500:],
+    }
+
+
+def _band_plot(rows: list[dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
+    for control, colour, label in (
+        (False, "tab:blue", "RL (seeds)"),
+        (True, "tab:grey", "control"),
+    ):
+        curves = [r["train_reward"] for r in rows if r["control"] == control and r["train_reward"]]
+        if not curves:
+            continue
+        n = min(len(c) for c in curves)
+        xs = list(range(1, n + 1))
+        cols = [[c[i] for c in curves] for i in range(n)]
+        ax.fill_between(xs, [min(c) for c in cols], [max(c) for c in cols], color=colour, alpha=0.2)
+        ax.plot(
+            xs, [statistics.fmean(c) for c in cols], color=colour, label=f"{label}, n={len(curves)}"
+        )
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("train reward (mean, min-max band)")
+    ax.set_title("SmolLM2-135M over the staff directory")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    PLOT.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(PLOT)
+    plt.close(fig)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| run | sampled success before -> after | rise | greedy before -> after | format before -> after | wall | peak RSS |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['run']} | {r['sampled_before']:.2f} -> {r['sampled_after']:.2f} | "
+            f"{r['sampled_after'] - r['sampled_before']:+.2f} | "
+            f"{r['greedy_before']:.2f} -> {r['greedy_after']:.2f} | "
+            f"{r['format_before']:.2f} -> {r['format_after']:.2f} | "
+            f"{r['wall_s'] / 60:.0f} min | {r['peak_rss_mib'] / 1024:.1f} GiB |"
+        )
+    for control in (False, True):
+        rises = [r["sampled_after"] - r["sampled_before"] for r in rows if r["control"] == control]
+        if rises:
+            sd = statistics.stdev(rises) if len(rises) > 1 else float("nan")
+            lines.append(
+                f"| **{'control' if control else 'RL'} mean ± sd** | | "
+                f"**{statistics.fmean(rises):+.2f} ± {sd:.2f}** | | | | |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--seeds", default="1,2,3,4,5")
+    p.add_argument("--controls", default="1,2,3")
+    p.add_argument("--extra", default="", help="more `art-mcp train` flags, as one string")
+    args = p.parse_args(argv)
+    extra = args.extra.split()
+    plan = [(int(s), False) for s in args.seeds.split(",") if s]
+    plan += [(int(s), True) for s in args.controls.split(",") if s]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed, control in plan:
+            row = run_one(seed, control, extra, Path(tmp))
+            print(
+                f"{row['run']}: sampled {row['sampled_before']:.2f} -> {row['sampled_after']:.2f}, "
+                f"greedy {row['greedy_before']:.2f} -> {row['greedy_after']:.2f}, "
+                f"{row['wall_s'] / 60:.1f} min, {row['peak_rss_mib']:.0f} MiB",
+                flush=True,
+            )
+            rows.append(row)
+    data = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "task": TASK,
+        "extra": extra,
+        "rows": rows,
+    }
+    write_results(RESULTS, data)
+    _band_plot(rows)
+    text = table(rows)
+    print(text)
+    update_readme("learning", text)
+
+
+if __name__ == "__main__":
+    main()
