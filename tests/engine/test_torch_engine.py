@@ -73,7 +73,9 @@ async def test_rows_admitted_into_freed_slots_are_exact(engine: TorchEngine) -> 
 
     async def run(p: list[int], n: int, delay: float) -> GenerateResult:
         await asyncio.sleep(delay)
-        return await engine.generate(p, SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
+        return await engine.generate(
+            p, SamplingParams(max_tokens=n, temperature=0, ignore_eos=True)
+        )
 
     jobs = [(p, 40, 0.0) for p in long] + [(p, 2, 0.0) for p in short]
     jobs += [(p, 6, 0.15) for p in later]
