@@ -5,9 +5,10 @@ train/val, registers a trainable model on an embedded `LocalBackend` (resuming f
 checkpoints after a restart), optionally warm-starts it with SFT on demonstrations, and
 then runs GRPO steps: a LangGraph agent (`create_agent`) over the server's tools plus a
 `complete_task(answer)` tool that ends the run, `max_turns` at most, each rollout
-captured; groups scored by your reward function and/or RULER; `model.train`; held-out
-evaluation every `eval_every` steps. It writes a report (JSON, markdown and a reward
-curve PNG) into the model's folder.
+captured; groups scored by your reward function and/or RULER (`shuffle_rewards`: the
+control arm); `model.train`. The held-out scenarios are evaluated before RL and after
+the last step, greedy and sampled (`art_mcp.evaluation`). It writes a report (JSON,
+markdown with changed episodes, and a reward curve PNG) into the model's folder.
 
 Left out: multi-server toolsets and tool allow-lists (wrap your server instead).
 """
@@ -389,7 +390,10 @@ async def train(
             with art.capture(metadata={"scenario": s.id}) as traj:
                 try:
                     await agent.ainvoke(
-                        {"messages": [("user", s.task)]}, {"recursion_limit": 2 * cfg.max_turns + 1}
+                        # A turn is two graph steps (the model, then its tools): this
+                        # many steps allow `max_turns` model calls, no more.
+                        {"messages": [("user", s.task)]},
+                        {"recursion_limit": 2 * cfg.max_turns},
                     )
                 except Exception as exc:  # out of turns, or a broken graph: scored, not fatal
                     traj.log(f"rollout stopped: {exc!r}")

@@ -25,7 +25,7 @@ def _train(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
             "--reward", "examples.mcp_server.tasks:score",
             "--path", str(tmp_path), "--group-size", "2", "--groups-per-step", "2",
             "--sft-epochs", "2", "--max-tokens", "48", "--val-fraction", "0.1", "--eval-every", "1",
-            "--tool-choice", "required", *extra,
+            "--tool-choice", "required", "--max-turns", "2", *extra,
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
@@ -48,6 +48,16 @@ def test_one_step_end_to_end_then_resume_without_a_name(tmp_path: Path) -> None:
     assert report["val_reward_before"] is not None and (folder / "report.md").exists()
     assert (folder / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["0001", "0002"]
+    # --max-turns 2: no rollout calls the model a third time
+    files = sorted((folder / "trajectories" / "train").iterdir())
+    groups = [json.loads(line) for f in files for line in f.read_text().splitlines()]
+    calls = [
+        sum(c["type"] == "llm_call" for c in t["calls"]) for g in groups for t in g["trajectories"]
+    ]
+    assert calls and max(calls) <= 2, calls
+    # the untrained model is evaluated first, then after the warm start, then after RL
+    assert [e["rl_step"] for e in report["evaluations"]] == [0, 0, 1]
+    assert all(len(v) == 4 for v in report["evaluations"][0]["sampled"].values())
     # a restart continues from the last checkpoint, without a second warm start
     second = _train(tmp_path, "--steps", "2")
     assert second.returncode == 0, second.stderr[-3000:]
