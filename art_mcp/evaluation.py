@@ -41,8 +41,9 @@ class Evaluation(BaseModel):
     """Scenario id -> the rewards of its sampled episodes (temperature 1)."""
     greedy_format: dict[str, bool] = Field(default_factory=dict)
     """Scenario id -> whether the greedy episode's first call was the right tool, without error."""
-    sampled_format: float = float("nan")
-    """Share of sampled episodes whose first call was the right tool, without error."""
+    sampled_format: float | None = None
+    """Share of sampled episodes whose first call was the right tool, without error; None
+    without samples (None, not NaN: report.json writes NaN as null, which must load back)."""
     transcripts: dict[str, str] = Field(default_factory=dict)
     """Scenario id -> the greedy episode in one line (calls, results, answer)."""
     success_reward: float = 1.0
@@ -83,7 +84,7 @@ class Evaluation(BaseModel):
             "greedy_reward": self.greedy_reward,
             "sampled_reward": self.sampled_reward,
             "greedy_format": self.greedy_format_rate,
-            "sampled_format": self.sampled_format,
+            "sampled_format": float("nan") if self.sampled_format is None else self.sampled_format,
         }
 
     def per_scenario_success(self, kind: str) -> dict[str, float]:

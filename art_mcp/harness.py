@@ -419,7 +419,7 @@ async def train(
                 else:
                     ev.sampled.setdefault(s.id, []).append(t.reward)
                     formats.append(episode_format(t, s))
-            ev.sampled_format = sum(formats) / len(formats) if formats else float("nan")
+            ev.sampled_format = sum(formats) / len(formats) if formats else None
             if trajs:
                 await model.log([art.TrajectoryGroup(trajs)], split=split)
             report.evaluations.append(ev)

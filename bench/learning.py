@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from art_mcp.evaluation import Evaluation
 from bench.engines import _tree_peak_rss_mib
 from bench.readme import update_readme, write_results
 
@@ -57,46 +58,43 @@ def run_one(seed: int, control: bool, extra: list[str], folder: Path) -> dict[st
     if control:
         cmd.append("--shuffle-rewards")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    peak = 0.0
-    while proc.poll() is None:
-        peak = max(peak, _tree_peak_rss_mib(proc.pid))
-        time.sleep(1.0)
-    out = proc.stdout.read() if proc.stdout else ""
+    log = folder / f"{name}.log"  # a file, not a pipe: a chatty child never blocks on it
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True)
+        peak = 0.0
+        try:
+            while proc.poll() is None:
+                peak = max(peak, _tree_peak_rss_mib(proc.pid))
+                time.sleep(1.0)
+        finally:  # the bench stopped (an error, Ctrl-C): the run does not outlive it
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     wall = time.perf_counter() - t0
+    tail = log.read_text()[-3000:]
     if proc.returncode != 0:
-        raise RuntimeError(f"{name} failed ({proc.returncode}):\n{out[-3000:]}")
+        raise RuntimeError(f"{name} failed ({proc.returncode}):\n{tail}")
     report = json.loads((folder / "mcp" / "models" / name / "report.json").read_text())
-    evs = report["evaluations"]
-    first, last = evs[0], evs[-1]
-
-    def success(ev: dict[str, Any], kind: str) -> float:
-        bar = ev.get("success_reward", 1.0)
-        if kind == "greedy":
-            vals = [float(r >= bar) for r in ev["greedy"].values()]
-        else:
-            vals = [sum(r >= bar for r in rs) / len(rs) for rs in ev["sampled"].values() if rs]
-        return sum(vals) / len(vals) if vals else float("nan")
-
+    first, last = (
+        Evaluation.model_validate(e) for e in (report["evaluations"][0], report["evaluations"][-1])
+    )
     return {
         "run": name,
         "seed": seed,
         "control": control,
         "wall_s": wall,
         "peak_rss_mib": peak,
-        "greedy_before": success(first, "greedy"),
-        "greedy_after": success(last, "greedy"),
-        "sampled_before": success(first, "sampled"),
-        "sampled_after": success(last, "sampled"),
-        "format_before": first.get("sampled_format"),
-        "format_after": last.get("sampled_format"),
+        "greedy_before": first.greedy_success,
+        "greedy_after": last.greedy_success,
+        "sampled_before": first.sampled_success,
+        "sampled_after": last.sampled_success,
+        "format_before": first.sampled_format,
+        "format_after": last.sampled_format,
         "paired": report.get("paired", {}),
         "train_reward": [r.get("train_reward") for r in report["rows"][1:]],
         "zero_variance_groups": [r.get("zero_variance_groups") for r in report["rows"][1:]],
         "examples": report.get("examples", []),
-        "log_tail": out[-1500:],
+        "log_tail": tail[-1500:],
     }
 
 

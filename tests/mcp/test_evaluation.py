@@ -29,6 +29,14 @@ def test_success_counts_only_solved_episodes() -> None:
     assert ev.per_scenario_success("sampled") == {"a": 0.75, "b": 0.25}
 
 
+def test_an_evaluation_survives_report_json() -> None:
+    """A resumed run loads its evaluations back, with samples or without."""
+    for ev in (_ev({"a": 1.0}, {}), _ev({"a": 0.2}, {"a": [1.0, 0.0]})):
+        ev.sampled_format = 0.5 if ev.sampled else None
+        back = Evaluation.model_validate_json(ev.model_dump_json())
+        assert back == ev and back.summary().keys() == ev.summary().keys()
+
+
 def test_paired_rise_pairs_by_scenario() -> None:
     before = _ev(
         {"a": 0.0, "b": 0.0, "c": 1.0}, {"a": [0.0, 0.0], "b": [0.0, 1.0], "c": [1.0, 1.0]}
