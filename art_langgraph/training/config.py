@@ -178,6 +178,15 @@ class ModelConfig(BaseModel):
             "4.8 -> 2.3 GiB for +10% step time (see the trainer benchmark in bench/)."
         ),
     )
+    segmented_attention: bool = Field(
+        True,
+        description=(
+            "Packed rows attend block by block (each sequence, shared head and rest over only "
+            "the keys it sees; `training/segments.py`) instead of under one dense (L, L) mask, "
+            "which costs every row its length squared. The same attention; False: the dense "
+            "mask (a reference for tests)."
+        ),
+    )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Trainer weights dtype. auto: bfloat16 on CUDA, float32 on the CPU."
     )

@@ -14,6 +14,7 @@ its own copy), and the engine's merged copy (`TorchEngineConfig.merge_latest`).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,11 +46,17 @@ def frozen_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def model_over(tensors: dict[str, torch.Tensor], like: Any) -> Any:
-    """A causal LM of `like`'s class and config whose parameters and buffers are `tensors`
-    (no copy; frozen). Raises ValueError when the names do not match."""
+def model_over(
+    tensors: dict[str, torch.Tensor], like: Any, attn_implementation: str | None = None
+) -> Any:
+    """A causal LM of `like`'s class and a copy of its config whose parameters and buffers
+    are `tensors` (no copy; frozen). `attn_implementation`: the copy's attention function
+    (`like` keeps its own). Raises ValueError when the names do not match."""
+    config = copy.deepcopy(like.config)
+    if attn_implementation is not None:
+        config._attn_implementation = attn_implementation
     with torch.device("meta"):
-        model = type(like)(like.config)
+        model = type(like)(config)
     want = set(frozen_tensors(model))
     if want != set(tensors):
         raise ValueError(

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from art_langgraph.errors import UsageError
+from art_langgraph.training.segments import RowSegments, Segment
 from art_langgraph.trajectory import LLMCall, Trajectory
 
 __all__ = [
@@ -245,6 +246,9 @@ class MicroBatch:
     num_sequences: int
     real_tokens: int
     stats: dict[str, float] = field(default_factory=dict)
+    segments: tuple[RowSegments, ...] | None = None
+    """Packed rows only: each row's blocks and what each sees (`training.segments`), the
+    same attention as `attention_mask` at the cost of only the visible blocks."""
 
 
 @dataclass(frozen=True)
@@ -310,11 +314,15 @@ def _collate(seqs: list[TrainSequence], rows: list[list[_Unit]], packed: bool) -
     seg = torch.full((r, length), -1, dtype=torch.long)
     owner = torch.full((r, length), -1, dtype=torch.long)
     k = g = shared_total = 0
+    layout: list[RowSegments] = []
     for ri, row in enumerate(rows):
         at = 0
+        blocks: list[Segment] = []
         for unit in row:
             head, start = g, unit.shared
+            head_at = at
             if start:
+                blocks.append(Segment(at, at + start))
                 first = seqs[unit.members[0]]
                 ids[ri, at : at + start] = torch.tensor(first.tokens[:start])
                 pos[ri, at : at + start] = torch.arange(start)
@@ -334,7 +342,11 @@ def _collate(seqs: list[TrainSequence], rows: list[list[_Unit]], packed: bool) -
                 sid[ri, at : at + n] = k
                 seg[ri, at : at + n] = g
                 owner[ri, at : at + n] = head if start else g
+                blocks.append(
+                    Segment(at, at + n, head_at, head_at + start) if start else Segment(at, at + n)
+                )
                 k, g, at = k + 1, g + 1, at + n
+        layout.append(tuple(blocks))
     valid = seg >= 0  # (R, L)
     real = int(valid.sum())
     if packed:
@@ -347,7 +359,8 @@ def _collate(seqs: list[TrainSequence], rows: list[list[_Unit]], packed: bool) -
     else:
         mask = valid.long()
     stats = {"padding_waste": 1 - real / (r * length), "shared_prefix_tokens": float(shared_total)}
-    return MicroBatch(ids, pos, mask, target, lps, adv, sid, k, real, stats)
+    segments = tuple(layout) if packed else None
+    return MicroBatch(ids, pos, mask, target, lps, adv, sid, k, real, stats, segments)
 
 
 def micro_batches(

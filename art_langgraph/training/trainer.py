@@ -35,6 +35,7 @@ from art_langgraph.errors import CheckpointError
 from art_langgraph.memory import heap_for_large_blocks
 from art_langgraph.training import loss as L
 from art_langgraph.training.config import ModelConfig, TrainConfig
+from art_langgraph.training.segments import register_attention
 from art_langgraph.training.shared_base import SharedBase, model_over
 from art_langgraph.training.tensorize import MicroBatch, TrainSequence, micro_batches
 
@@ -80,11 +81,14 @@ class LoRATrainer:
         self.shares_base = (
             shared is not None and shared.dtype == self.dtype and shared.device == self.device
         )
+        attn = register_attention()
         if self.shares_base:
             assert shared is not None
-            base = model_over(shared.tensors, shared.like)
+            base = model_over(shared.tensors, shared.like, attn_implementation=attn)
         else:
-            loaded: Any = AutoModelForCausalLM.from_pretrained(base_path, dtype=self.dtype)
+            loaded: Any = AutoModelForCausalLM.from_pretrained(
+                base_path, dtype=self.dtype, attn_implementation=attn
+            )
             base = loaded.to(self.device)
         self._checkpointed: list[Any] = []  # the layers whose flag turns checkpointing on
         if config.gradient_checkpointing:
@@ -134,8 +138,12 @@ class LoRATrainer:
         states before the N targets are gathered, and the head and log-softmax run on those
         alone, in chunks (`token_logprobs`): never (R, L, V) logits."""
         dev = self.device
-        mask = mb.attention_mask.to(dev)
-        if mask.dim() == 4:
+        extra: dict[str, Any] = {}
+        mask: torch.Tensor | None = mb.attention_mask.to(dev)
+        if mb.segments is not None and self.config.segmented_attention:
+            # Each block attends to what it sees alone (`training.segments`): no (L, L) mask.
+            mask, extra = None, {"segments": mb.segments}
+        elif mask is not None and mask.dim() == 4:
             # Additive form: eager attention adds a 4D mask to the scores (a bool one would be
             # added as 0/1 and let packed sequences see each other); sdpa reads either form.
             mask = torch.zeros(mask.shape, dtype=self.dtype, device=dev).masked_fill(
@@ -149,6 +157,7 @@ class LoRATrainer:
                 attention_mask=mask,
                 position_ids=mb.position_ids.to(dev),
                 use_cache=False,
+                **extra,
             ).last_hidden_state  # (R, L, H)
         assert not bool(target_mask[:, 0].any()), "a target in column 0 has no prefix"
         before = target_mask[:, 1:]  # (R, L-1): the state at t-1 predicts token t

@@ -418,3 +418,44 @@ def test_token_logprobs_equal_a_full_log_softmax_in_value_and_gradient() -> None
     assert torch.allclose(got, want, atol=1e-6)
     assert torch.allclose(g_got, g_want, atol=1e-6)
     assert token_logprobs(hidden[:0], head, targets[:0]).shape == (0,)
+
+
+def test_a_trainer_step_is_the_same_with_segments_and_the_dense_mask(
+    stepped: LoRATrainer,
+) -> None:
+    g = torch.Generator().manual_seed(5)
+    seqs = []
+    for k in range(2):  # two groups with a 24-token prompt each, plus a sequence alone
+        prompt = torch.randint(3, 2000, (24,), generator=g).tolist()
+        for m, adv in enumerate((1.0, -1.0, 0.5)):
+            tokens = prompt + torch.randint(3, 2000, (5 + m + k,), generator=g).tolist()
+            trainable = [i >= len(prompt) for i in range(len(tokens))]
+            lp = logprobs(stepped, tokens)
+            sampler = [x - 0.1 * m if t else math.nan for x, t in zip(lp, trainable, strict=True)]
+            seqs.append(TrainSequence(tokens, trainable, sampler, adv))
+    alone = torch.randint(3, 2000, (11,), generator=g).tolist()
+    seqs.append(TrainSequence(alone, [i >= 6 for i in range(11)], logprobs(stepped, alone), -0.5))
+    start = lora_state(stepped)
+    results: dict[bool, dict[str, float]] = {}
+    grads: dict[bool, dict[str, torch.Tensor]] = {}
+    for segmented in (False, True):
+        stepped.config = stepped.config.model_copy(update={"segmented_attention": segmented})
+        restore(stepped, start)
+
+        def keep(stage: str, info: dict[str, Any], segmented: bool = segmented) -> None:
+            if stage == "micro_batch":
+                grads[segmented] = {
+                    n: p.grad.clone()
+                    for n, p in stepped.model.named_parameters()
+                    if p.grad is not None
+                }
+
+        results[segmented] = stepped.rl_step(seqs, TrainConfig(learning_rate=LR), keep)
+    assert results[True]["shared_prefix_tokens"] > 0
+    for key in ("loss", "policy_loss", "clip_fraction", "trainable_tokens"):
+        assert results[True][key] == pytest.approx(results[False][key], abs=1e-6), key
+    assert results[True]["grad_norm"] == pytest.approx(results[False]["grad_norm"], rel=1e-4)
+    assert grads[True].keys() == grads[False].keys() and grads[True]
+    scale = max(float(g.abs().max()) for g in grads[False].values())
+    for n, grad in grads[True].items():
+        torch.testing.assert_close(grad, grads[False][n], atol=1e-4 * scale, rtol=0)
