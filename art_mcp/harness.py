@@ -51,7 +51,7 @@ from art_mcp.scenarios import (
 )
 from art_mcp.toolset import MCPToolset
 
-__all__ = ["HarnessConfig", "Report", "default_name", "load_reward", "train"]
+__all__ = ["HarnessConfig", "Report", "default_name", "eval_sample", "load_reward", "train"]
 
 RewardFn = Callable[[art.Trajectory, Scenario], float | Awaitable[float]]
 
@@ -109,6 +109,15 @@ class HarnessConfig(BaseModel):
         description=(
             "Held-out evaluation: besides one greedy episode per scenario, this many sampled "
             "at temperature 1 (success is then the mean over scenarios of the solved share)."
+        ),
+    )
+    eval_scenarios: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Evaluate on this many held-out scenarios, a fixed sample drawn with --seed (the "
+            "same one before and after training, and after a restart); None: all of them. "
+            "An evaluation runs (1 + eval_samples) episodes per scenario."
         ),
     )
     success_reward: float = Field(
@@ -281,6 +290,15 @@ def _force_tool_calls() -> Any:
     return force
 
 
+def eval_sample(val_set: list[Scenario], n: int | None, seed: int) -> list[Scenario]:
+    """The held-out scenarios an evaluation runs: all, or a fixed sample of `n` drawn with
+    `seed` (in their original order), so every evaluation of a run pairs the same ones."""
+    if n is None or n >= len(val_set):
+        return val_set
+    keep = set(random.Random(f"{seed}/eval").sample(range(len(val_set)), n))
+    return [s for i, s in enumerate(val_set) if i in keep]
+
+
 def final_answer(traj: art.Trajectory) -> str:
     """The answer given to complete_task, else the last assistant text."""
     for ev in reversed(traj.tool_events):
@@ -367,8 +385,12 @@ async def train(
         folder = Path(getattr(backend, "path", cfg.path)) / cfg.project / "models" / name
         scen = await _scenarios(scenarios, cfg, toolset, model, folder, log)
         train_set, val_set = split_scenarios(scen, cfg.val_fraction, cfg.seed)
+        held_out = len(val_set)
+        val_set = eval_sample(val_set, cfg.eval_scenarios, cfg.seed)
+        evaluated = "" if len(val_set) == held_out else f" ({len(val_set)} evaluated)"
         log(
-            f"{len(toolset.tools)} tools from {toolset.label}; {len(train_set)} train / {len(val_set)} val scenarios"
+            f"{len(toolset.tools)} tools from {toolset.label}; {len(train_set)} train / "
+            f"{held_out} val scenarios{evaluated}"
         )
 
         tools = [*toolset.langchain_tools(), _complete_task_tool()]

@@ -9,7 +9,7 @@ import pytest
 
 import art_langgraph as art
 from art_langgraph.errors import UsageError
-from art_mcp.harness import SYSTEM, _complete_task_tool, _demonstrations, load_reward
+from art_mcp.harness import SYSTEM, _complete_task_tool, _demonstrations, eval_sample, load_reward
 from art_mcp.scenarios import load_scenarios
 from examples.mcp_server import tasks
 
@@ -58,3 +58,12 @@ def test_reward_spec_errors_are_clear() -> None:
     with pytest.raises(UsageError, match="not a function"):
         load_reward("examples.mcp_server.tasks:HERE")
     assert load_reward("examples.mcp_server.tasks:score") is tasks.score
+
+
+def test_eval_sample_is_a_fixed_subset_in_order() -> None:
+    scen = load_scenarios(ROOT / "examples/mcp_server/scenarios.jsonl")
+    assert eval_sample(scen, None, 0) == scen and eval_sample(scen, len(scen) + 5, 0) == scen
+    some = eval_sample(scen, 5, 0)
+    assert len(some) == 5 and some == eval_sample(scen, 5, 0)  # the same in every process
+    assert [scen.index(s) for s in some] == sorted(scen.index(s) for s in some)
+    assert eval_sample(scen, 5, 1) != some  # the seed draws it

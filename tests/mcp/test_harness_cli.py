@@ -32,7 +32,7 @@ def _train(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_one_step_end_to_end_then_resume_without_a_name(tmp_path: Path) -> None:
-    first = _train(tmp_path, "--steps", "1")
+    first = _train(tmp_path, "--steps", "1", "--eval-scenarios", "2")
     assert first.returncode == 0, first.stderr[-3000:]
     # the warm start trains on the train split only: a held-out scenario is never seen
     scen = load_scenarios(ROOT / "examples/mcp_server/scenarios.jsonl")
@@ -58,8 +58,12 @@ def test_one_step_end_to_end_then_resume_without_a_name(tmp_path: Path) -> None:
     # the untrained model is evaluated first, then after the warm start, then after RL
     assert [e["rl_step"] for e in report["evaluations"]] == [0, 0, 1]
     assert all(len(v) == 4 for v in report["evaluations"][0]["sampled"].values())
+    # --eval-scenarios 2: every evaluation runs the same two held-out scenarios
+    evaluated = [sorted(e["greedy"]) for e in report["evaluations"]]
+    assert len(evaluated[0]) == 2 and all(ids == evaluated[0] for ids in evaluated)
+    assert "(2 evaluated)" in first.stdout
     # a restart continues from the last checkpoint, without a second warm start
-    second = _train(tmp_path, "--steps", "2")
+    second = _train(tmp_path, "--steps", "2", "--eval-scenarios", "2")
     assert second.returncode == 0, second.stderr[-3000:]
     assert "SFT warm start on" not in second.stdout
     assert [p.name for p in (tmp_path / "mcp" / "models").iterdir()] == [folder.name]
