@@ -241,46 +241,69 @@ def test_loss_and_gradient_do_not_depend_on_packing_or_micro_batches(
         assert m["clip_fraction"] == ref["clip_fraction"], name
 
 
-def test_shared_prefixes_leave_loss_and_gradient_unchanged(stepped: LoRATrainer) -> None:
-    # Two groups of sequences with a 20-token common prompt each, off-policy sampler logprobs.
-    g = torch.Generator().manual_seed(3)
+def group_sequences(
+    trainer: LoRATrainer, seed: int, prompt: int, extra: int
+) -> list[TrainSequence]:
+    """Two groups of three sequences with a `prompt`-token common prompt each (rests of
+    `extra` + m + k tokens), off-policy sampler logprobs."""
+    g = torch.Generator().manual_seed(seed)
     seqs = []
     for k in range(2):
-        prompt = torch.randint(3, 2000, (20,), generator=g).tolist()
+        head = torch.randint(3, 2000, (prompt,), generator=g).tolist()
         for m, adv in enumerate((1.0, -1.0, 0.5)):
-            tokens = prompt + torch.randint(3, 2000, (4 + m + k,), generator=g).tolist()
-            trainable = [i >= len(prompt) for i in range(len(tokens))]
-            lp = logprobs(stepped, tokens)
+            tokens = head + torch.randint(3, 2000, (extra + m + k,), generator=g).tolist()
+            trainable = [i >= len(head) for i in range(len(tokens))]
+            lp = logprobs(trainer, tokens)
             sampler = [x - 0.1 * m if t else math.nan for x, t in zip(lp, trainable, strict=True)]
             seqs.append(TrainSequence(tokens, trainable, sampler, adv))
-    start = lora_state(stepped)
-    results: dict[bool, dict[str, float]] = {}
-    grads: dict[bool, dict[str, torch.Tensor]] = {}
+    return seqs
 
-    def keep_gradient(share: bool) -> Callable[[str, dict[str, Any]], None]:
-        def progress(stage: str, info: dict[str, Any]) -> None:
-            if stage == "micro_batch":  # after backward, before the optimizer step
-                grads[share] = {
+
+def step_and_gradients(
+    trainer: LoRATrainer, seqs: list[TrainSequence], config: TrainConfig
+) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+    """One rl_step's metrics and its LoRA gradients (after backward, before the optimizer)."""
+    grads: dict[str, torch.Tensor] = {}
+
+    def progress(stage: str, info: dict[str, Any]) -> None:
+        if stage == "micro_batch":
+            grads.update(
+                {
                     n: p.grad.clone()
-                    for n, p in stepped.model.named_parameters()
+                    for n, p in trainer.model.named_parameters()
                     if p.grad is not None
                 }
+            )
 
-        return progress
+    return trainer.rl_step(seqs, config, progress), grads
 
+
+def assert_same_step(
+    a: tuple[dict[str, float], dict[str, torch.Tensor]],
+    b: tuple[dict[str, float], dict[str, torch.Tensor]],
+) -> None:
+    """Loss, clip fraction, grad norm and every parameter's gradient agree."""
+    (ma, ga), (mb, gb) = a, b
+    for key in ("loss", "policy_loss", "clip_fraction", "trainable_tokens"):
+        assert ma[key] == pytest.approx(mb[key], abs=1e-6), key
+    assert ma["grad_norm"] == pytest.approx(mb["grad_norm"], rel=1e-4)
+    assert ga.keys() == gb.keys() and ga
+    scale = max(float(g.abs().max()) for g in gb.values())
+    for n, g in ga.items():  # the same gradient, parameter by parameter
+        torch.testing.assert_close(g, gb[n], atol=1e-4 * scale, rtol=0)
+
+
+def test_shared_prefixes_leave_loss_and_gradient_unchanged(stepped: LoRATrainer) -> None:
+    seqs = group_sequences(stepped, seed=3, prompt=20, extra=4)
+    start = lora_state(stepped)
+    results = {}
     for share in (False, True):
         restore(stepped, start)
         config = TrainConfig(learning_rate=LR, share_prefixes=share)
-        results[share] = stepped.rl_step(seqs, config, keep_gradient(share))
-    assert results[True]["shared_prefix_tokens"] == 2 * 2 * 19
-    assert results[False]["shared_prefix_tokens"] == 0
-    for key in ("loss", "policy_loss", "clip_fraction", "trainable_tokens"):
-        assert results[True][key] == pytest.approx(results[False][key], abs=1e-6), key
-    assert results[True]["grad_norm"] == pytest.approx(results[False]["grad_norm"], rel=1e-4)
-    assert grads[True].keys() == grads[False].keys() and grads[True]
-    scale = max(float(g.abs().max()) for g in grads[False].values())
-    for n, g in grads[True].items():  # the same gradient, parameter by parameter
-        torch.testing.assert_close(g, grads[False][n], atol=1e-4 * scale, rtol=0)
+        results[share] = step_and_gradients(stepped, seqs, config)
+    assert results[True][0]["shared_prefix_tokens"] == 2 * 2 * 19
+    assert results[False][0]["shared_prefix_tokens"] == 0
+    assert_same_step(results[True], results[False])
 
 
 def test_auto_checkpointing_recomputes_only_large_micro_batches(
@@ -423,39 +446,14 @@ def test_token_logprobs_equal_a_full_log_softmax_in_value_and_gradient() -> None
 def test_a_trainer_step_is_the_same_with_segments_and_the_dense_mask(
     stepped: LoRATrainer,
 ) -> None:
-    g = torch.Generator().manual_seed(5)
-    seqs = []
-    for k in range(2):  # two groups with a 24-token prompt each, plus a sequence alone
-        prompt = torch.randint(3, 2000, (24,), generator=g).tolist()
-        for m, adv in enumerate((1.0, -1.0, 0.5)):
-            tokens = prompt + torch.randint(3, 2000, (5 + m + k,), generator=g).tolist()
-            trainable = [i >= len(prompt) for i in range(len(tokens))]
-            lp = logprobs(stepped, tokens)
-            sampler = [x - 0.1 * m if t else math.nan for x, t in zip(lp, trainable, strict=True)]
-            seqs.append(TrainSequence(tokens, trainable, sampler, adv))
-    alone = torch.randint(3, 2000, (11,), generator=g).tolist()
+    seqs = group_sequences(stepped, seed=5, prompt=24, extra=5)  # two bundles
+    alone = torch.randint(3, 2000, (11,), generator=torch.Generator().manual_seed(6)).tolist()
     seqs.append(TrainSequence(alone, [i >= 6 for i in range(11)], logprobs(stepped, alone), -0.5))
     start = lora_state(stepped)
-    results: dict[bool, dict[str, float]] = {}
-    grads: dict[bool, dict[str, torch.Tensor]] = {}
+    results = {}
     for segmented in (False, True):
         stepped.config = stepped.config.model_copy(update={"segmented_attention": segmented})
         restore(stepped, start)
-
-        def keep(stage: str, info: dict[str, Any], segmented: bool = segmented) -> None:
-            if stage == "micro_batch":
-                grads[segmented] = {
-                    n: p.grad.clone()
-                    for n, p in stepped.model.named_parameters()
-                    if p.grad is not None
-                }
-
-        results[segmented] = stepped.rl_step(seqs, TrainConfig(learning_rate=LR), keep)
-    assert results[True]["shared_prefix_tokens"] > 0
-    for key in ("loss", "policy_loss", "clip_fraction", "trainable_tokens"):
-        assert results[True][key] == pytest.approx(results[False][key], abs=1e-6), key
-    assert results[True]["grad_norm"] == pytest.approx(results[False]["grad_norm"], rel=1e-4)
-    assert grads[True].keys() == grads[False].keys() and grads[True]
-    scale = max(float(g.abs().max()) for g in grads[False].values())
-    for n, grad in grads[True].items():
-        torch.testing.assert_close(grad, grads[False][n], atol=1e-4 * scale, rtol=0)
+        results[segmented] = step_and_gradients(stepped, seqs, TrainConfig(learning_rate=LR))
+    assert results[True][0]["shared_prefix_tokens"] > 0
+    assert_same_step(results[True], results[False])
