@@ -65,23 +65,32 @@ async def test_concurrent_greedy_equals_generate_row_by_row(engine: TorchEngine)
 
 async def test_rows_admitted_into_freed_slots_are_exact(engine: TorchEngine) -> None:
     """Short requests finish and free their slots while long ones run; later requests
-    take those slots in place. Every row still equals its own greedy generation."""
+    take those slots in place. Every row still equals its own greedy generation.
+
+    The later requests are sent when the short ones have returned, not after a delay: on a
+    fast machine a fixed delay let the long rows finish first (CI saw no slot admitted)."""
     long = [_prompt(engine, "word " * k) for k in (30, 34, 38)]
     short = [_prompt(engine, f"hi {k}") for k in (1, 2)]
     later = [_prompt(engine, f"x {k}") for k in (3, 4)]
     before = engine.admitted_in_place
 
-    async def run(p: list[int], n: int, delay: float) -> GenerateResult:
-        await asyncio.sleep(delay)
+    async def run(p: list[int], n: int) -> GenerateResult:
         return await engine.generate(
             p, SamplingParams(max_tokens=n, temperature=0, ignore_eos=True)
         )
 
-    jobs = [(p, 40, 0.0) for p in long] + [(p, 2, 0.0) for p in short]
-    jobs += [(p, 6, 0.15) for p in later]
-    results = await asyncio.gather(*(run(*j) for j in jobs))
-    for (p, n, _), r in zip(jobs, results, strict=True):
-        assert r.completion_token_ids == _greedy_reference(engine, p, n)
+    long_tasks = [asyncio.create_task(run(p, 120)) for p in long]
+    short_results = await asyncio.gather(*(run(p, 2) for p in short))
+    assert not any(t.done() for t in long_tasks)  # the long rows still run beside free slots
+    later_results = await asyncio.gather(*(run(p, 6) for p in later))
+    long_results = await asyncio.gather(*long_tasks)
+    for prompts, n, results in (
+        (long, 120, long_results),
+        (short, 2, short_results),
+        (later, 6, later_results),
+    ):
+        for p, r in zip(prompts, results, strict=True):
+            assert r.completion_token_ids == _greedy_reference(engine, p, n)
     assert engine.admitted_in_place - before >= 1  # the slot path ran
 
 
