@@ -98,11 +98,12 @@ class TrainConfig(BaseModel):
     )
     share_prefixes: bool = Field(
         True,
-        description="With pack_sequences: sequences with the same prompt (all before their first "
-        "sampled token, more than 16 tokens: a group's system prompt, tools and task) run it once "
-        "in one row, the rest of each attending to it; logprobs and gradients are unchanged. Saves "
-        "the prompt's compute for all but one member of each group (RL-step benchmark: the "
-        "trainer's time halves on both presets).",
+        description="With pack_sequences: sequences whose prompts (all before their first sampled "
+        "token) start alike for more than 16 tokens form a prefix tree in one row: the part all "
+        "share (an agent's system prompt and tool specs) once, then each group's task once, then "
+        "each sequence's rest attending to the parts above it; logprobs and gradients are "
+        "unchanged. Trees grow to min(micro_batch_tokens, 8192) tokens (bench.trainer_attention: "
+        "see its README table).",
     )
     micro_batch_tokens: int = Field(
         16384,

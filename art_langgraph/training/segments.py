@@ -1,23 +1,26 @@
 """Attention over a packed micro-batch by segments: each query block sees only the keys it may.
 
-A packed row holds several sequences, or a bundle: one shared head (a group's prompt)
-followed by each sequence's rest (`tensorize`). Under a dense (L, L) mask every row costs
+A packed row holds several sequences, or a prefix tree of them: the prompt parts they
+share, each once (a system prompt and tool specs, then a group's task), then each
+sequence's rest (`tensorize`). Under a dense (L, L) mask every row costs
 L² in attention whatever it holds, and the kernel cannot skip masked blocks. On
 SmolLM2-135M with 2,048-token rows, attention took half of a trainer step on 2 CPU cores.
 
 Here each segment of a row is one SDPA call over only the keys it sees:
 
-- a sequence alone, or a bundle's head: its own earlier tokens (`is_causal`, the flash
+- a sequence alone, or a tree's root: its own earlier tokens (`is_causal`, the flash
   path without a mask: it skips the upper triangle);
-- a bundle's rest: the head's tokens, then its own earlier tokens (a (Lq, Lh + Lq) mask).
+- a shared part below the root, or a sequence's rest: the parts above it in full, then
+  its own earlier tokens (a (Lq, La + Lq) mask).
 
-So a row costs the sum of Lq·(Lh + Lq) over its segments instead of L². The result is
+So a row costs the sum of Lq·(La + Lq) over its segments instead of L². The result is
 the same attention (`tests/training/test_segments.py` compares logprobs and gradients with
 the dense mask).
 
 `register_attention()` registers `segmented_attention` with transformers'
-`AttentionInterface` as ATTN_IMPLEMENTATION (the trainer does, for its own model). A forward without the `segments` keyword (a reference pass, or a
-model whose config says so by accident) is plain SDPA.
+`AttentionInterface` as ATTN_IMPLEMENTATION (the trainer does, for its own model). A
+forward without the `segments` keyword (a reference pass, or a model whose config says
+so by accident) is plain SDPA.
 
 Left out: variable-length kernels (flash-attn's `cu_seqlens`, flex attention): none runs
 on a CPU without compiling; on a GPU the per-segment calls cost a launch each.
@@ -35,6 +38,7 @@ __all__ = [
     "ATTN_IMPLEMENTATION",
     "RowSegments",
     "Segment",
+    "dense_mask",
     "register_attention",
     "segmented_attention",
 ]
@@ -51,10 +55,13 @@ class Segment:
     """First position of the block in its row (its queries and its own keys)."""
     end: int
     """One past its last position."""
-    head_start: int = 0
-    """First position of the shared head this block also sees in full (a bundle's rest)."""
-    head_end: int = 0
-    """One past the head's last position; equal to head_start: no head."""
+    sees: tuple[tuple[int, int], ...] = ()
+    """(start, end) of the earlier blocks this one also sees in full, root first: the
+    shared prompt parts above a sequence's rest in a prefix tree. Empty: none."""
+
+    @property
+    def own(self) -> tuple[int, int]:
+        return (self.start, self.end)
 
 
 RowSegments = tuple[Segment, ...]
@@ -62,9 +69,27 @@ RowSegments = tuple[Segment, ...]
 one are padding (their attention output is zero)."""
 
 
-def _rest_mask(head: int, n: int, device: torch.device) -> torch.Tensor:
-    """(n, head + n) bool: query i sees the whole head and its own tokens 0..i."""
-    return torch.ones((n, head + n), dtype=torch.bool, device=device).tril(diagonal=head)
+def _rest_mask(above: int, n: int, device: torch.device) -> torch.Tensor:
+    """(n, above + n) bool: query i sees every key above and its own tokens 0..i."""
+    return torch.ones((n, above + n), dtype=torch.bool, device=device).tril(diagonal=above)
+
+
+def dense_mask(rows: tuple[RowSegments, ...] | list[RowSegments], length: int) -> torch.Tensor:
+    """(R, 1, L, L) bool: the same attention as `rows` under one dense mask (the path
+    without `segmented_attention`). Padding positions see themselves, so no softmax row
+    is empty."""
+    mask = torch.zeros((len(rows), 1, length, length), dtype=torch.bool)
+    for r, row in enumerate(rows):
+        end = 0
+        for s in row:
+            n = s.end - s.start
+            mask[r, 0, s.start : s.end, s.start : s.end] = torch.ones(n, n, dtype=torch.bool).tril()
+            for a, b in s.sees:
+                mask[r, 0, s.start : s.end, a:b] = True
+            end = s.end
+        idx = torch.arange(end, length)
+        mask[r, 0, idx, idx] = True
+    return mask
 
 
 def segmented_attention(
@@ -102,11 +127,10 @@ def segmented_attention(
             q = query[r : r + 1, :, s.start : s.end]  # (1, H, n, D)
             k = key[r : r + 1, :, s.start : s.end]
             v = value[r : r + 1, :, s.start : s.end]
-            head = s.head_end - s.head_start
-            if head > 0:
-                k = torch.cat([key[r : r + 1, :, s.head_start : s.head_end], k], dim=2)
-                v = torch.cat([value[r : r + 1, :, s.head_start : s.head_end], v], dim=2)
-                mask = _rest_mask(head, s.end - s.start, query.device)
+            if s.sees:
+                k = torch.cat([*(key[r : r + 1, :, a:b] for a, b in s.sees), k], dim=2)
+                v = torch.cat([*(value[r : r + 1, :, a:b] for a, b in s.sees), v], dim=2)
+                mask = _rest_mask(k.shape[2] - (s.end - s.start), s.end - s.start, query.device)
                 out = F.scaled_dot_product_attention(
                     q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling
                 )

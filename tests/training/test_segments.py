@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from art_langgraph.training.segments import Segment, segmented_attention
+from art_langgraph.training.segments import Segment, dense_mask, segmented_attention
 from art_langgraph.training.tensorize import TrainSequence, micro_batches
 
 
@@ -26,27 +26,19 @@ class _Module:
     is_causal = True
 
 
-def _dense_mask(rows: tuple[tuple[Segment, ...], ...], length: int) -> torch.Tensor:
-    """(R, 1, L, L) bool: what `tensorize` builds for the same blocks."""
-    mask = torch.zeros((len(rows), 1, length, length), dtype=torch.bool)
-    for r, row in enumerate(rows):
-        end = 0
-        for s in row:
-            n = s.end - s.start
-            mask[r, 0, s.start : s.end, s.start : s.end] = torch.ones(n, n).tril().bool()
-            mask[r, 0, s.start : s.end, s.head_start : s.head_end] = True
-            end = s.end
-        for i in range(end, length):  # padding sees itself, as in tensorize
-            mask[r, 0, i, i] = True
-    return mask
-
-
 def test_segments_equal_the_dense_mask_with_gqa_and_padding() -> None:
     g = torch.Generator().manual_seed(0)
     length = 40
     rows = (
-        # a bundle: head 0-12, two rests; then a sequence alone; then padding
-        (Segment(0, 12), Segment(12, 20, 0, 12), Segment(20, 27, 0, 12), Segment(27, 36)),
+        # a tree: a root 0-8 (a system prompt), a part 8-12 under it (a group's task), a
+        # rest under both, a rest under the root alone; then a sequence alone; then padding
+        (
+            Segment(0, 8),
+            Segment(8, 12, ((0, 8),)),
+            Segment(12, 20, ((0, 8), (8, 12))),
+            Segment(20, 27, ((0, 8),)),
+            Segment(27, 36),
+        ),
         # two sequences alone, filling the row
         (Segment(0, 25), Segment(25, 40)),
     )
@@ -54,7 +46,7 @@ def test_segments_equal_the_dense_mask_with_gqa_and_padding() -> None:
     k = torch.randn(2, 2, length, 8, generator=g, requires_grad=True)  # 2 key/value heads
     v = torch.randn(2, 2, length, 8, generator=g, requires_grad=True)
     out, _ = segmented_attention(_Module(), q, k, v, None, segments=rows)  # (B, L, H, D)
-    mask = _dense_mask(rows, length)
+    mask = dense_mask(rows, length)
     ref = F.scaled_dot_product_attention(
         q, k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1), attn_mask=mask
     ).transpose(1, 2)
@@ -88,8 +80,13 @@ def test_tensorize_describes_its_rows_by_segments() -> None:
     assert mb.segments is not None
     (row,) = mb.segments
     # The head stops one token short (each rest starts with the prompt's last token).
-    assert row == (Segment(0, 29), Segment(29, 33, 0, 29), Segment(33, 36, 0, 29), Segment(36, 40))
+    assert row == (
+        Segment(0, 29),
+        Segment(29, 33, ((0, 29),)),
+        Segment(33, 36, ((0, 29),)),
+        Segment(36, 40),
+    )
     dense = mb.attention_mask[0, 0]
-    torch.testing.assert_close(_dense_mask(mb.segments, dense.shape[-1])[0, 0], dense)
+    torch.testing.assert_close(dense_mask(mb.segments, dense.shape[-1])[0, 0], dense)
     (padded,) = micro_batches(seqs, row_length=64, micro_batch_tokens=4096, pack=False)
     assert padded.segments is None

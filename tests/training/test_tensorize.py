@@ -434,17 +434,21 @@ def test_micro_batch_logprobs_equal_each_sequence_alone(tiny_model: Any, pack: b
 # --------------------------------------------------------------------------- prefix sharing
 
 
-def group_sequences(seed: int = 0) -> list[TrainSequence]:
+def group_sequences(seed: int = 0, system: int = 0) -> list[TrainSequence]:
     """Two groups of sequences with a common prompt each (one member with its own extra
-    prompt tokens, so another head, one with a multi-turn tail), plus an unrelated one."""
+    prompt tokens, one with a multi-turn tail), plus an unrelated one. With `system`, both
+    groups' prompts start with the same `system` tokens (an agent's system prompt)."""
     g = torch.Generator().manual_seed(seed)
 
     def rand(n: int) -> list[int]:
         return torch.randint(3, 2000, (n,), generator=g).tolist()
 
+    head = rand(system)
     out = []
-    for prompt_len, members in ((24, 4), (MIN_SHARED_PREFIX + 3, 3)):
-        prompt = rand(prompt_len)
+    for first, prompt_len, members in ((1, 24, 4), (2, MIN_SHARED_PREFIX + 3, 3)):
+        # Each group's own part starts with its own token: the groups part there.
+        prompt = [*head, first, *rand(prompt_len - 1)]
+        prompt_len += system
         for m in range(members):
             extra = rand(3) if m == 1 else []
             done = rand(4 + m)
@@ -458,40 +462,67 @@ def group_sequences(seed: int = 0) -> list[TrainSequence]:
     return out
 
 
-def test_prefix_units_bundle_sequences_with_the_same_prompt() -> None:
+def _trees(units: list[Any]) -> list[Any]:
+    return sorted((u for u in units if len(u.members) > 1), key=lambda u: u.members)
+
+
+def test_prefix_units_share_each_groups_prompt() -> None:
     seqs = group_sequences()
     units = prefix_units(seqs, cap=1000)
-    bundles = sorted((u for u in units if u.shared), key=lambda u: u.members)
-    # Members 1 and 5 have extra prompt tokens: another head, left alone.
-    assert [u.members for u in bundles] == [(0, 2, 3), (4, 6)]
-    # The head stops one token short of the common prompt (each rest starts with its last token).
-    assert [u.shared for u in bundles] == [23, MIN_SHARED_PREFIX + 2]
-    for u in bundles:
-        assert u.length == u.shared + sum(len(seqs[i]) - u.shared for i in u.members)
-        for i in u.members:
-            assert not any(seqs[i].trainable[: u.shared + 1])
+    trees = _trees(units)
+    assert [sorted(u.members) for u in trees] == [[0, 1, 2, 3], [4, 5, 6]]
+    # One shared part per group, one token short of the shortest head (each rest starts
+    # with its last prompt token); members 1 and 5 have extra prompt tokens in their rest.
+    assert [[(n.start, n.end) for n in u.nodes if not n.leaf] for u in trees] == [
+        [(0, 23)],
+        [(0, MIN_SHARED_PREFIX + 2)],
+    ]
+    assert [u.saved for u in trees] == [3 * 23, 2 * (MIN_SHARED_PREFIX + 2)]
+    for u in trees:
+        assert u.length == sum(len(seqs[i]) for i in u.members) - u.saved
+        for n in u.nodes:
+            assert not any(seqs[n.seq].trainable[: n.end + (0 if n.leaf else 1)]) or n.leaf
     assert sorted(i for u in units for i in u.members) == list(range(len(seqs)))
 
 
+def test_prefix_units_share_a_system_prompt_across_groups() -> None:
+    seqs = group_sequences(system=20)
+    (tree,) = _trees(prefix_units(seqs, cap=1000))
+    assert sorted(tree.members) == list(range(7))
+    shared = [(n.start, n.end, n.parent) for n in tree.nodes if not n.leaf]
+    # The system prompt once, then each group's task under it.
+    assert shared == [(0, 20, -1), (20, 43, 0), (20, 20 + MIN_SHARED_PREFIX + 2, 0)]
+    assert tree.saved == 6 * 20 + 3 * 23 + 2 * (MIN_SHARED_PREFIX + 2)
+    for n in tree.nodes:  # every shared part is the same tokens in each member below it
+        below = [i for i in tree.members if seqs[i].tokens[: n.end] == seqs[n.seq].tokens[: n.end]]
+        assert n.leaf or len(below) > 1
+
+
 def test_prefix_units_respect_the_cap_and_the_minimum() -> None:
-    seqs = group_sequences()
-    for u in prefix_units(seqs, cap=40):
-        assert u.length <= 40 or not u.shared
-        assert len(u.members) == 1 or u.shared
+    seqs = group_sequences(system=20)
+    units = prefix_units(seqs, cap=80)
+    for u in units:
+        assert u.length <= 80 or len(u.members) == 1
+        # A cut tree repeats the parts its members need: each leaf's parents are in it.
+        for n in u.nodes:
+            assert n.parent < len(u.nodes)
+    assert sorted(i for u in units for i in u.members) == list(range(len(seqs)))
+    assert len(_trees(units)) > 1
     # A common prompt one token too short to share (the head would hold MIN - 1 tokens).
     short = [
         seq([*s.tokens[:MIN_SHARED_PREFIX], 7, 8], [False] * MIN_SHARED_PREFIX + [True] * 2)
         for s in group_sequences()[:3]
     ]
-    assert all(not u.shared for u in prefix_units(short, cap=1000))
+    assert all(len(u.members) == 1 for u in prefix_units(short, cap=1000))
 
 
-def test_shared_prefix_rows_score_each_sequence_as_alone(tiny_model: Any) -> None:
-    seqs = group_sequences()
+@pytest.mark.parametrize("system", [0, 20])
+def test_shared_prefix_rows_score_each_sequence_as_alone(tiny_model: Any, system: int) -> None:
+    seqs = group_sequences(system=system)
     kw = dict(row_length=max(len(s) for s in seqs), micro_batch_tokens=10_000, pack=True)
     mb = only(list(micro_batches(seqs, share_prefixes=True, **kw)))
     plain = only(list(micro_batches(seqs, share_prefixes=False, **kw)))
-    saved = 2 * 23 + 1 * (MIN_SHARED_PREFIX + 2)
+    saved = 3 * 23 + 2 * (MIN_SHARED_PREFIX + 2) + 6 * system
     assert mb.stats["shared_prefix_tokens"] == saved
     assert mb.real_tokens == plain.real_tokens - saved
     assert int(mb.target_mask.sum()) == sum(s.num_trainable for s in seqs)

@@ -242,14 +242,16 @@ def test_loss_and_gradient_do_not_depend_on_packing_or_micro_batches(
 
 
 def group_sequences(
-    trainer: LoRATrainer, seed: int, prompt: int, extra: int
+    trainer: LoRATrainer, seed: int, prompt: int, extra: int, system: int = 0
 ) -> list[TrainSequence]:
     """Two groups of three sequences with a `prompt`-token common prompt each (rests of
-    `extra` + m + k tokens), off-policy sampler logprobs."""
+    `extra` + m + k tokens), off-policy sampler logprobs; with `system`, both prompts
+    start with the same `system` tokens (a prefix tree: the system prompt, then each task)."""
     g = torch.Generator().manual_seed(seed)
     seqs = []
+    common = torch.randint(3, 2000, (system,), generator=g).tolist()
     for k in range(2):
-        head = torch.randint(3, 2000, (prompt,), generator=g).tolist()
+        head = [*common, 1 + k, *torch.randint(3, 2000, (prompt - 1,), generator=g).tolist()]
         for m, adv in enumerate((1.0, -1.0, 0.5)):
             tokens = head + torch.randint(3, 2000, (extra + m + k,), generator=g).tolist()
             trainable = [i >= len(head) for i in range(len(tokens))]
@@ -294,14 +296,15 @@ def assert_same_step(
 
 
 def test_shared_prefixes_leave_loss_and_gradient_unchanged(stepped: LoRATrainer) -> None:
-    seqs = group_sequences(stepped, seed=3, prompt=20, extra=4)
+    seqs = group_sequences(stepped, seed=3, prompt=20, extra=4, system=16)
     start = lora_state(stepped)
     results = {}
     for share in (False, True):
         restore(stepped, start)
         config = TrainConfig(learning_rate=LR, share_prefixes=share)
         results[share] = step_and_gradients(stepped, seqs, config)
-    assert results[True][0]["shared_prefix_tokens"] == 2 * 2 * 19
+    # Each group's prompt written once, and the system prompt once for both groups.
+    assert results[True][0]["shared_prefix_tokens"] == 2 * 2 * (16 + 19) + 16
     assert results[False][0]["shared_prefix_tokens"] == 0
     assert_same_step(results[True], results[False])
 
@@ -446,7 +449,7 @@ def test_token_logprobs_equal_a_full_log_softmax_in_value_and_gradient() -> None
 def test_a_trainer_step_is_the_same_with_segments_and_the_dense_mask(
     stepped: LoRATrainer,
 ) -> None:
-    seqs = group_sequences(stepped, seed=5, prompt=24, extra=5)  # two bundles
+    seqs = group_sequences(stepped, seed=5, prompt=24, extra=5, system=20)  # one tree
     alone = torch.randint(3, 2000, (11,), generator=torch.Generator().manual_seed(6)).tolist()
     seqs.append(TrainSequence(alone, [i >= 6 for i in range(11)], logprobs(stepped, alone), -0.5))
     start = lora_state(stepped)
