@@ -147,7 +147,7 @@ def main() -> None:
     for name, r in rows.items():
         lines.append(
             f"| {name} | {r['step_s']:.1f} | {base / r['step_s']:.2f}x | "
-            f"{r['processed_tokens']:,} | {r['processed_tokens'] / r['step_s']:.0f} | "
+            f"{r['processed_tokens']:,.0f} | {r['processed_tokens'] / r['step_s']:.0f} | "
             f"{r['peak_rss_mib']:.0f} |"
         )
     print("\n".join(lines))
