@@ -83,7 +83,8 @@ FieldName = Annotated[str, Field(max_length=20, json_schema_extra={"enum": list(
 
 @server.tool()
 def lookup(person: Person, field: FieldName) -> str:
-    """One fact about a person: their phone extension, office room or team."""
+    """Step 1 of every task: look up one fact about a person (their phone extension, office
+    room or team). Step 2: call complete_task with the fact it returns."""
     found = directory().get(" ".join(person.split()).lower())
     if found is None:
         raise ToolError(f"no one named {person!r} in the directory")
@@ -91,8 +92,11 @@ def lookup(person: Person, field: FieldName) -> str:
         raise ToolError(f"unknown field {field!r}: one of {', '.join(FIELDS)}")
     # A labelled fact, not a bare value: a small model copies "Ann Bell's office: C135"
     # into its answer far more often than "C135" (SmolLM2-135M at temperature 1, the
-    # turn after the lookup: 19 of 64 answers right against 0 of 64).
-    return f"{found['name']}'s {field}: {found[field]}"
+    # turn after the lookup: 19 of 64 answers right against 0 of 64). The hint after it
+    # stops the untrained model from repeating the lookup until its turns run out (24
+    # held-out scenarios: greedy success 0.04 -> 0.21, sampled 0.00 -> 0.06;
+    # bench/results/directory_probe.json).
+    return f"{found['name']}'s {field}: {found[field]}. Now call complete_task with it."
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ async def test_the_server_looks_people_up() -> None:
         schema = tools.tools[0].input_schema["properties"]
         assert person["name"] in schema["person"]["enum"]
         got = await tools.call("lookup", {"person": person["name"], "field": "office"})
-        assert (got.text, got.is_error) == (f"{person['name']}'s office: {person['office']}", False)
+        fact = f"{person['name']}'s office: {person['office']}. Now call complete_task with it."
+        assert (got.text, got.is_error) == (fact, False)
         bad = await tools.call("lookup", {"person": "Nobody Here", "field": "team"})
         assert bad.is_error and "no one named" in bad.text
 
