@@ -246,7 +246,7 @@ class MicroBatch:
     advantages: torch.Tensor  # (R, L) float
     seq_ids: (
         torch.Tensor
-    )  # (R, L) long: 0..S-1 within this micro-batch, -1 on padding, -2 on a shared head
+    )  # (R, L) long: 0..S-1 within this micro-batch, -1 on padding, -2 on a shared prompt part
     num_sequences: int
     real_tokens: int
     stats: dict[str, float] = field(default_factory=dict)
