@@ -102,8 +102,8 @@ class TrainConfig(BaseModel):
         "token) start alike for more than 16 tokens form a prefix tree in one row: the part all "
         "share (an agent's system prompt and tool specs) once, then each group's task once, then "
         "each sequence's rest attending to the parts above it; logprobs and gradients are "
-        "unchanged. Trees grow to min(micro_batch_tokens, 8192) tokens (bench.trainer_attention: "
-        "see its README table).",
+        "unchanged. Trees grow to min(micro_batch_tokens, 8192) tokens (the README's attention "
+        "benchmark: 1.28x a step on an 8x4 agent batch at 4096-token micro-batches).",
     )
     micro_batch_tokens: int = Field(
         16384,
