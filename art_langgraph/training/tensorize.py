@@ -49,7 +49,8 @@ __all__ = [
 ]
 
 MIN_SHARED_PREFIX = 16
-"""Shorter common prefixes are not shared: the bundle's longer rows would cost more."""
+"""Prompts sharing fewer first tokens form no tree: the saving would not pay for the
+extra attention blocks."""
 MAX_BUNDLE_TOKENS = 8192
 """A prefix tree grows past the longest sequence up to this many tokens (or the
 micro-batch's, if fewer); more members start another tree that repeats the parts they

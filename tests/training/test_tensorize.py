@@ -480,8 +480,9 @@ def test_prefix_units_share_each_groups_prompt() -> None:
     assert [u.saved for u in trees] == [3 * 23, 2 * (MIN_SHARED_PREFIX + 2)]
     for u in trees:
         assert u.length == sum(len(seqs[i]) for i in u.members) - u.saved
-        for n in u.nodes:
-            assert not any(seqs[n.seq].trainable[: n.end + (0 if n.leaf else 1)]) or n.leaf
+        for n in u.nodes:  # a shared part and the token after it are never trained
+            if not n.leaf:
+                assert not any(seqs[n.seq].trainable[: n.end + 1])
     assert sorted(i for u in units for i in u.members) == list(range(len(seqs)))
 
 
@@ -503,9 +504,15 @@ def test_prefix_units_respect_the_cap_and_the_minimum() -> None:
     units = prefix_units(seqs, cap=80)
     for u in units:
         assert u.length <= 80 or len(u.members) == 1
-        # A cut tree repeats the parts its members need: each leaf's parents are in it.
-        for n in u.nodes:
-            assert n.parent < len(u.nodes)
+        # A cut tree repeats the parts its members need: parents come before children,
+        # and each leaf's chain of parents ends at the root (position 0).
+        for j, n in enumerate(u.nodes):
+            assert n.parent < j
+            if n.leaf and len(u.members) > 1:
+                p = n.parent
+                while u.nodes[p].parent >= 0:
+                    p = u.nodes[p].parent
+                assert u.nodes[p].start == 0
     assert sorted(i for u in units for i in u.members) == list(range(len(seqs)))
     assert len(_trees(units)) > 1
     # A common prompt one token too short to share (the head would hold MIN - 1 tokens).
