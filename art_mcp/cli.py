@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         except (ArtError, ValueError) as exc:
             print(f"art-mcp: error: {exc}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:  # train() said where it stopped and how to resume
+            return 130
         from art_mcp.harness import summary_lines
 
         print("\n".join(summary_lines(report)))

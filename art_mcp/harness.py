@@ -7,8 +7,11 @@ then runs GRPO steps: a LangGraph agent (`create_agent`) over the server's tools
 `complete_task(answer)` tool that ends the run, `max_turns` at most, each rollout
 captured; groups scored by your reward function and/or RULER (`shuffle_rewards`: the
 control arm); `model.train`. The held-out scenarios are evaluated before RL and after
-the last step, greedy and sampled (`art_mcp.evaluation`). It writes a report (JSON,
-markdown with changed episodes, and a reward curve PNG) into the model's folder.
+the last step, greedy and sampled (`art_mcp.evaluation`), scored as training scores (the
+reward function, else the judge). What is done is saved as it happens, so the same command
+resumes an interrupted run and the report (`art_mcp.report`: JSON, markdown with changed
+episodes, a reward curve PNG in the model's folder) is rebuilt from what was saved. A reward
+function that raises is counted and shown per step; a step that trained on nothing says so.
 
 Left out: multi-server toolsets and tool allow-lists (wrap your server instead).
 """
@@ -16,31 +19,42 @@ Left out: multi-server toolsets and tool allow-lists (wrap your server instead).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import importlib
 import inspect
 import json
+import math
 import os
 import random
+import shlex
+import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
+import traceback
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 import art_langgraph as art
 from art_langgraph.backend.base import Backend
 from art_langgraph.errors import UsageError
 from art_langgraph.utils import atomic_write, iterate_dataset
-from art_mcp.evaluation import (
-    Evaluation,
-    changed_examples,
-    episode_format,
-    paired_rise,
-    transcript,
+from art_mcp.evaluation import Evaluation, episode_format, transcript
+from art_mcp.report import (
+    Report,
+    append_journal,
+    build_report,
+    eval_line,
+    grpo_steps,
+    journal_evaluations,
+    read_journal,
+    summary_lines,
+    write_report,
 )
 from art_mcp.scenarios import (
     Scenario,
@@ -51,7 +65,15 @@ from art_mcp.scenarios import (
 )
 from art_mcp.toolset import MCPToolset
 
-__all__ = ["HarnessConfig", "Report", "default_name", "eval_sample", "load_reward", "train"]
+__all__ = [
+    "HarnessConfig",
+    "Report",
+    "default_name",
+    "eval_sample",
+    "load_reward",
+    "summary_lines",
+    "train",
+]
 
 RewardFn = Callable[[art.Trajectory, Scenario], float | Awaitable[float]]
 
@@ -208,41 +230,112 @@ class HarnessConfig(BaseModel):
             "are then the server's."
         ),
     )
+    allow_tools: list[str] | None = Field(
+        None,
+        description=(
+            "Offer the agent only these tools of the server (comma-separated on the command "
+            "line); None: all of them. A name the server does not list is an error."
+        ),
+    )
+    deny_tools: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Never offer these tools (comma-separated): a live server's write or delete tools, "
+            "say. A name the server does not list is an error."
+        ),
+    )
+    server_per: Literal["run", "rollout"] = Field(
+        "run",
+        description=(
+            "'run': one server process for the whole run; tools that change its state act on "
+            "the live server, and later rollouts and the held-out evaluation see the changes. "
+            "'rollout': a fresh server process for every rollout and held-out episode (one "
+            "start-up each), so each starts from the same world; needs a server command."
+        ),
+    )
+    workdir: str | None = Field(
+        None,
+        description=(
+            "A folder the server works on: '{workdir}' in the server command becomes a fresh "
+            "copy of it for every server started (the run's, or each rollout's with "
+            "server_per='rollout'), so the folder itself is never changed."
+        ),
+    )
+    allow_recipe_change: bool = Field(
+        False,
+        description=(
+            "Resume a model whose saved recipe (server, base model, scenarios, reward, judge) "
+            "differs from this run's; by default such a run stops and says what changed."
+        ),
+    )
+
+    @field_validator("allow_tools", "deny_tools", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [n.strip() for n in value.split(",") if n.strip()]
+        return value
 
 
-class Report(BaseModel):
-    """What a harness run did; also written as report.json/.md/.png in the model folder."""
-
-    model: str
-    server: str
-    steps: int
-    rows: list[dict[str, float]] = Field(default_factory=list)
-    """One row per RL step: step (the checkpoint), rl_step (0 = before RL), val_reward (NaN
-    where not evaluated), train_reward."""
-    val_reward_untrained: float | None = None
-    """Held-out reward of the base model, before the SFT warm start (None: no warm start)."""
-    val_reward_before: float | None = None
-    """Held-out reward before the first RL step (after any warm start): RL step 0."""
-    val_reward_after: float | None = None
-    """Held-out reward at the last evaluation."""
-    val_reward_best: float | None = None
-    """Best held-out reward after RL step 0."""
-    evaluations: list[Evaluation] = Field(default_factory=list)
-    """Every held-out evaluation, the untrained model's first."""
-    paired: dict[str, dict[str, float]] = Field(default_factory=dict)
-    """"greedy"/"sampled" -> the paired per-scenario rise in success from the untrained
-    model to the last evaluation: {"rise", "se", "n"}."""
-    examples: list[dict[str, Any]] = Field(default_factory=list)
-    """A few held-out scenarios whose greedy episode changed, before and after."""
-    seconds: float = 0.0
-    folder: str = ""
-
-
-def default_name(server_label: str, base_model: str) -> str:
-    """The model name when none is given: the same server and base model give the same
-    name in every process, so a second run resumes the first (Python's `hash()` would not)."""
-    digest = hashlib.sha256(f"{server_label}\n{base_model}".encode()).hexdigest()
+def default_name(server_label: str, base_model: str, recipe: dict[str, Any] | None = None) -> str:
+    """The model name when none is given: a hash of the server, the base model and the rest
+    of the recipe (`recipe`: scenarios, reward, judge), the same in every process. Running
+    the same command again resumes; changing the recipe starts another model."""
+    text = f"{server_label}\n{base_model}"
+    if recipe:
+        text += "\n" + json.dumps(recipe, sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()
     return f"agent-{digest[:10]}"
+
+
+def recipe_of(
+    server_label: str,
+    cfg: HarnessConfig,
+    scenarios: list[Scenario] | None,
+    reward: RewardFn | str | None,
+) -> dict[str, Any]:
+    """What makes two runs the same training: the server, base model, scenarios (a hash of
+    their content, or how they are generated), reward function and judge."""
+    if scenarios is not None:
+        scen = _digest("\n".join(s.model_dump_json() for s in scenarios))
+    else:
+        scen = f"generated by {cfg.generator or 'local'} ({cfg.n_scenarios})"
+    if reward is None or isinstance(reward, str):
+        rew = reward
+    else:
+        rew = f"{getattr(reward, '__module__', '?')}:{getattr(reward, '__qualname__', '?')}"
+    return {
+        "server": server_label,
+        "base_model": cfg.base_model,
+        "scenarios": scen,
+        "reward": rew,
+        "judge": cfg.judge,
+        "rubric": _digest(cfg.rubric) if cfg.rubric else None,
+    }
+
+
+def _digest(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _check_recipe(folder: Path, recipe: dict[str, Any], allow_change: bool) -> None:
+    """Save the recipe beside a new model; refuse to resume one trained with another."""
+    f = folder / "recipe.json"
+    try:
+        saved = json.loads(f.read_text()) if f.exists() else None
+    except ValueError:
+        saved = None
+    if isinstance(saved, dict) and saved != recipe:
+        changed = sorted(k for k in {*saved, *recipe} if saved.get(k) != recipe.get(k))
+        if not allow_change:
+            raise UsageError(
+                f"{folder.name} was trained with another recipe ({', '.join(changed)} changed: "
+                f"{', '.join(f'{k} {saved.get(k)!r} -> {recipe.get(k)!r}' for k in changed)}); "
+                "give another --name, or --allow-recipe-change true to go on training it"
+            )
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_write(f) as out:
+        out.write(json.dumps(recipe, indent=2))
 
 
 def load_reward(spec: str) -> RewardFn:
@@ -316,7 +409,10 @@ async def _score(reward: RewardFn | None, traj: art.Trajectory, s: Scenario) -> 
     value = reward(traj, s)
     if inspect.isawaitable(value):
         value = await value
-    return float(value)
+    out = float(value)
+    if not math.isfinite(out):
+        raise UsageError(f"the reward function returned {out} (a reward must be a finite number)")
+    return out
 
 
 async def train(
@@ -328,11 +424,25 @@ async def train(
     sft: list[Any] | str | Path | None = None,
     backend: Backend | None = None,
     env: dict[str, str] | None = None,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] | None = None,
 ) -> Report:
     """Train an agent over `server` (a command, a URL or a server object); see the module
     doc. `env`: variables added to a stdio server's environment (API keys, settings)."""
     cfg = config or HarnessConfig()
+    log = log or _say
+    is_command = isinstance(server, list | tuple) or (
+        isinstance(server, str) and not server.startswith(("http://", "https://"))
+    )
+    if (cfg.server_per == "rollout" or cfg.workdir is not None) and not is_command:
+        raise UsageError(
+            "server_per='rollout' and workdir start server processes: give the server as a "
+            "command, not a URL or an object"
+        )
+    if cfg.workdir is not None:
+        if not Path(cfg.workdir).is_dir():
+            raise UsageError(f"workdir {cfg.workdir!r} is not a folder")
+        if "{workdir}" not in (server if isinstance(server, str) else " ".join(server)):
+            raise UsageError("workdir is given but the server command has no '{workdir}' in it")
     reward_fn = load_reward(reward) if isinstance(reward, str) else reward
     if reward_fn is None and cfg.judge is None:
         raise UsageError(
@@ -365,14 +475,47 @@ async def train(
         )
     backend = backend or art.LocalBackend(path=cfg.path, engine=cfg.engine)
     server_log = Path(cfg.path) / cfg.project / "logs" / "mcp-server.log"
-    toolset = MCPToolset(server, env=env, stderr_log=server_log)
+    server_log.parent.mkdir(parents=True, exist_ok=True)
+    server_log.write_bytes(b"")  # this run's: a failure quotes nothing of an earlier run
+    copies = _WorkdirCopies(cfg.workdir)
+
+    def new_toolset() -> MCPToolset:
+        return MCPToolset(
+            copies.command(server),
+            env=env,
+            stderr_log=server_log,
+            allow_tools=cfg.allow_tools,
+            deny_tools=cfg.deny_tools,
+        )
+
+    @contextlib.asynccontextmanager
+    async def world() -> AsyncIterator[None]:
+        """Where one rollout's tool calls go: the run's server, or one of its own."""
+        if cfg.server_per == "run":
+            yield
+            return
+        own = new_toolset()
+        try:
+            await own.start()
+            with toolset.routed_to(own):
+                yield
+        finally:
+            await own.close()
+            copies.release(own.server)
+
+    toolset = new_toolset()
+    phase = "start-up"
     try:
         await toolset.start()
         if toolset.stderr_log is not None:
             log(f"the server's stderr goes to {toolset.stderr_log}")
-        name = cfg.name or default_name(toolset.label, cfg.base_model)
+        label = _label(server)
+        recipe = recipe_of(label, cfg, scenarios, reward)
+        name = cfg.name or default_name(label, cfg.base_model, recipe)
         if cfg.name is None:
-            log(f"model name {name} (from the server and base model; --name sets one)")
+            log(
+                f"model name {name} (from the server, base model, scenarios, reward and judge; --name sets one)"
+            )
         model = art.TrainableModel(
             name=name,
             project=cfg.project,
@@ -383,13 +526,14 @@ async def train(
         # The harness's own files (scenarios, report) go beside the checkpoints when the
         # backend is embedded, under --path here when it is remote.
         folder = Path(getattr(backend, "path", cfg.path)) / cfg.project / "models" / name
+        _check_recipe(folder, recipe, cfg.allow_recipe_change)
         scen = await _scenarios(scenarios, cfg, toolset, model, folder, log)
         train_set, val_set = split_scenarios(scen, cfg.val_fraction, cfg.seed)
         held_out = len(val_set)
         val_set = eval_sample(val_set, cfg.eval_scenarios, cfg.seed)
         evaluated = "" if len(val_set) == held_out else f" ({len(val_set)} evaluated)"
         log(
-            f"{len(toolset.tools)} tools from {toolset.label}; {len(train_set)} train / "
+            f"{len(toolset.tools)} tools from {label}; {len(train_set)} train / "
             f"{held_out} val scenarios{evaluated}"
         )
 
@@ -408,30 +552,74 @@ async def train(
         greedy_agent = make_agent(0.0)
         sample_agent = make_agent(1.0)
 
-        async def rollout(s: Scenario, agent: Any = train_agent) -> art.Trajectory:
-            with art.capture(metadata={"scenario": s.id}) as traj:
-                try:
-                    await agent.ainvoke(
-                        # A turn is two graph steps (the model, then its tools): this
-                        # many steps allow `max_turns` model calls, no more.
-                        {"messages": [("user", s.task)]},
-                        {"recursion_limit": 2 * cfg.max_turns},
-                    )
-                except Exception as exc:  # out of turns, or a broken graph: scored, not fatal
-                    traj.log(f"rollout stopped: {exc!r}")
+        reward_errors = _RewardErrors()
+
+        async def rollout(
+            s: Scenario, agent: Any = train_agent, *, held_out: bool = False
+        ) -> art.Trajectory:
+            async with world():
+                with art.capture(metadata={"scenario": s.id}) as traj:
+                    try:
+                        await agent.ainvoke(
+                            # A turn is two graph steps (the model, then its tools): this
+                            # many steps allow `max_turns` model calls, no more.
+                            {"messages": [("user", s.task)]},
+                            {"recursion_limit": 2 * cfg.max_turns},
+                        )
+                    except Exception as exc:  # out of turns, a broken graph: scored, not fatal
+                        traj.log(f"rollout stopped: {exc!r}")
             traj.metadata["answer"] = final_answer(traj)
-            traj.reward = await _score(reward_fn, traj, s)
+            try:
+                traj.reward = await _score(reward_fn, traj, s)
+            except Exception as exc:
+                reward_errors.add(exc)
+                if not held_out:  # a training rollout without a reward is dropped, and counted
+                    raise UsageError(
+                        f"the reward function failed on scenario {s.id!r}: {exc!r}"
+                    ) from exc
+                traj.reward = 0.0  # held out: scored as a failure, so evaluation goes on
+                traj.metadata["reward_error"] = repr(exc)
             return traj
 
-        judge = _judge(cfg, model)
+        judge_params = _judge_params(cfg, model)
+        judge = _judge(judge_params)
+        scored_by = (
+            "reward function"
+            if judge_params is None
+            else "RULER judge"
+            if reward_fn is None
+            else "RULER judge, as in training (the reward function's score kept per episode)"
+        )
 
-        async def evaluate(step: int, rl_step: int, split: str = "val") -> Evaluation:
+        def report_errors(where: str) -> None:
+            count, first = reward_errors.take()
+            if count:
+                what = "dropped" if where.startswith("RL") else "scored 0"
+                log(f"{where}: the reward function raised in {count} episodes ({what}); first:")
+                log(first)
+
+        async def evaluate(step: int, rl_step: int) -> Evaluation:
             ev = Evaluation(step=step, rl_step=rl_step, success_reward=cfg.success_reward)
             jobs = [(s, True) for s in val_set]
             jobs += [(s, False) for s in val_set for _ in range(cfg.eval_samples)]
             trajs = await asyncio.gather(
-                *(rollout(s, greedy_agent if greedy else sample_agent) for s, greedy in jobs)
+                *(
+                    rollout(s, greedy_agent if greedy else sample_agent, held_out=True)
+                    for s, greedy in jobs
+                )
             )
+            report_errors(f"held-out evaluation at step {step}")
+            if judge_params is not None:
+                by_scenario: dict[str, list[art.Trajectory]] = {}
+                for (s, _), t in zip(jobs, trajs, strict=True):
+                    by_scenario.setdefault(s.id, []).append(t)
+                failed = await _judge_held_out(list(by_scenario.values()), judge_params)
+                if failed:
+                    log(
+                        f"held-out evaluation at step {step}: the judge failed on {failed} of "
+                        f"{len(by_scenario)} scenarios (their episodes keep the reward function's "
+                        "score, or 0)"
+                    )
             formats = []
             for (s, greedy), t in zip(jobs, trajs, strict=True):
                 if greedy:
@@ -443,22 +631,39 @@ async def train(
                     formats.append(episode_format(t, s))
             ev.sampled_format = sum(formats) / len(formats) if formats else None
             if trajs:
+                split = "untrained" if step == 0 else "val"
                 await model.log([art.TrajectoryGroup(trajs)], split=split)
-            report.evaluations.append(ev)
+            append_journal(folder, "evaluation", json.loads(ev.model_dump_json()))
             return ev
 
-        report = Report(model=name, server=toolset.label, steps=cfg.steps, folder=str(folder))
-        old = _load_report(folder)
-        history = report.rows = list(old.get("rows", []))
-        report.evaluations = [Evaluation.model_validate(e) for e in old.get("evaluations", [])]
-        report.val_reward_untrained = old.get("val_reward_untrained")
-        if await model.get_step() == 0 and not history:
-            # The untrained model first, so the report can tell what training did.
-            untrained = await evaluate(0, 0, "untrained")
-            report.val_reward_untrained = untrained.greedy_reward
-            log(f"untrained: held-out {_eval_line(untrained)}")
+        def save_report() -> Report:
+            report = build_report(
+                model=name,
+                server=label,
+                steps=cfg.steps,
+                folder=folder,
+                scored_by=scored_by,
+                seconds=time.perf_counter() - t0,
+                scenarios=val_set,
+            )
+            write_report(report, folder)
+            return report
+
+        # What is already done comes from the folder (report.py), so a resumed run goes
+        # on from where the last one stopped, whatever phase that was.
+        evaluations = journal_evaluations(read_journal(folder))
+        grpo_done = len(grpo_steps(folder, read_journal(folder)))
+        if await model.get_step() == 0 and grpo_done == 0:
+            if not any(e.step == 0 for e in evaluations):
+                phase = "the untrained model's held-out evaluation"
+                # The untrained model first, so the report can tell what training did.
+                untrained = await evaluate(0, 0)
+                evaluations.append(untrained)
+                log(f"untrained: held-out {eval_line(untrained)}")
+                save_report()
             demos = _demonstrations(sft, train_set, tools)
             if demos and cfg.sft_epochs > 0:
+                phase = "the SFT warm start"
                 res = await model.train_sft(
                     demos,
                     art.TrainConfig(learning_rate=cfg.sft_learning_rate),
@@ -469,21 +674,12 @@ async def train(
                     f"SFT warm start on {len(demos)} demonstrations: loss {res.metrics['sft_loss_first']:.2f} -> {res.metrics['sft_loss_last']:.2f}"
                 )
         start_step = await model.get_step()
-        if not history:
-            if start_step == 0 and report.evaluations:
-                before = report.evaluations[-1]  # no warm start: the untrained evaluation
-            else:
-                before = await evaluate(start_step, 0)
-                log(f"RL step 0 (before RL): held-out {_eval_line(before)}")
-            report.rows.append(
-                {
-                    "step": float(start_step),
-                    "rl_step": 0.0,
-                    "train_reward": float("nan"),
-                    **_eval_row(before),
-                }
-            )
-        grpo_done = _grpo_steps_done(folder, report.rows)
+        if grpo_done == 0 and not any(e.rl_step == 0 and e.step == start_step for e in evaluations):
+            phase = "the held-out evaluation before RL"
+            before = await evaluate(start_step, 0)
+            evaluations.append(before)
+            log(f"RL step 0 (before RL): held-out {eval_line(before)}")
+        save_report()
         epochs = 1 + (cfg.steps * cfg.groups_per_step) // max(len(train_set), 1)
         batches = iterate_dataset(
             train_set,
@@ -495,6 +691,7 @@ async def train(
         for batch in batches:
             if batch.step >= cfg.steps:
                 break
+            phase = f"RL step {batch.step + 1}"
             groups = await art.gather_trajectory_groups(
                 (
                     art.TrajectoryGroup(rollout(s) for _ in range(cfg.group_size))
@@ -504,6 +701,8 @@ async def train(
                 max_exceptions=0.5,
                 after_each=judge,
             )
+            done = batch.step + 1
+            report_errors(f"RL step {done}")
             if cfg.shuffle_rewards:
                 _shuffle_rewards(groups, random.Random(f"{cfg.seed}/{batch.step}"))
             result = await model.train(
@@ -512,41 +711,156 @@ async def train(
                     learning_rate=cfg.learning_rate, micro_batch_tokens=cfg.micro_batch_tokens
                 ),
             )
-            train_reward = result.metrics.get("reward", float("nan"))
-            row: dict[str, float] = {
-                "step": float(result.step),
-                "rl_step": float(batch.step + 1),
-                "val_reward": float("nan"),
-                "train_reward": train_reward,
-                "zero_variance_groups": result.metrics.get("zero_variance_groups", float("nan")),
-                "seconds": time.perf_counter() - t0,
-            }
-            done = batch.step + 1
+            m = result.metrics
+            append_journal(
+                folder,
+                "step",
+                {"step": result.step, **{k: m[k] for k in _STEP_KEYS if k in m}},
+            )
+            train_reward = m.get("reward", float("nan"))
             if done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0):
-                ev = await evaluate(result.step, done)
-                row.update(_eval_row(ev))
-                held = _eval_line(ev)
+                held = eval_line(await evaluate(result.step, done))
             else:
                 held = "-"
-            report.rows.append(row)
-            log(f"RL step {done}: train reward {train_reward:.2f}, held-out {held}")
-        vals = [r["val_reward"] for r in report.rows if _ok(r.get("val_reward"))]
-        report.val_reward_before = vals[0] if vals else None
-        report.val_reward_after = vals[-1] if vals else None
-        report.val_reward_best = max(vals[1:]) if len(vals) > 1 else None
-        report.seconds = time.perf_counter() - t0
-        rl_evals = [e for e in report.evaluations if e.rl_step > 0]
-        if report.evaluations and rl_evals:
-            first, last = report.evaluations[0], rl_evals[-1]
-            report.paired = {k: paired_rise(first, last, k) for k in ("greedy", "sampled")}
-            report.examples = changed_examples(first, last, val_set)
-        _write_report(report, folder)
+            log(
+                f"RL step {done}: train reward {train_reward:.2f}{_trained_note(m, judge_params)}, "
+                f"held-out {held}"
+            )
+            save_report()
+        grpo_done = len(grpo_steps(folder, read_journal(folder)))
+        step = await model.get_step()
+        evaluations = journal_evaluations(read_journal(folder))
+        if grpo_done and grpo_done >= cfg.steps and not any(e.step == step for e in evaluations):
+            # The last step's evaluation was cut off by an interrupt: run it now.
+            phase = f"the held-out evaluation after RL step {grpo_done}"
+            ev = await evaluate(step, grpo_done)
+            log(f"RL step {grpo_done}: held-out {eval_line(ev)}")
+        report = save_report()
         log(f"report: {folder / 'report.md'}")
         return report
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        # Ctrl-C: one line, not the tracebacks of every task it cancelled.
+        log(
+            f"interrupted during {phase}; what finished is saved (checkpoints, evaluations): "
+            "run the same command to resume"
+        )
+        raise
     finally:
         await toolset.close()
+        copies.release_all()
         if own_backend:
             await backend.close()
+
+
+def _say(line: str) -> None:
+    """The default log: stdout, flushed line by line (a pipe or a file sees each line)."""
+    print(line, flush=True)
+
+
+def _label(server: Any) -> str:
+    """The server as the user gave it (a workdir's copies do not change a model's name)."""
+    if isinstance(server, str):
+        return server
+    if isinstance(server, list | tuple):
+        return shlex.join(server)
+    return type(server).__name__
+
+
+class _WorkdirCopies:
+    """Fresh copies of the run's workdir, one per server started, removed when it ends."""
+
+    def __init__(self, workdir: str | None) -> None:
+        self.workdir = workdir
+        self.made: dict[str, str] = {}  # the command -> its copy
+
+    def command(self, server: Any) -> Any:
+        """`server` with '{workdir}' replaced by a new copy (unchanged without a workdir)."""
+        if self.workdir is None:
+            return server
+        root = tempfile.mkdtemp(prefix="art-mcp-workdir-")
+        copy = os.path.join(root, Path(self.workdir).name or "workdir")
+        shutil.copytree(self.workdir, copy, symlinks=True)
+        if isinstance(server, str):
+            cmd: Any = server.replace("{workdir}", shlex.quote(copy))
+            self.made[cmd] = root
+        else:
+            cmd = [a.replace("{workdir}", copy) for a in server]
+            self.made[shlex.join(cmd)] = root
+        return cmd
+
+    def release(self, command: Any) -> None:
+        key = command if isinstance(command, str) else shlex.join(command)
+        if (root := self.made.pop(key, None)) is not None:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def release_all(self) -> None:
+        for root in self.made.values():
+            shutil.rmtree(root, ignore_errors=True)
+        self.made.clear()
+
+
+_STEP_KEYS = ("reward", "zero_variance_groups", "groups", "nothing_trainable", "trajectories")
+"""The train metrics a journal step line keeps (report.py rebuilds rows from them)."""
+
+
+def _trained_note(m: dict[str, float], judge_params: dict[str, Any] | None) -> str:
+    """What a step trained on, when it is not every group: "(2 of 8 groups had one reward
+    for all their rollouts)", or why it trained on nothing."""
+    groups = int(m.get("groups", 0))
+    zv = int(m.get("zero_variance_groups", 0))
+    if m.get("nothing_trainable"):
+        if groups and zv == groups:
+            who = "the judge" if judge_params is not None else "the reward function"
+            why = f"in every group, {who} gave all rollouts the same score"
+        elif m.get("stale_groups"):
+            why = "its groups were sampled from adapters older than max_staleness allows"
+        else:
+            why = "no rollout had a trainable token (every group empty or without variance)"
+        return f" - TRAINED ON NOTHING: {why}; the step advances with the adapter unchanged"
+    if zv:
+        return f" ({zv} of {groups} groups had one reward for all rollouts: not trained on)"
+    return ""
+
+
+class _RewardErrors:
+    """Exceptions of the reward function in one phase: counted, the first traceback kept."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first = ""
+
+    def add(self, exc: BaseException) -> None:
+        if not self.count:
+            self.first = "".join(traceback.format_exception(exc)).rstrip()
+        self.count += 1
+
+    def take(self) -> tuple[int, str]:
+        out = (self.count, self.first)
+        self.count, self.first = 0, ""
+        return out
+
+
+async def _judge_held_out(groups: list[list[art.Trajectory]], params: dict[str, Any]) -> int:
+    """Score each scenario's held-out episodes with RULER, as training scores a group (the
+    reward function's score kept as `independent_reward`); returns how many groups failed."""
+    from art_langgraph.rewards import ruler
+
+    async def one(trajs: list[art.Trajectory]) -> bool:
+        try:
+            scores = await ruler([t.messages for t in trajs], **params)
+        except Exception as exc:  # a judge that fails is counted, not fatal
+            log_ = trajs[0].log if trajs else None
+            if log_ is not None:
+                log_(f"RULER failed: {exc!r}")
+            return False
+        for t, sc in zip(trajs, scores, strict=True):
+            t.metrics["independent_reward"] = t.reward
+            t.metrics["ruler_score"] = sc.score
+            t.reward = sc.score
+        return True
+
+    ok = await asyncio.gather(*(one(g) for g in groups))
+    return sum(not x for x in ok)
 
 
 async def _scenarios(
@@ -616,10 +930,11 @@ def _demonstrations(
     return [agent_view(s.demonstration) for s in scen if s.demonstration]
 
 
-def _judge(cfg: HarnessConfig, model: art.Model) -> Any:
+def _judge_params(cfg: HarnessConfig, model: art.Model) -> dict[str, Any] | None:
+    """`ruler`'s judge, base_url, api_key and rubric for this run; None without a judge."""
     if cfg.judge is None:
         return None
-    from art_langgraph.rewards import DEFAULT_RUBRIC, ruler_score_group
+    from art_langgraph.rewards import DEFAULT_RUBRIC
 
     judge, base_url, api_key = cfg.judge, None, None
     if judge == "local":
@@ -628,30 +943,21 @@ def _judge(cfg: HarnessConfig, model: art.Model) -> Any:
             model.inference_base_url,
             model.inference_api_key,
         )
-    return functools.partial(
-        ruler_score_group,
-        judge=judge,
-        base_url=base_url,
-        api_key=api_key,
-        rubric=cfg.rubric or DEFAULT_RUBRIC,
-        swallow_exceptions=True,
-    )
+    return {
+        "judge": judge,
+        "base_url": base_url,
+        "api_key": api_key,
+        "rubric": cfg.rubric or DEFAULT_RUBRIC,
+    }
 
 
-def _grpo_steps_done(folder: Path, rows: list[dict[str, Any]]) -> int:
-    """GRPO steps already trained in this model's folder (SFT steps are not counted); with a
-    remote backend (no history here), the last RL step of the previous report."""
-    f = folder / "history.jsonl"
-    if not f.exists():
-        return max((int(r.get("rl_step") or 0) for r in rows), default=0)
-    done = 0
-    for line in f.read_text().splitlines():
-        try:
-            h = json.loads(line)
-        except ValueError:
-            continue
-        done += h.get("split") == "train" and "sft_steps" not in h
-    return done
+def _judge(params: dict[str, Any] | None) -> Any:
+    """The training groups' `after_each`: RULER over each group (None without a judge)."""
+    if params is None:
+        return None
+    from art_langgraph.rewards import ruler_score_group
+
+    return functools.partial(ruler_score_group, **params, swallow_exceptions=True)
 
 
 def _shuffle_rewards(groups: list[art.TrajectoryGroup], rng: random.Random) -> None:
@@ -661,152 +967,3 @@ def _shuffle_rewards(groups: list[art.TrajectoryGroup], rng: random.Random) -> N
     rng.shuffle(rewards)
     for t, r in zip(trajs, rewards, strict=True):
         t.reward = r
-
-
-def _eval_row(ev: Evaluation) -> dict[str, float]:
-    s = ev.summary()
-    return {
-        "val_reward": ev.greedy_reward,
-        "val_greedy_success": s["greedy_success"],
-        "val_sampled_success": s["sampled_success"],
-        "val_format": s["sampled_format"] if ev.sampled else s["greedy_format"],
-    }
-
-
-def _eval_line(ev: Evaluation) -> str:
-    s = ev.summary()
-    line = f"greedy success {_fmt(s['greedy_success'])}"
-    if ev.sampled:
-        line += (
-            f", sampled success {_fmt(s['sampled_success'])}, format {_fmt(s['sampled_format'])}"
-        )
-    return line + f" (reward {_fmt(s['greedy_reward'])})"
-
-
-def _fmt(x: float | None) -> str:
-    return "-" if x is None or x != x else f"{x:.2f}"
-
-
-def summary_lines(report: Report) -> list[str]:
-    """The report's headline: held-out success of the untrained model, after any warm
-    start, after RL; the paired rise; the wall time."""
-    evs = report.evaluations
-    if not evs:
-        return [f"- wall time: {report.seconds:.0f} s"]
-    n = len(evs[0].greedy)
-    k = max((len(v) for v in evs[0].sampled.values()), default=0)
-    out = [
-        f"- held-out: {n} scenarios never trained on; greedy, and {k} samples at temperature 1"
-        if k
-        else f"- held-out: {n} scenarios never trained on, greedy"
-    ]
-    for ev in evs:
-        label = (
-            "untrained"
-            if ev.step == 0
-            else (
-                "before RL (after the warm start)"
-                if ev.rl_step == 0
-                else f"after RL step {ev.rl_step}"
-            )
-        )
-        out.append(f"- {label}: {_eval_line(ev)}")
-    for kind in ("sampled", "greedy"):
-        p = report.paired.get(kind)
-        if p and _ok(p.get("rise")):
-            out.append(
-                f"- paired rise in {kind} success, untrained -> last: {p['rise']:+.2f} "
-                f"(± {_fmt(p['se'])} s.e., {int(p['n'])} scenarios)"
-            )
-    rl = [e for e in evs if e.rl_step > 0]
-    before = [e for e in evs if e.rl_step == 0]
-    if rl and before:
-        share = rl[-1].greedy_reward - before[-1].greedy_reward
-        out.append(f"- RL's own contribution to the greedy reward: {share:+.2f}")
-    out.append(f"- wall time: {report.seconds:.0f} s")
-    return out
-
-
-def _load_report(folder: Path) -> dict[str, Any]:
-    """The previous run's report.json as plain JSON (rows hold null where not evaluated)."""
-    f = folder / "report.json"
-    try:
-        data = json.loads(f.read_text()) if f.exists() else {}
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _ok(x: float | None) -> bool:
-    return x is not None and x == x
-
-
-def _example_lines(report: Report) -> list[str]:
-    if not report.examples:
-        return []
-    out = ["", "## Held-out episodes that changed (greedy, untrained -> last)", ""]
-    for ex in report.examples:
-        out += [
-            f"**{ex['task']}**",
-            "",
-            f"- before (reward {_fmt(ex['before_reward'])}): `{ex['before']}`",
-            f"- after (reward {_fmt(ex['after_reward'])}): `{ex['after']}`",
-            "",
-        ]
-    return out
-
-
-def _write_report(report: Report, folder: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-
-    def put(name: str, text: str) -> None:
-        with atomic_write(folder / name) as f:
-            f.write(text)
-
-    put("report.json", report.model_dump_json(indent=2))
-    lines = [
-        f"# {report.model} over `{report.server}`",
-        "",
-        *summary_lines(report),
-        "",
-        "| RL step | train reward | held-out reward |",
-        "|---:|---:|---:|",
-        *(
-            f"| {int(r.get('rl_step', r['step']))} | {_fmt(r.get('train_reward'))} | {_fmt(r.get('val_reward'))} |"
-            for r in report.rows
-        ),
-        "",
-        "![reward curve](reward_curve.png)",
-        *_example_lines(report),
-    ]
-    put("report.md", "\n".join(lines) + "\n")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
-
-        def x(r: dict[str, float]) -> float:
-            return r.get("rl_step", r["step"])
-
-        pts = [(x(r), r["val_reward"]) for r in report.rows if _ok(r.get("val_reward"))]
-        tr = [(x(r), r["train_reward"]) for r in report.rows if _ok(r.get("train_reward"))]
-        if tr:
-            ax.plot(*zip(*tr, strict=True), marker="o", label="train reward")
-        if pts:
-            ax.plot(*zip(*pts, strict=True), marker="s", label="held-out reward")
-        if (untrained := report.val_reward_untrained) is not None and _ok(untrained):
-            ax.axhline(untrained, color="grey", ls=":", label="untrained")
-        ax.set_xlabel("RL step (0: before RL)")
-        ax.set_ylabel("reward")
-        ax.set_title(f"{report.model}: GRPO over MCP")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="lower right")
-        fig.tight_layout()
-        with atomic_write(folder / "reward_curve.png", "wb") as f:
-            fig.savefig(f, format="png")
-        plt.close(fig)
-    except ImportError:  # matplotlib is optional: the JSON and markdown reports are written anyway
-        pass

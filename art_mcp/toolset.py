@@ -19,6 +19,8 @@ not import with mcp 2.x. Left out: prompts, sampling callbacks and OAuth.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -27,6 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,11 @@ from art_langgraph.errors import InfrastructureError, UsageError
 __all__ = ["MCPToolset", "ToolOutcome"]
 
 log = logging.getLogger(__name__)
+
+_ROUTES: contextvars.ContextVar[dict[int, MCPToolset] | None] = contextvars.ContextVar(
+    "art_mcp_routes", default=None
+)
+"""id(toolset) -> the toolset its tools' calls go to in this context (`routed_to`)."""
 
 
 @dataclass
@@ -84,12 +92,13 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def _tail(path: Path | None, lines: int = 15) -> list[str]:
+def _tail(path: Path | None, start: int = 0, lines: int = 15) -> list[str]:
+    """The last `lines` lines of `path` written after byte `start`."""
     if path is None:
         return []
     try:
         with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 16384))
+            f.seek(max(start, f.seek(0, 2) - 16384))
             text = f.read().decode("utf-8", "replace")
     except OSError:
         return []
@@ -107,14 +116,20 @@ class MCPToolset:
         timeout_s: float = 30.0,
         startup_timeout_s: float = 30.0,
         stderr_log: str | Path | None = None,
+        allow_tools: list[str] | None = None,
+        deny_tools: list[str] | None = None,
     ) -> None:
         """`env`: variables added to a stdio server's environment. `stderr_log`: the file
-        a stdio server's stderr is appended to (None: a temporary file), so its tracebacks
-        never flood the console; a failed start quotes its last lines."""
+        a stdio server's stderr goes to (None: a temporary file), so its tracebacks never
+        flood the console; appended to, and a failed start quotes the last lines this
+        toolset's server wrote there. `allow_tools` / `deny_tools`: the only tools offered, or
+        tools never offered (names the server does not list are an error at start)."""
         self.server = server
         self.timeout_s = timeout_s
         self.startup_timeout_s = startup_timeout_s
         self._target = _target(server, env)
+        self.allow_tools = list(allow_tools) if allow_tools is not None else None
+        self.deny_tools = list(deny_tools or [])
         self.stderr_log: Path | None = None
         """Where a stdio server's stderr goes."""
         if (
@@ -127,6 +142,8 @@ class MCPToolset:
                 stderr_log = name
             self.stderr_log = Path(stderr_log)
             self.stderr_log.parent.mkdir(parents=True, exist_ok=True)
+        self._log_start = 0
+        """Where this toolset's part of `stderr_log` begins: a failed start quotes only it."""
         self._client: Any = None
         self._owner: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -166,6 +183,9 @@ class MCPToolset:
         self._stop = asyncio.Event()
         stop = self._stop
 
+        if self.stderr_log is not None and self.stderr_log.exists():
+            self._log_start = self.stderr_log.stat().st_size
+
         async def own() -> None:
             errlog = open(self.stderr_log, "a") if self.stderr_log is not None else None  # noqa: SIM115
             try:
@@ -197,11 +217,31 @@ class MCPToolset:
             await self._close_owner(graceful=False)
             raise InfrastructureError(self._start_failure(exc)) from None
         self._client = client
-        self.tools = list((await client.list_tools()).tools)
+        try:
+            self.tools = self._select(list((await client.list_tools()).tools))
+        except UsageError:
+            await self._close_owner()
+            raise
         try:
             self.resources = list((await client.list_resources()).resources)
         except Exception:  # a server without resources
             self.resources = []
+
+    def _select(self, tools: list[Any]) -> list[Any]:
+        """The listed tools, less those `allow_tools`/`deny_tools` leave out."""
+        names = [t.name for t in tools]
+        asked = [*(self.allow_tools or []), *self.deny_tools]
+        if unknown := [n for n in asked if n not in names]:
+            raise UsageError(
+                f"{self.label} has no tool named {', '.join(map(repr, unknown))}; its tools: "
+                f"{', '.join(names)}"
+            )
+        return [
+            t
+            for t in tools
+            if (self.allow_tools is None or t.name in self.allow_tools)
+            and t.name not in self.deny_tools
+        ]
 
     def _start_failure(self, exc: BaseException) -> str:
         """Why the server did not start: its error, its exit code and its last stderr lines."""
@@ -209,7 +249,7 @@ class MCPToolset:
             why = f"it did not answer MCP's initialize within {self.startup_timeout_s:g} s"
         else:
             why = "; ".join(dict.fromkeys(f"{type(e).__name__}: {e}" for e in _leaves(exc)))
-        lines = _tail(self.stderr_log)
+        lines = _tail(self.stderr_log, self._log_start)
         codes = [x.removeprefix(_EXIT_MARK) for x in lines if x.startswith(_EXIT_MARK)]
         lines = [x for x in lines if not x.startswith(_EXIT_MARK)]
         msg = f"cannot start MCP server {self.label}: {why}"
@@ -263,6 +303,10 @@ class MCPToolset:
     async def call(self, name: str, arguments: dict[str, Any] | None = None) -> ToolOutcome:
         """Call a tool. Errors of every kind come back as `ToolOutcome(is_error=True)`."""
         t0 = time.perf_counter()
+        if name in self.deny_tools or (
+            self.allow_tools is not None and name not in self.allow_tools
+        ):
+            return ToolOutcome(f"error: tool {name!r} is not offered here", True, latency_s=0.0)
         if self._client is None:
             try:
                 await (self.restart() if self._owner is not None or self.tools else self.start())
@@ -296,6 +340,17 @@ class MCPToolset:
             text, bool(result.is_error), result.structured_content, time.perf_counter() - t0
         )
 
+    @contextlib.contextmanager
+    def routed_to(self, other: MCPToolset) -> Iterator[None]:
+        """Within this block (this task and the tasks it starts), the calls of this toolset's
+        `langchain_tools` go to `other`: another process of the same server, so a rollout
+        can run in a world of its own while the agent keeps one set of tools."""
+        token = _ROUTES.set({**(_ROUTES.get() or {}), id(self): other})
+        try:
+            yield
+        finally:
+            _ROUTES.reset(token)
+
     def langchain_tools(self) -> list[Any]:
         """The tools as LangChain `StructuredTool`s (async), for any graph."""
         from langchain_core.tools import StructuredTool, ToolException
@@ -305,7 +360,7 @@ class MCPToolset:
 
         def make(tool: Any) -> Any:
             async def run(**kwargs: Any) -> str:
-                outcome = await self.call(tool.name, kwargs)
+                outcome = await (_ROUTES.get() or {}).get(id(self), self).call(tool.name, kwargs)
                 if outcome.is_error:
                     raise ToolException(outcome.text)
                 return outcome.text

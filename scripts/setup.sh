@@ -30,3 +30,13 @@ if [ "${ART_SKIP_THIRD_PARTY:-0}" != "1" ] && [ ! -x "$tools_venv/bin/mcp-server
   "$py" -m venv "$tools_venv"
   "$tools_venv/bin/python" -m pip install -q "mcp-server-time==2026.10.19" >&2
 fi
+# A second one with write tools, from npm (Node.js): the filesystem server the tests run
+# with a fresh folder per rollout. Skipped without npm, or when ART_SKIP_THIRD_PARTY=1.
+npm_dir="${ART_NPM_SERVERS:-$root/.mcp-servers-npm}"
+fs_server="$npm_dir/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+if [ "${ART_SKIP_THIRD_PARTY:-0}" != "1" ] && [ ! -f "$fs_server" ] && command -v npm >/dev/null; then
+  echo "setup: installing @modelcontextprotocol/server-filesystem into $npm_dir" >&2
+  mkdir -p "$npm_dir"
+  npm install --prefix "$npm_dir" --no-audit --no-fund --silent \
+    "@modelcontextprotocol/server-filesystem@2026.8.31" >&2
+fi

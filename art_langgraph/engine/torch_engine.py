@@ -143,6 +143,7 @@ class TorchEngine:
         self.tokenizer = tokenizer
         self.base_model = model
         self.model = model  # becomes a PeftModel with the first adapter
+        self._cache_kw = _cache_keyword(model)
         self.device = next(model.parameters()).device
         from art_langgraph.training.shared_base import SharedBase, frozen_tensors
 
@@ -450,7 +451,7 @@ class TorchEngine:
                 input_ids=input_ids,
                 attention_mask=mask,
                 position_ids=pos,
-                past_key_values=cache,
+                **{self._cache_kw: cache},
                 cache_position=torch.arange(t, t + q, device=self.device),
                 use_cache=True,
                 logits_to_keep=1,
@@ -1025,3 +1026,12 @@ def _settle(fut: asyncio.Future[Any], item: Any) -> None:
         fut.set_exception(item)
     else:
         fut.set_result(item)
+
+
+def _cache_keyword(model: Any) -> str:
+    """The forward keyword that takes the KV cache: `cache` since transformers 5.24,
+    `past_key_values` before (5.24 still takes it, with a deprecation warning per call)."""
+    import inspect
+
+    params = inspect.signature(type(model).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"

@@ -32,6 +32,12 @@ def prepare_step(
     vocab_size: int | None = None,
 ) -> tuple[list[TrainSequence], dict[str, float]]:
     """The sequences to train at step `new_step`, and the step's metrics (counts, rewards)."""
+    if not groups:
+        # A step with no groups would advance the model and write a checkpoint of nothing.
+        raise UsageError(
+            "train() got no groups: gather at least one TrajectoryGroup of finished rollouts "
+            "(gather_trajectory_groups drops groups whose rollouts all failed: check its errors)"
+        )
     counts = {"groups": 0, "empty_groups": 0, "zero_variance_groups": 0, "stale_groups": 0}
     stats = TensorizeStats()
     seqs: list[TrainSequence] = []

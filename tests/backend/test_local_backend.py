@@ -92,6 +92,9 @@ async def test_nothing_trainable_still_advances_and_says_why(backend: art.LocalB
 
 async def test_bad_groups_are_refused_before_anything_is_saved(backend: art.LocalBackend) -> None:
     model = await _model(backend, "bad")
+    with pytest.raises(art.UsageError, match="got no groups"):
+        await model.train([], LR)  # no step of nothing
+    assert await model.get_step() == 0
 
     async def pending() -> art.Trajectory:
         return art.Trajectory()

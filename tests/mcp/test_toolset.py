@@ -106,6 +106,15 @@ async def test_a_server_that_exits_on_start_reports_its_exit_code_and_stderr() -
     assert "missing API key" in msg and "ExceptionGroup" not in msg
 
 
+async def test_a_failed_start_quotes_this_run_s_stderr_not_an_earlier_one(tmp_path: Path) -> None:
+    log_file = tmp_path / "server.log"
+    log_file.write_text("OLD RUN: something else went wrong\n")
+    cmd = "python -c 'import sys; print(\"this run\", file=sys.stderr); sys.exit(3)'"
+    with pytest.raises(art.InfrastructureError) as info:
+        await MCPToolset(cmd, startup_timeout_s=20, stderr_log=log_file).start()
+    assert "this run" in str(info.value) and "OLD RUN" not in str(info.value)
+
+
 async def test_a_server_that_hangs_on_initialize_is_a_clear_error_without_noise(
     capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

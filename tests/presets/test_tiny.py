@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from pathlib import Path
 
+import pytest
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
+from art_langgraph.errors import UsageError
 from art_langgraph.presets import TinySpec, build_tiny, resolve_preset
 
 TOOLS = [
@@ -55,10 +59,49 @@ def test_build_is_deterministic_and_cached(tmp_path: Path) -> None:
     assert not [p for p in (tmp_path / "a" / "presets").iterdir() if p.name.startswith(".")]
 
 
-def test_resolve_preset_leaves_other_ids_alone(tiny_path: Path) -> None:
-    assert resolve_preset("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
-    assert resolve_preset("/some/local/folder") == "/some/local/folder"
+def test_resolve_preset_leaves_folders_and_reachable_hub_ids_alone(
+    tiny_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert resolve_preset(str(tmp_path)) == str(tmp_path)
     assert Path(resolve_preset("tiny")) == tiny_path
+    answers = {"/api/models/owner/there": 200, "/api/models/owner/gone": 404}
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:
+            self.send_response(answers.get(self.path, 500))
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{hub.server_address[1]}")
+        assert resolve_preset("owner/there") == "owner/there"
+        with pytest.raises(UsageError, match=r"no such model.*HTTP 404.*tiny, smollm2-135m"):
+            resolve_preset("owner/gone")
+    finally:
+        hub.shutdown()
+        hub.server_close()
+    # a hub that is not there: one refused connection, then the error (no retries)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{hub.server_address[1]}")
+    with pytest.raises(UsageError, match=r"cannot be reached from here.*a preset \(tiny"):
+        resolve_preset("owner/there")
+
+
+@pytest.mark.parametrize("name", ["smollm2", "/no/such/folder", "llama 3", "a/b/c"])
+def test_an_unknown_base_model_is_refused_without_asking_the_hub(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import httpx
+
+    def no_network(*args: object, **kw: object) -> None:
+        raise AssertionError("asked the hub")
+
+    monkeypatch.setattr(httpx, "head", no_network)
+    with pytest.raises(UsageError, match=r"unknown base model.*a preset \(tiny, smollm2-135m\)"):
+        resolve_preset(name)
 
 
 def test_template_renders_tools_and_tool_calls(tiny_path: Path) -> None:
