@@ -452,6 +452,10 @@ async def train(
         scenarios = load_scenarios(scenarios)  # a bad file fails before anything starts
     elif isinstance(scenarios, list) and not scenarios:
         raise UsageError("scenarios is an empty list")
+    if backend is None and cfg.backend is None:
+        from art_langgraph.presets import check_base_model
+
+        check_base_model(cfg.base_model)  # before any server or engine starts
     t0 = time.perf_counter()
     own_backend = backend is None
     if backend is None and cfg.backend is not None:

@@ -92,8 +92,14 @@ def append_journal(folder: Path, kind: str, data: dict[str, Any]) -> None:
     """Append one line {"kind": kind, **data} to the journal and flush it to disk."""
     folder.mkdir(parents=True, exist_ok=True)
     line = json.dumps({"kind": kind, **data}, allow_nan=True) + "\n"
-    with open(folder / JOURNAL, "a", encoding="utf-8") as f:
-        f.write(line)
+    path = folder / JOURNAL
+    with open(path, "ab") as f:
+        if f.tell() > 0:
+            with open(path, "rb") as r:
+                r.seek(-1, 2)
+                if r.read(1) != b"\n":  # a line torn by a killed process: end it first
+                    line = "\n" + line
+        f.write(line.encode())
         f.flush()
         os.fsync(f.fileno())
 

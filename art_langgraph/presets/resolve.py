@@ -18,7 +18,7 @@ from art_langgraph.errors import UsageError
 from art_langgraph.presets.gguf import SMOLLM2_PRESET, build_from_gguf, smollm2_gguf
 from art_langgraph.presets.tiny import TINY_PRESET, build_tiny
 
-__all__ = ["PRESETS", "resolve_preset"]
+__all__ = ["PRESETS", "check_base_model", "resolve_preset"]
 
 PRESETS = (TINY_PRESET, SMOLLM2_PRESET)
 """Names that build offline: `tiny` (random, 2 layers, for unit tests) and `smollm2-135m`
@@ -33,10 +33,18 @@ def resolve_preset(base_model: str, cache_dir: Path | None = None) -> str:
         return str(build_from_gguf(smollm2_gguf(), cache_dir))
     if base_model.endswith(".gguf"):
         return str(build_from_gguf(base_model, cache_dir))
-    if Path(base_model).expanduser().is_dir():
-        return base_model
-    _check_hub_id(base_model)
+    check_base_model(base_model)
     return base_model
+
+
+def check_base_model(base_model: str) -> None:
+    """Raise `UsageError` unless `base_model` can load here (a preset, a .gguf, a folder, a
+    cached or reachable Hub id); builds nothing."""
+    if base_model in PRESETS or base_model.endswith(".gguf"):
+        return
+    if Path(base_model).expanduser().is_dir():
+        return
+    _check_hub_id(base_model)
 
 
 _FORMS = (

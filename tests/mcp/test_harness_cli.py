@@ -101,6 +101,15 @@ def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:
         (["--reward", "no_such_module:score"], "cannot import the reward module"),
         (["--reward", "examples.mcp_server.tasks:nothing"], "has no callable 'nothing'"),
         (["--env", "NOEQUALS"], "--env takes KEY=VALUE"),
+        (
+            ["--base-model", "smollm2"],
+            "unknown base model 'smollm2': give a preset (tiny, smollm2-135m)",
+        ),
+        (
+            ["--server-per", "rollout", "--server", "http://127.0.0.1:9/mcp"],
+            "give the server as a command",
+        ),
+        (["--allow-tools", "add,nope"], "has no tool named 'nope'"),
     ],
 )
 def test_bad_inputs_are_one_line_errors_not_tracebacks(
@@ -110,11 +119,12 @@ def test_bad_inputs_are_one_line_errors_not_tracebacks(
     empty.write_text("")
     args = [str(empty) if a == "EMPTY" else a for a in args]
     base = {"--scenarios": "examples/mcp_server/scenarios.jsonl", "--reward": "examples.mcp_server.tasks:score"}  # fmt: skip
+    base["--server"] = "python -m examples.mcp_server.server"
     for flag, value in base.items():
         if flag not in args:
             args += [flag, value]
     out = subprocess.run(
-        [sys.executable, "-m", "art_mcp.cli", "train", "--server", "python -m examples.mcp_server.server", "--path", str(tmp_path), *args],
+        [sys.executable, "-m", "art_mcp.cli", "train", "--path", str(tmp_path), *args],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 2, out.stdout + out.stderr

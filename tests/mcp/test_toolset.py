@@ -142,3 +142,14 @@ async def test_server_stderr_goes_to_its_log_file_not_the_console(
     out, err = capfd.readouterr()
     assert "Traceback" not in out + err
     assert log_file.stat().st_size > 0  # the server wrote there (its start-up and errors)
+
+
+async def test_allow_and_deny_lists_choose_the_tools_offered() -> None:
+    async with MCPToolset(SERVER, allow_tools=["add", "capital"], deny_tools=["capital"]) as ts:
+        assert [t.name for t in ts.tools] == ["add"]
+        assert [t.name for t in ts.langchain_tools()] == ["add"]
+        refused = await ts.call("capital", {"country": "France"})
+        assert refused.is_error and "not offered" in refused.text
+        assert (await ts.call("add", {"a": 1, "b": 2})).text == "3"
+    with pytest.raises(art.UsageError, match=r"no tool named 'delete_all'.*its tools: .*add"):
+        await MCPToolset(SERVER, deny_tools=["delete_all"]).start()

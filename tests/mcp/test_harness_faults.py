@@ -1,0 +1,162 @@
+"""`art_mcp.train` when things go wrong: a reward that raises, steps with nothing to
+train, a judge-only run's evaluation, Ctrl-C at several points and the resumed report, a
+recipe that changed under a model's name. All on the tiny preset and the bundled server."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import art_langgraph as art
+from art_mcp import HarnessConfig, Scenario, load_scenarios, train
+from art_mcp.harness import default_name, recipe_of
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER = "python -m examples.mcp_server.server"
+SCENARIOS = ROOT / "examples/mcp_server/scenarios.jsonl"
+
+pytestmark = pytest.mark.slow
+
+
+def _cfg(tmp_path: Path, **kw: object) -> HarnessConfig:
+    base: dict[str, object] = {
+        "path": str(tmp_path),
+        "group_size": 2,
+        "groups_per_step": 2,
+        "sft_epochs": 0,
+        "max_tokens": 24,
+        "max_turns": 2,
+        "tool_choice": "required",
+        "eval_scenarios": 2,
+        "eval_samples": 1,
+        "val_fraction": 0.1,
+    }
+    return HarnessConfig(**{**base, **kw})  # type: ignore[arg-type]
+
+
+async def test_a_raising_reward_is_counted_and_a_flat_step_says_it_trained_nothing(
+    tmp_path: Path,
+) -> None:
+    calls = itertools.count()
+
+    def reward(traj: art.Trajectory, s: Scenario) -> float:
+        n = next(calls)
+        if n % 4 == 1:
+            raise KeyError(f"no field in episode {n}")
+        if n % 4 == 3:
+            return float("nan")
+        return 0.5  # every other episode the same: no group has variance
+
+    said: list[str] = []
+    report = await train(
+        SERVER, _cfg(tmp_path, steps=1), scenarios=SCENARIOS, reward=reward, log=said.append
+    )
+    text = "\n".join(said)
+    # held out: scored 0 and counted, with the first traceback; the evaluation finished
+    assert "held-out evaluation at step 0: the reward function raised in 2 episodes" in text
+    first = text.split("episodes (scored 0); first:\n", 1)[1]
+    assert first.startswith("Traceback") and ("KeyError: 'no field" in first or "nan" in first)
+    assert len(report.evaluations) == 2 and all(len(e.greedy) == 2 for e in report.evaluations)
+    # training: the failed rollouts dropped and counted; the step trained on nothing, said so
+    assert "RL step 1: the reward function raised in" in text and "(dropped)" in text
+    assert "TRAINED ON NOTHING" in text and report.untrained_steps == [1]
+    assert "1 of 1 RL steps trained on nothing" in (Path(report.folder) / "report.md").read_text()
+
+
+async def test_a_judge_only_run_evaluates_with_the_judge(tmp_path: Path) -> None:
+    report = await train(
+        SERVER, _cfg(tmp_path, steps=0, judge="local"), scenarios=SCENARIOS, log=lambda _: None
+    )
+    assert report.scored_by == "RULER judge"
+    (f,) = (Path(report.folder) / "trajectories" / "untrained").iterdir()
+    trajs = [t for line in f.read_text().splitlines() for t in json.loads(line)["trajectories"]]
+    assert len(trajs) == 4  # 2 scenarios x (greedy + 1 sample)
+    assert all("ruler_score" in t["metrics"] for t in trajs)  # not 0.00 by construction
+    assert all(t["reward"] == t["metrics"]["ruler_score"] for t in trajs)
+
+
+async def test_a_changed_recipe_stops_before_resuming_a_model_by_its_name(tmp_path: Path) -> None:
+    def flat(traj: art.Trajectory, s: Scenario) -> float:
+        return 0.0
+
+    cfg = _cfg(tmp_path, steps=0, name="mine", eval_samples=0)
+    await train(SERVER, cfg, scenarios=SCENARIOS, reward=flat, log=lambda _: None)
+    with pytest.raises(art.UsageError, match=r"another recipe \(reward changed.*--allow-recipe"):
+        await train(SERVER, cfg, scenarios=SCENARIOS, reward="examples.mcp_server.tasks:score")
+    ok = cfg.model_copy(update={"allow_recipe_change": True})
+    await train(
+        SERVER,
+        ok,
+        scenarios=SCENARIOS,
+        reward="examples.mcp_server.tasks:score",
+        log=lambda _: None,
+    )
+    # without a name, the recipe is in the default name: another reward is another model
+    scen = load_scenarios(SCENARIOS)
+    a = recipe_of(SERVER, cfg, scen, "examples.mcp_server.tasks:score")
+    b = recipe_of(SERVER, cfg, scen[1:], "examples.mcp_server.tasks:score")
+    c = recipe_of(
+        SERVER, cfg.model_copy(update={"judge": "local"}), scen, "examples.mcp_server.tasks:score"
+    )
+    assert len({default_name(SERVER, "tiny", r) for r in (a, b, c)}) == 3
+    assert default_name(SERVER, "tiny", a) == default_name(SERVER, "tiny", dict(a))
+
+
+def _run(tmp_path: Path, interrupt_after: str | None) -> subprocess.CompletedProcess[str]:
+    """`art-mcp train` as a user runs it; with `interrupt_after`, Ctrl-C (SIGINT) as soon
+    as a line containing it is printed."""
+    cmd = [
+        sys.executable, "-m", "art_mcp.cli", "train", "--server", SERVER,
+        "--scenarios", str(SCENARIOS), "--reward", "examples.mcp_server.tasks:score",
+        "--path", str(tmp_path), "--steps", "2", "--eval-every", "1", "--group-size", "2",
+        "--groups-per-step", "2", "--sft-epochs", "0", "--max-tokens", "24", "--max-turns", "2",
+        "--tool-choice", "required", "--eval-scenarios", "2", "--eval-samples", "1",
+        "--val-fraction", "0.1",
+    ]  # fmt: skip
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    lines = []
+    for line in p.stdout:
+        lines.append(line)
+        if interrupt_after is not None and interrupt_after in line:
+            p.send_signal(signal.SIGINT)
+            break
+    out, err = p.communicate(timeout=600)
+    return subprocess.CompletedProcess(cmd, p.returncode, "".join(lines) + out, err)
+
+
+def test_ctrl_c_at_any_point_then_the_same_command_gives_the_uninterrupted_report(
+    tmp_path: Path,
+) -> None:
+    for point in ("tools from", "RL step 1:"):  # during the untrained evaluation; in step 2
+        cut = _run(tmp_path, point)
+        if cut.returncode == 0:
+            continue  # it finished before the signal: nothing to resume
+        assert cut.returncode == 130, cut.stderr[-3000:]
+        assert "run the same command to resume" in cut.stdout
+        assert "Traceback" not in cut.stderr and "Event loop is closed" not in cut.stderr
+    done = _run(tmp_path, None)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (folder,) = (tmp_path / "mcp" / "models").iterdir()
+    report = json.loads((folder / "report.json").read_text())
+    assert [(e["step"], e["rl_step"]) for e in report["evaluations"]] == [(0, 0), (1, 1), (2, 2)]
+    assert [(r["step"], r["rl_step"]) for r in report["rows"]] == [(0, 0), (1, 1), (2, 2)]
+    assert report["val_reward_untrained"] == report["rows"][0]["val_reward"]
+    assert sorted(p.name for p in (folder / "checkpoints").iterdir())[-1] == "0002"
+    # killed during the last evaluation (its journal line never written): the same
+    # command evaluates step 2 again, labelled as such, and trains nothing more
+    journal = folder / "evaluations.jsonl"
+    lines = journal.read_text().splitlines()
+    journal.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:40])  # a torn last line
+    again = _run(tmp_path, None)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "RL step 2: held-out" in again.stdout
+    report = json.loads((folder / "report.json").read_text())
+    assert [(e["step"], e["rl_step"]) for e in report["evaluations"]] == [(0, 0), (1, 1), (2, 2)]
+    assert sorted(p.name for p in (folder / "checkpoints").iterdir())[-1] == "0002"
