@@ -199,7 +199,8 @@ class _TrainingAPI:
             def progress(stage: str, data: dict[str, Any]) -> None:  # the trainer's thread
                 event = StepEvent(type="progress", stage=stage, data=_jsonable(data))
                 for q in list(listeners):
-                    loop.call_soon_threadsafe(q.put_nowait, event)
+                    with contextlib.suppress(RuntimeError):  # the loop closed: nobody listens
+                        loop.call_soon_threadsafe(q.put_nowait, event)
 
             job = _Job(asyncio.ensure_future(start(progress)), listeners)
             self.jobs[request_id] = job

@@ -243,7 +243,7 @@ class TorchEngine:
         def emit(item: TokenEvent | GenerateResult | BaseException) -> None:
             if isinstance(item, TokenEvent):
                 return
-            loop.call_soon_threadsafe(_settle, fut, item)
+            _post(loop, _settle, fut, item)
 
         req = self._submit(prompt_ids, sampling, adapter, emit, stream=False)
         try:
@@ -259,7 +259,7 @@ class TorchEngine:
         q: asyncio.Queue[TokenEvent | GenerateResult | BaseException] = asyncio.Queue()
 
         def emit(item: TokenEvent | GenerateResult | BaseException) -> None:
-            loop.call_soon_threadsafe(q.put_nowait, item)
+            _post(loop, q.put_nowait, item)
 
         req = self._submit(prompt_ids, sampling, adapter, emit, stream=True)
         try:
@@ -354,7 +354,7 @@ class TorchEngine:
         fut: asyncio.Future[Any] = loop.create_future()
 
         def done(result: Any) -> None:
-            loop.call_soon_threadsafe(_settle, fut, result)
+            _post(loop, _settle, fut, result)
 
         self._inbox.put(("cmd", fn, done))
         await fut
@@ -1035,3 +1035,13 @@ def _cache_keyword(model: Any) -> str:
 
     params = inspect.signature(type(model).forward).parameters
     return "cache" if "cache" in params else "past_key_values"
+
+
+def _post(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+    """Hand `fn(*args)` from the engine's thread to `loop`. A loop already closed (the
+    process is stopping: Ctrl-C while a batch was decoding) has nobody left to tell."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        if not loop.is_closed():
+            raise

@@ -347,3 +347,30 @@ async def test_adapter_errors(engine: TorchEngine, tmp_path: Path) -> None:
     assert "other" not in engine.list_adapters()
     r = await engine.generate([5, 6, 7], SamplingParams(max_tokens=3))
     assert len(r.completion_token_ids) >= 1
+
+
+async def test_a_caller_whose_loop_closed_mid_decode_costs_the_batch_nothing(
+    engine: TorchEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A process stopping (Ctrl-C) closes its event loop while rows still decode: their
+    results have nowhere to go, and the other rows of the batch must not fail for it."""
+    import threading
+
+    long = SamplingParams(max_tokens=48, temperature=0, ignore_eos=True)
+    started = threading.Event()
+
+    def gone_caller() -> None:
+        loop = asyncio.new_event_loop()
+        loop.create_task(engine.generate(_prompt(engine, "gone"), long))
+        loop.run_until_complete(asyncio.sleep(0.05))  # submitted; now decoding
+        started.set()
+        loop.close()  # the task never finishes: its result arrives to a closed loop
+
+    t = threading.Thread(target=gone_caller)
+    t.start()
+    await asyncio.to_thread(started.wait)
+    out = await asyncio.wait_for(engine.generate(_prompt(engine, "still here"), long), 120)
+    t.join()
+    assert out.finish_reason == "length" and len(out.completion_token_ids) == 48
+    await engine.generate(_prompt(engine, "after"), SamplingParams(max_tokens=4, temperature=0))
+    assert "engine step failed" not in caplog.text
