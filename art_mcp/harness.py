@@ -604,6 +604,7 @@ async def train(
 
         async def evaluate(step: int, rl_step: int) -> Evaluation:
             ev = Evaluation(step=step, rl_step=rl_step, success_reward=cfg.success_reward)
+            tick = time.perf_counter()
             jobs = [(s, True) for s in val_set]
             jobs += [(s, False) for s in val_set for _ in range(cfg.eval_samples)]
             trajs = await asyncio.gather(
@@ -611,6 +612,10 @@ async def train(
                     rollout(s, greedy_agent if greedy else sample_agent, held_out=True)
                     for s, greedy in jobs
                 )
+            )
+            log(
+                f"held-out evaluation at step {step}: {len(trajs)} episodes in "
+                f"{time.perf_counter() - tick:.0f} s"
             )
             report_errors(f"held-out evaluation at step {step}")
             if judge_params is not None:
@@ -695,25 +700,40 @@ async def train(
         for batch in batches:
             if batch.step >= cfg.steps:
                 break
-            phase = f"RL step {batch.step + 1}"
+            done = batch.step + 1
+            phase = f"RL step {done}"
+            tick = time.perf_counter()
+            judged = _Counted(judge)
             groups = await art.gather_trajectory_groups(
                 (
                     art.TrajectoryGroup(rollout(s) for _ in range(cfg.group_size))
                     for s in batch.items
                 ),
-                progress=False,
+                pbar_desc=f"RL step {done} rollouts",
+                progress=_terminal(),
                 max_exceptions=0.5,
-                after_each=judge,
+                after_each=judged if judge is not None else None,
             )
-            done = batch.step + 1
+            n = sum(len(g.trajectories) for g in groups)
+            line = f"RL step {done}: {n} of {len(batch.items) * cfg.group_size} rollouts"
+            if judge is not None:
+                line += f", {judged.calls} groups judged ({judged.dropped} dropped)"
+            log(f"{line} in {time.perf_counter() - tick:.0f} s; training")
             report_errors(f"RL step {done}")
             if cfg.shuffle_rewards:
                 _shuffle_rewards(groups, random.Random(f"{cfg.seed}/{batch.step}"))
-            result = await model.train(
-                groups,
-                art.TrainConfig(
-                    learning_rate=cfg.learning_rate, micro_batch_tokens=cfg.micro_batch_tokens
-                ),
+            tick = time.perf_counter()
+            with _TrainingProgress(f"RL step {done} training") as progress:
+                result = await model.train(
+                    groups,
+                    art.TrainConfig(
+                        learning_rate=cfg.learning_rate, micro_batch_tokens=cfg.micro_batch_tokens
+                    ),
+                    progress=progress,
+                )
+            log(
+                f"RL step {done}: trained {progress.micro_batches} micro-batches "
+                f"({progress.tokens} tokens) in {time.perf_counter() - tick:.0f} s"
             )
             m = result.metrics
             append_journal(
@@ -824,6 +844,55 @@ def _trained_note(m: dict[str, float], judge_params: dict[str, Any] | None) -> s
     if zv:
         return f" ({zv} of {groups} groups had one reward for all rollouts: not trained on)"
     return ""
+
+
+def _terminal() -> bool:
+    """Whether progress bars can draw: stderr is a terminal."""
+    return sys.stderr.isatty()
+
+
+class _Counted:
+    """The judge as `after_each`, counting its calls and the groups it dropped."""
+
+    def __init__(self, judge: Any) -> None:
+        self.judge = judge
+        self.calls = self.dropped = 0
+
+    async def __call__(self, group: art.TrajectoryGroup) -> Any:
+        self.calls += 1
+        out = await self.judge(group)
+        self.dropped += out is None
+        return out
+
+
+class _TrainingProgress:
+    """The trainer's `progress` callback (called from its thread): trained tokens so far,
+    as a bar on a terminal; the totals for the line after the step."""
+
+    def __init__(self, desc: str) -> None:
+        self.desc = desc
+        self.micro_batches = self.tokens = 0
+        self.bar: Any = None
+
+    def __enter__(self) -> _TrainingProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def __call__(self, stage: str, info: dict[str, Any]) -> None:
+        if stage != "micro_batch":
+            return
+        self.micro_batches += 1
+        self.tokens += int(info.get("tokens", 0))
+        if _terminal():
+            if self.bar is None:
+                from tqdm.auto import tqdm
+
+                total = int(info.get("total_tokens", 0)) or None
+                self.bar = tqdm(total=total, desc=self.desc, unit="tok", dynamic_ncols=True)
+            self.bar.update(int(info.get("tokens", 0)))
 
 
 class _RewardErrors:

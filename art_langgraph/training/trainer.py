@@ -48,7 +48,9 @@ warnings.filterwarnings(
 )
 
 ProgressFn = Callable[[str, dict[str, Any]], None]
-"""Called as progress(stage, info) with stage in {"micro_batch", "optimizer_step"}."""
+"""Called as progress(stage, info) with stage in {"micro_batch", "optimizer_step"}; a
+micro-batch's info is {"index", "tokens", "total_tokens"} (trained tokens: its own, and
+the whole step's)."""
 
 
 class LoRATrainer:
@@ -259,7 +261,7 @@ class LoRATrainer:
             cells += mb.input_ids.numel()
             shared_tokens += mb.stats["shared_prefix_tokens"]
             if progress:
-                progress("micro_batch", {"index": k, "tokens": n_mb})
+                progress("micro_batch", {"index": k, "tokens": n_mb, "total_tokens": n_total})
         grad_norm = self._optimizer_step(config.max_grad_norm)
         if progress:
             progress("optimizer_step", {"grad_norm": grad_norm})

@@ -361,8 +361,9 @@ async def test_a_caller_whose_loop_closed_mid_decode_costs_the_batch_nothing(
 
     def gone_caller() -> None:
         loop = asyncio.new_event_loop()
-        loop.create_task(engine.generate(_prompt(engine, "gone"), long))
+        pending = loop.create_task(engine.generate(_prompt(engine, "gone"), long))
         loop.run_until_complete(asyncio.sleep(0.05))  # submitted; now decoding
+        assert not pending.done()
         started.set()
         loop.close()  # the task never finishes: its result arrives to a closed loop
 

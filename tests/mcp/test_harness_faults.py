@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -66,6 +67,10 @@ async def test_a_raising_reward_is_counted_and_a_flat_step_says_it_trained_nothi
     # training: the failed rollouts dropped and counted; the step trained on nothing, said so
     assert "RL step 1: the reward function raised in" in text and "(dropped)" in text
     assert "TRAINED ON NOTHING" in text and report.untrained_steps == [1]
+    # progress, a line per phase (no terminal here)
+    assert re.search(r"RL step 1: \d of 4 rollouts in \d+ s; training", text), text
+    assert "RL step 1: trained 0 micro-batches (0 tokens)" in text
+    assert "held-out evaluation at step 0: 4 episodes in" in text
     assert "1 of 1 RL steps trained on nothing" in (Path(report.folder) / "report.md").read_text()
 
 
@@ -148,6 +153,7 @@ def test_ctrl_c_at_any_point_then_the_same_command_gives_the_uninterrupted_repor
     assert [(e["step"], e["rl_step"]) for e in report["evaluations"]] == [(0, 0), (1, 1), (2, 2)]
     assert [(r["step"], r["rl_step"]) for r in report["rows"]] == [(0, 0), (1, 1), (2, 2)]
     assert report["val_reward_untrained"] == report["rows"][0]["val_reward"]
+    assert re.search(r"RL step 2: trained \d+ micro-batches", done.stdout)
     assert sorted(p.name for p in (folder / "checkpoints").iterdir())[-1] == "0002"
     # killed during the last evaluation (its journal line never written): the same
     # command evaluates step 2 again, labelled as such, and trains nothing more
