@@ -3,6 +3,8 @@
     art-mcp train --server "python my_server.py" --base-model tiny --steps 10 \\
         --scenarios scenarios.jsonl --reward my_rewards:score
     art-mcp train --server http://127.0.0.1:8000/mcp --judge local --generator local
+    art-mcp scenarios --server "python my_server.py" -n 40 --out scenarios.jsonl \\
+        --generator openai/gpt-4o-mini --instructions "questions a support agent gets"
 
 Every `train` flag comes from `HarnessConfig` (one source for the docs, the flags and
 validation), plus `--server`, `--scenarios`, `--reward`, `--sft` and `--env KEY=VALUE`. `--help` lists
@@ -17,7 +19,7 @@ import sys
 from typing import Any
 
 from art_langgraph.errors import ArtError, UsageError
-from art_mcp.harness import HarnessConfig, train
+from art_mcp.harness import HarnessConfig, train, write_scenarios
 
 __all__ = ["main"]
 
@@ -60,12 +62,46 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="set a variable in a stdio server's environment (repeatable)",
     )
-    for name, field in HarnessConfig.model_fields.items():
+    _config_flags(t, HarnessConfig.model_fields)
+    g = sub.add_parser(
+        "scenarios",
+        help="generate scenarios for a server's tools, write them and stop (review them first)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Ask a generator LLM for tasks the server's tools can solve; write them "
+        "to --out for review; train on them later with art-mcp train --scenarios.",
+    )
+    g.add_argument("--server", required=True, help="the server command (stdio) or URL")
+    g.add_argument("--out", required=True, help="the JSONL file to write")
+    g.add_argument("-n", dest="n_scenarios", type=int, default=24, help="how many scenarios")
+    g.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="as for train")
+    _config_flags(
+        g,
+        {k: f for k, f in HarnessConfig.model_fields.items() if k in _SCENARIO_FIELDS},
+    )
+    return p
+
+
+_SCENARIO_FIELDS = (
+    "base_model",
+    "generator",
+    "instructions",
+    "allow_tools",
+    "deny_tools",
+    "path",
+    "project",
+    "engine",
+)
+"""The HarnessConfig fields `art-mcp scenarios` takes."""
+
+
+def _config_flags(parser: argparse.ArgumentParser, fields: dict[str, Any]) -> None:
+    """One flag per config field, with its type, default and description."""
+    for name, field in fields.items():
         flag = "--" + name.replace("_", "-")
         kind: Any = field.annotation
         typ = {int: int, float: float}.get(kind, str)
-        t.add_argument(flag, dest=name, type=typ, default=field.default, help=field.description)
-    return p
+        default = field.default if field.default_factory is None else field.default_factory()
+        parser.add_argument(flag, dest=name, type=typ, default=default, help=field.description)
 
 
 def _env(pairs: list[str]) -> dict[str, str] | None:
@@ -80,6 +116,19 @@ def _env(pairs: list[str]) -> dict[str, str] | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "scenarios":
+        values = {k: getattr(args, k) for k in (*_SCENARIO_FIELDS, "n_scenarios")}
+        try:
+            asyncio.run(
+                write_scenarios(args.server, args.out, HarnessConfig(**values), env=_env(args.env))
+            )
+        except (ArtError, ValueError) as exc:
+            print(f"art-mcp: error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("art-mcp: interrupted; nothing written", file=sys.stderr)
+            return 130
+        return 0
     if args.command == "train":
         values = {k: getattr(args, k) for k in HarnessConfig.model_fields}
         try:

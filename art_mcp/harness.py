@@ -73,6 +73,7 @@ __all__ = [
     "load_reward",
     "summary_lines",
     "train",
+    "write_scenarios",
 ]
 
 RewardFn = Callable[[art.Trajectory, Scenario], float | Awaitable[float]]
@@ -173,6 +174,13 @@ class HarnessConfig(BaseModel):
         description=(
             "litellm model for scenario generation; 'local' = the model being trained; None: "
             "'local' when no scenarios are given."
+        ),
+    )
+    instructions: str = Field(
+        "",
+        description=(
+            "Steers the scenario generator: what the tasks should be about, their style, what "
+            "to avoid (added to its prompt)."
         ),
     )
     judge: str | None = Field(
@@ -967,10 +975,79 @@ async def _scenarios(
             model.inference_api_key,
         )
     scen = await generate_scenarios(
-        toolset, cfg.n_scenarios, generator=generator, base_url=base_url, api_key=api_key
+        toolset,
+        cfg.n_scenarios,
+        generator=generator,
+        base_url=base_url,
+        api_key=api_key,
+        instructions=cfg.instructions,
+        log=log,
     )
     save_scenarios(saved, scen)
     log(f"generated {len(scen)} scenarios with {source} -> {saved}")
+    return scen
+
+
+async def write_scenarios(
+    server: Any,
+    out: str | Path,
+    config: HarnessConfig | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[Scenario]:
+    """Generate `config.n_scenarios` scenarios for `server`'s tools, write them to `out`
+    (JSONL) and stop, so a person can read and edit them before training
+    (`art-mcp scenarios`). The generator is `config.generator`; 'local' (the default) is
+    `config.base_model` served by an embedded backend."""
+    cfg = config or HarnessConfig()
+    say = log or _say
+    out = Path(out)
+    generator = cfg.generator or "local"
+    if generator == "local":
+        from art_langgraph.presets import check_base_model
+
+        check_base_model(cfg.base_model)
+    toolset = MCPToolset(server, env=env, allow_tools=cfg.allow_tools, deny_tools=cfg.deny_tools)
+    backend: Backend | None = None
+    try:
+        await toolset.start()
+        base_url = api_key = None
+        if generator == "local":
+            backend = art.LocalBackend(path=cfg.path, engine=cfg.engine)
+            writer = art.Model(
+                name="scenario-writer", project=cfg.project, base_model=cfg.base_model
+            )
+            await writer.register(backend)
+            generator, base_url, api_key = (
+                f"openai/{writer.name}",
+                writer.inference_base_url,
+                writer.inference_api_key,
+            )
+            say(
+                f"writing scenarios with {cfg.base_model}: a small model writes weak tasks; "
+                "--generator takes any litellm model (openai/gpt-4o-mini, ...)"
+            )
+        scen = await generate_scenarios(
+            toolset,
+            cfg.n_scenarios,
+            generator=generator,
+            base_url=base_url,
+            api_key=api_key,
+            instructions=cfg.instructions,
+            log=say,
+        )
+    finally:
+        await toolset.close()
+        if backend is not None:
+            await backend.close()
+    save_scenarios(out, scen)
+    for s in scen:
+        say(f"- {s.task}")
+    say(
+        f"{len(scen)} scenarios for {len(toolset.tools)} tools -> {out}; review them, then "
+        f"art-mcp train --scenarios {out} ..."
+    )
     return scen
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -121,12 +122,24 @@ _SCHEMA = {
 }
 
 
-def _prompt(tools: list[dict[str, Any]], n: int, instructions: str) -> list[dict[str, str]]:
-    listing = "\n".join(
-        f"- {t['function']['name']}({', '.join((t['function'].get('parameters') or {}).get('properties', {}))})"
-        f": {t['function'].get('description', '')}"
-        for t in tools
-    )
+def _listing(tools: list[dict[str, Any]], detail: int) -> str:
+    """The tools as the generator sees them. detail 2: whole descriptions; 1: each cut to
+    its first sentence (at most 120 characters); 0: names and parameters only."""
+    lines = []
+    for t in tools:
+        f = t["function"]
+        params = ", ".join((f.get("parameters") or {}).get("properties", {}))
+        desc = " ".join(str(f.get("description") or "").split())
+        if detail == 1:
+            desc = desc.split(". ")[0][:120]
+        lines.append(f"- {f['name']}({params})" + (f": {desc}" if detail and desc else ""))
+    return "\n".join(lines)
+
+
+def _prompt(
+    tools: list[dict[str, Any]], n: int, instructions: str, detail: int = 2
+) -> list[dict[str, str]]:
+    listing = _listing(tools, detail)
     return [
         {
             "role": "system",
@@ -141,6 +154,37 @@ def _prompt(tools: list[dict[str, Any]], n: int, instructions: str) -> list[dict
             f'sentence>", "difficulty": 3}}, ...]}}.',
         },
     ]
+
+
+_STOP = frozenset(
+    "a an and are can does for from give how i in is it me my of on or please show tell "
+    "that the this to was what when where which who why will with would you your".split()
+)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOP and len(w) > 2}
+
+
+def _vocabulary(tools: list[dict[str, Any]]) -> set[str]:
+    """The words a task can use to reach a tool: tool and parameter names (split at _ and
+    -), descriptions, and enum values of the parameters."""
+    words: set[str] = set()
+    for t in tools:
+        f = t["function"]
+        words |= _words(f["name"].replace("_", " ").replace("-", " "))
+        words |= _words(str(f.get("description") or ""))
+        for name, spec in ((f.get("parameters") or {}).get("properties") or {}).items():
+            words |= _words(name.replace("_", " "))
+            if isinstance(spec, dict):
+                words |= _words(str(spec.get("description") or ""))
+                for v in spec.get("enum") or []:
+                    words |= _words(str(v))
+    return words
+
+
+def _near_duplicate(a: set[str], b: set[str]) -> bool:
+    return bool(a and b) and len(a & b) / len(a | b) >= 0.8
 
 
 def _parse(text: str) -> list[dict[str, Any]]:
@@ -167,52 +211,104 @@ async def generate_scenarios(
     max_attempts: int = 4,
     temperature: float = 1.0,
     max_tokens: int = 2048,
+    per_request: int = 10,
+    require_tool_words: bool = True,
+    log: Any = None,
 ) -> list[Scenario]:
-    """Ask the `generator` LLM (a litellm model string) for `n` tasks the toolset can solve."""
+    """Ask the `generator` LLM (a litellm model string) for `n` tasks the toolset can solve,
+    `per_request` at a time. A prompt that does not fit the generator's context is cut
+    (tool descriptions to their first sentence, then to names; then fewer tasks per
+    request) and `log` says what was cut; past that, a `UsageError` says why. Tasks that
+    name nothing any tool can reach (no word of a tool's name, description, parameters or
+    enum values; `require_tool_words=False` keeps them) and near-duplicates are dropped and
+    counted."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch at import
     import litellm
 
     tools = toolset.openai_tools() if hasattr(toolset, "openai_tools") else list(toolset)
     if not tools:
         raise UsageError("the toolset has no tools to write scenarios for")
+    say = log or (lambda _line: None)
+    vocab = _vocabulary(tools)
     seen: dict[str, Scenario] = {}
+    kept_words: list[set[str]] = []
     formats: list[dict[str, Any] | None] = [
         {"type": "json_schema", "json_schema": {"name": "scenarios", "schema": _SCHEMA}},
         {"type": "json_object"},
         None,
     ]
     errors: list[str] = []
-    for _attempt in range(max_attempts):
-        if len(seen) >= n:
-            break
+    dropped = {"unreachable": 0, "duplicate": 0}
+    detail, batch = 2, max(1, min(per_request, n))
+    attempts = 0
+    while attempts < max_attempts and len(seen) < n:
         fmt = formats[0]
-        kwargs: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens}
+        ask = min(batch, n - len(seen))
+        kwargs: dict[str, Any] = {
+            "temperature": temperature,
+            "max_tokens": min(max_tokens, 64 * ask + 32),  # ~40 tokens of JSON per task
+        }
         if fmt is not None:
             kwargs["response_format"] = fmt
         try:
             reply = await litellm.acompletion(
                 model=generator,
-                messages=_prompt(tools, n - len(seen), instructions),
+                messages=_prompt(tools, ask, instructions, detail),
                 api_base=base_url,
                 api_key=api_key,
                 **kwargs,
             )
             items = _parse(reply.choices[0].message.content or "")
         except Exception as exc:  # a provider without json_schema, or an unusable reply
+            text = str(exc).lower()
+            if "context" in text and ("length" in text or "window" in text or "long" in text):
+                # Too long for the generator: cut the prompt; this costs no attempt.
+                if detail > 0:
+                    detail -= 1
+                    cut = (
+                        "tool descriptions cut to their first sentence"
+                        if detail == 1
+                        else "tool descriptions left out (names and parameters only)"
+                    )
+                    say(f"scenario generation: the prompt is too long for the generator; {cut}")
+                    continue
+                if batch > 1:
+                    batch = max(1, batch // 2)
+                    say(f"scenario generation: asking for {batch} tasks per request to fit")
+                    continue
+                raise UsageError(
+                    f"scenario generation: the generator {generator!r} cannot take even the "
+                    f"names of {len(tools)} tools and one task in its context; use one with a "
+                    "longer context (--generator), fewer tools (--allow-tools), or write the "
+                    "scenarios yourself"
+                ) from None
+            attempts += 1
             errors.append(repr(exc)[:300])
-            if fmt is not None and "response_format" in str(exc).lower() and len(formats) > 1:
+            if fmt is not None and "response_format" in text and len(formats) > 1:
                 formats.pop(0)  # fall back: json_schema -> json mode -> plain text (validated)
             continue
+        attempts += 1
         for item in items:
             task = " ".join(item["task"].split())
-            key = task.lower()
-            if key not in seen:
-                diff = item.get("difficulty", 3)
-                seen[key] = Scenario(
-                    id=f"gen-{len(seen):04d}",
-                    task=task,
-                    difficulty=diff if isinstance(diff, int) and 1 <= diff <= 5 else 3,
-                )
+            words = _words(task)
+            if require_tool_words and not words & vocab:
+                dropped["unreachable"] += 1
+                continue
+            if task.lower() in seen or any(_near_duplicate(words, w) for w in kept_words):
+                dropped["duplicate"] += 1
+                continue
+            diff = item.get("difficulty", 3)
+            seen[task.lower()] = Scenario(
+                id=f"gen-{len(seen):04d}",
+                task=task,
+                difficulty=diff if isinstance(diff, int) and 1 <= diff <= 5 else 3,
+            )
+            kept_words.append(words)
+    if any(dropped.values()):
+        say(
+            f"scenario generation: dropped {dropped['unreachable']} tasks that name nothing the "
+            f"tools can reach, and {dropped['duplicate']} duplicates"
+        )
     if not seen:
         raise ModelBehaviorError(
             f"the generator {generator!r} gave no usable scenarios: {errors[-3:]}"

@@ -137,3 +137,18 @@ def test_env_reaches_a_stdio_server(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     assert "6 tools from" in out.stdout  # `wait` and `crash` exist only with the variable
     assert "stderr goes to" in out.stdout
+
+
+def test_scenarios_command_writes_nothing_when_no_task_reaches_a_tool(tmp_path: Path) -> None:
+    """`art-mcp scenarios` end to end on the tiny (random) preset: its tasks name nothing
+    the tools reach, so they are dropped, said, and no file is written."""
+    out = tmp_path / "scen.jsonl"
+    run = subprocess.run(
+        [sys.executable, "-m", "art_mcp.cli", "scenarios", "--server", "python -m examples.mcp_server.server",
+         "-n", "2", "--out", str(out), "--path", str(tmp_path), "--instructions", "Ask about capitals."],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "dropped" in run.stdout and "name nothing the tools can reach" in run.stdout
+    assert "gave no usable scenarios" in run.stderr and "Traceback" not in run.stderr
+    assert not out.exists()

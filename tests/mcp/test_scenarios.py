@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,7 +80,71 @@ async def test_generate_scenarios_with_the_local_engine(generator_server: Server
             base_url=generator_server.base_url,
             api_key="x",
             max_tokens=400,
+            require_tool_words=False,  # a random model's words name no tool
         )
     # The tiny model is random, but it decodes under the schema: the replies parse and validate.
     assert 1 <= len(scen) <= 4 and len({s.task.lower() for s in scen}) == len(scen)
     assert all(len(s.task) >= 8 and 1 <= s.difficulty <= 5 for s in scen)
+
+
+def _long_tools(n: int, desc_chars: int, name_chars: int = 8) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}_" + "x" * name_chars,
+                "description": f"Looks up record {i}. " + "More detail. " * (desc_chars // 13),
+                "parameters": {"type": "object", "properties": {"key": {"type": "string"}}},
+            },
+        }
+        for i in range(n)
+    ]
+
+
+async def test_a_prompt_too_long_for_the_generator_is_cut_and_said(
+    generator_server: ServerHandle,
+) -> None:
+    said: list[str] = []
+    scen = await generate_scenarios(
+        _long_tools(20, 1500),  # ~7,000 tokens of descriptions: past the tiny model's 4,096
+        2,
+        generator="openai/tiny",
+        base_url=generator_server.base_url,
+        api_key="x",
+        require_tool_words=False,
+        log=said.append,
+    )
+    assert scen and any("cut to their first sentence" in line for line in said), said
+    with pytest.raises(UsageError, match="cannot take even the names of 400 tools"):
+        await generate_scenarios(
+            _long_tools(400, 0, name_chars=60),
+            2,
+            generator="openai/tiny",
+            base_url=generator_server.base_url,
+            api_key="x",
+            log=said.append,
+        )
+
+
+def test_generated_tasks_must_name_something_a_tool_reaches() -> None:
+    from art_mcp.scenarios import _near_duplicate, _vocabulary, _words
+
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "read_text_file",
+                "description": "Read a file's contents.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"unit": {"type": "string", "enum": ["Celsius", "kelvin"]}},
+                },
+            },
+        }
+    ]
+    vocab = _vocabulary(tools)
+    assert _words("Show me what notes.txt says in the text file") & vocab
+    assert _words("Temperature in kelvin please.") & vocab  # an enum value reaches it
+    assert not _words("Write a poem about the sea.") & vocab
+    a, b = _words("What is the capital of France?"), _words("what is THE capital of france")
+    assert _near_duplicate(a, b) and not _near_duplicate(a, _words("What is France's currency?"))
