@@ -104,8 +104,9 @@ class HarnessConfig(BaseModel):
     name: str | None = Field(
         None,
         description=(
-            "Model name; default: 'agent-' + a hash of the server command and base model, the "
-            "same in every process, so running the same command again resumes."
+            "Model name; default: 'agent-' + a hash of the server command, base model, "
+            "scenarios, reward and judge, the same in every process, so running the same "
+            "command again resumes and changing the recipe starts another model."
         ),
     )
     project: str = Field("mcp", description="Project folder under --path.")
