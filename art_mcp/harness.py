@@ -970,11 +970,7 @@ async def _scenarios(
     base_url = api_key = None
     source = generator
     if generator == "local":
-        generator, base_url, api_key = (
-            f"openai/{model.name}",
-            model.inference_base_url,
-            model.inference_api_key,
-        )
+        generator, base_url, api_key = _route(model)
     scen = await generate_scenarios(
         toolset,
         cfg.n_scenarios,
@@ -1020,11 +1016,7 @@ async def write_scenarios(
                 name="scenario-writer", project=cfg.project, base_model=cfg.base_model
             )
             await writer.register(backend)
-            generator, base_url, api_key = (
-                f"openai/{writer.name}",
-                writer.inference_base_url,
-                writer.inference_api_key,
-            )
+            generator, base_url, api_key = _route(writer)
             say(
                 f"writing scenarios with {cfg.base_model}: a small model writes weak tasks; "
                 "--generator takes any litellm model (openai/gpt-4o-mini, ...)"
@@ -1081,6 +1073,11 @@ def _demonstrations(
     return [agent_view(s.demonstration) for s in scen if s.demonstration]
 
 
+def _route(model: art.Model) -> tuple[str, str | None, str | None]:
+    """A model this run serves, as litellm reaches it: its name, base URL and key."""
+    return f"openai/{model.name}", model.inference_base_url, model.inference_api_key
+
+
 def _judge_params(cfg: HarnessConfig, model: art.Model) -> dict[str, Any] | None:
     """`ruler`'s judge, base_url, api_key and rubric for this run; None without a judge."""
     if cfg.judge is None:
@@ -1089,11 +1086,7 @@ def _judge_params(cfg: HarnessConfig, model: art.Model) -> dict[str, Any] | None
 
     judge, base_url, api_key = cfg.judge, None, None
     if judge == "local":
-        judge, base_url, api_key = (
-            f"openai/{model.name}",
-            model.inference_base_url,
-            model.inference_api_key,
-        )
+        judge, base_url, api_key = _route(model)
     return {
         "judge": judge,
         "base_url": base_url,

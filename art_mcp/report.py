@@ -106,9 +106,13 @@ def append_journal(folder: Path, kind: str, data: dict[str, Any]) -> None:
 
 def read_journal(folder: Path) -> list[dict[str, Any]]:
     """The journal's whole lines (a line torn by a killed process is skipped)."""
-    f = folder / JOURNAL
+    return _dict_lines(folder / JOURNAL) or []
+
+
+def _dict_lines(f: Path) -> list[dict[str, Any]] | None:
+    """The JSON objects of a JSONL file, whole lines only; None when there is no file."""
     if not f.exists():
-        return []
+        return None
     out = []
     for line in f.read_text(encoding="utf-8").splitlines():
         try:
@@ -132,18 +136,10 @@ def journal_evaluations(journal: list[dict[str, Any]]) -> list[Evaluation]:
 def _grpo_records(folder: Path) -> list[dict[str, Any]] | None:
     """The GRPO steps committed in this folder's history.jsonl (SFT steps left out), in
     order; None when there is no history here (a remote backend keeps it)."""
-    f = folder / "history.jsonl"
-    if not f.exists():
+    lines = _dict_lines(folder / "history.jsonl")
+    if lines is None:
         return None
-    out = []
-    for line in f.read_text(encoding="utf-8").splitlines():
-        try:
-            h = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(h, dict) and h.get("split") == "train" and "sft_steps" not in h:
-            out.append(h)
-    return out
+    return [h for h in lines if h.get("split") == "train" and "sft_steps" not in h]
 
 
 def grpo_steps(folder: Path, journal: list[dict[str, Any]]) -> list[dict[str, Any]]:
