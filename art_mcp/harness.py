@@ -262,6 +262,14 @@ class HarnessConfig(BaseModel):
             "start-up each), so each starts from the same world; needs a server command."
         ),
     )
+    max_servers: int = Field(
+        16,
+        ge=1,
+        description=(
+            "With server_per='rollout': the most server processes alive at once; rollouts "
+            "beyond it wait for one to end (each process costs its own memory)."
+        ),
+    )
     workdir: str | None = Field(
         None,
         description=(
@@ -501,20 +509,23 @@ async def train(
             deny_tools=cfg.deny_tools,
         )
 
+    servers = asyncio.Semaphore(cfg.max_servers)
+
     @contextlib.asynccontextmanager
     async def world() -> AsyncIterator[None]:
         """Where one rollout's tool calls go: the run's server, or one of its own."""
         if cfg.server_per == "run":
             yield
             return
-        own = new_toolset()
-        try:
-            await own.start()
-            with toolset.routed_to(own):
-                yield
-        finally:
-            await own.close()
-            copies.release(own.server)
+        async with servers:
+            own = new_toolset()
+            try:
+                await own.start()
+                with toolset.routed_to(own):
+                    yield
+            finally:
+                await own.close()
+                copies.release(own.server)
 
     toolset = new_toolset()
     phase = "start-up"
