@@ -15,7 +15,10 @@ judge, a planner) are recorded with `trainable=False`. The handler never raises 
 the user's graph: a failure inside it is logged on the trajectory and skipped.
 
 Calls made through `model.openai_client()` (a plain OpenAI client: hand-written loops, the
-OpenAI Agents SDK, MCP harnesses) are recorded by its HTTP transport (`openai_capture.py`).
+OpenAI Agents SDK, MCP harnesses) are recorded by its HTTP transport (`openai_capture.py`),
+chat completions and Responses alike; that transport adds a `ToolEvent` (through
+`record_tool_event`, once per tool call id) when a request sends back the result of a
+tool call an earlier recorded call made.
 
 Left out: LangChain's legacy text LLMs (`on_llm_start`), which chat graphs do not use.
 """
@@ -175,6 +178,18 @@ class TrajectoryCallback(BaseCallbackHandler):
             calls = self.trajectory.calls
             calls.append(call)
             calls.sort(key=lambda c: c.started_at or datetime.min.replace(tzinfo=UTC))
+
+    def record_tool_event(self, event: ToolEvent) -> bool:
+        """Add a tool event seen outside LangChain (a tool result sent back to the model),
+        unless one for the same `tool_call_id` is already there; True when added."""
+        with self._lock:
+            events = self.trajectory.tool_events
+            if event.tool_call_id is not None and any(
+                e.tool_call_id == event.tool_call_id for e in events
+            ):
+                return False
+            events.append(event)
+            return True
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         def fail() -> None:

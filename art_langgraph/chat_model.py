@@ -25,7 +25,9 @@ Without a step the model asks for `name`, which the server resolves to the lates
 adapter at each call, so a graph compiled before `model.train()` uses the new adapter
 on its next call. With a step it asks for `name@step` (pinned, for evaluation).
 
-Left out: the Responses API (`use_responses_api`), which the backend does not serve.
+Left out: the Responses API (`use_responses_api`): the backend serves it (for the OpenAI
+Agents SDK, `model.openai_client()`), but this model speaks chat completions, whose
+assistant messages can carry their `token_ids` back to the server.
 """
 
 from __future__ import annotations

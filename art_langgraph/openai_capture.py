@@ -1,22 +1,36 @@
-"""Capture for plain OpenAI clients: `model.openai_client()` records its chat completions.
+"""Capture for plain OpenAI clients: `model.openai_client()` records its chat completions
+and its Responses calls.
 
 The client returned by `model.openai_client()` sends its requests through
 `CapturingTransport`, an httpx transport in front of the shared per-loop pools. When a
-`capture()` block is open in the caller's context, a `POST .../chat/completions` asks the
-server for token ids and their logprobs (adding `return_token_ids` and
-`return_token_logprobs`, plain lists beside the choice, unless the caller set them; the
-caller's own `logprobs` choice is left as it was) and is recorded as an `LLMCall` with
-the exact prompt and completion token ids the server returned, the way the LangChain
-path does.
-Streamed responses pass through untouched chunk by chunk and are recorded once the
-stream ends. Everything else, and every request outside `capture()`, passes through untouched (its
-body is not even parsed); a failure to record is logged on the
-trajectory, never raised into the caller's code.
+`capture()` block is open in the caller's context, a `POST .../chat/completions` or
+`POST .../responses` asks the server for token ids and their logprobs (adding
+`return_token_ids` and `return_token_logprobs`, plain lists beside the choice or, for a
+response, at its top level, unless the caller set them; the caller's own `logprobs` or
+`include` choice is left as it was) and is recorded as an `LLMCall` with the exact
+prompt and completion token ids the server returned, the way the LangChain path does.
+A Responses call is recorded as the chat completion it amounts to (`messages` from its
+`instructions` and `input` items, chat-form `tools`, a `response_message` whose
+`tool_calls` carry the function calls' `call_id`s; `raw_response` is the response as
+sent), so the trainer and the review page read both alike.
+Streamed responses pass through untouched chunk by chunk (event by event) and are
+recorded once the stream ends (`[DONE]`; a Responses stream's `response.completed` or
+`response.incomplete`, which carries the whole response).
+
+Tool events: a request that sends back a tool's result (a `tool` message, a
+`function_call_output` item) for a tool call that a call recorded in this trajectory
+made adds a `ToolEvent` (the call's name and arguments, the result as sent), once per
+tool call id. Its latency and start are unknown here (the tool ran in the caller's
+code) and left None, and a result is never marked as an error (the transport cannot
+tell a tool's error message from its output).
+
+Everything else, and every request outside `capture()`, passes through untouched (its
+body is not even parsed); a failure to record is logged on the trajectory, never raised
+into the caller's code.
 
 Why the transport and not a patched `openai` module: it works for any code holding the
 client (the OpenAI Agents SDK, hand-written loops), changes nothing process-wide, and
-sees the exact bytes the server sent. Left out: the legacy `/completions` and the
-Responses API (our server serves chat completions).
+sees the exact bytes the server sent. Left out: the legacy `/completions`.
 """
 
 from __future__ import annotations
@@ -27,16 +41,25 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
+from art_langgraph.backend.responses_protocol import (
+    as_chat_completion,
+    chat_messages,
+    chat_tool_choice,
+    chat_tools,
+)
 from art_langgraph.capture import TrajectoryCallback, current_handler
-from art_langgraph.trajectory import LLMCall
+from art_langgraph.trajectory import LLMCall, ToolEvent
 
-__all__ = ["CapturingTransport", "merge_stream_chunks"]
+__all__ = ["CapturingTransport", "merge_stream_chunks", "responses_as_chat"]
 
 log = logging.getLogger(__name__)
+
+_Api = Literal["chat", "responses"]
+_RESPONSE_DONE = ("response.completed", "response.incomplete")
 
 
 class CapturingTransport(httpx.AsyncBaseTransport):
@@ -47,11 +70,14 @@ class CapturingTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         handler = current_handler()
-        if (
-            handler is None
-            or request.method != "POST"
-            or not request.url.path.endswith("/chat/completions")
-        ):
+        path = request.url.path
+        if handler is None or request.method != "POST":
+            return await self.inner.handle_async_request(request)
+        if path.endswith("/chat/completions"):
+            api: _Api = "chat"
+        elif path.endswith("/responses"):
+            api = "responses"
+        else:
             return await self.inner.handle_async_request(request)
         try:
             body = json.loads(request.content)
@@ -59,6 +85,7 @@ class CapturingTransport(httpx.AsyncBaseTransport):
             body = None
         if not isinstance(body, dict):
             return await self.inner.handle_async_request(request)
+        _record_tool_results(handler, body, api)
         if "return_token_ids" not in body or "return_token_logprobs" not in body:
             body.setdefault("return_token_ids", True)
             body.setdefault("return_token_logprobs", True)
@@ -75,7 +102,7 @@ class CapturingTransport(httpx.AsyncBaseTransport):
         if response.status_code != 200:
             return response
         if body.get("stream"):
-            stream = _RecordingStream(response, handler, body, started_at, t0)
+            stream = _RecordingStream(response, handler, body, api, started_at, t0)
             return httpx.Response(
                 response.status_code,
                 headers=response.headers,
@@ -85,7 +112,7 @@ class CapturingTransport(httpx.AsyncBaseTransport):
             )
         raw = await response.aread()
         await response.aclose()
-        _record(handler, body, raw, started_at, t0)
+        _record(handler, body, api, raw, started_at, t0)
         headers = [
             (k, v)
             for k, v in response.headers.raw
@@ -106,12 +133,16 @@ class CapturingTransport(httpx.AsyncBaseTransport):
 def _record(
     handler: TrajectoryCallback,
     body: dict[str, Any],
+    api: _Api,
     completion: bytes | dict[str, Any],
     started_at: datetime,
     t0: float,
 ) -> None:
     try:
         data = json.loads(completion) if isinstance(completion, bytes) else completion
+        raw = data
+        if api == "responses":  # recorded as the chat completion it amounts to
+            body, data = responses_as_chat(body), as_chat_completion(data)
         n = len(data.get("choices") or [])
         for i in range(n):
             call = LLMCall.from_openai(
@@ -121,11 +152,75 @@ def _record(
                 latency_s=time.perf_counter() - t0,
                 started_at=started_at,
             )
+            call.raw_response = raw
             call.trainable = call.completion_token_ids is not None
             handler.record_call(call)
     except Exception as exc:  # recording must never break the caller's code
-        log.warning("capture: recording an OpenAI call failed: %r", exc)
-        handler.trajectory.logs.append(f"capture: recording an OpenAI call failed: {exc!r}")
+        _failed(handler, "recording an OpenAI call", exc)
+
+
+def _failed(handler: TrajectoryCallback, what: str, exc: Exception) -> None:
+    log.warning("capture: %s failed: %r", what, exc)
+    handler.trajectory.logs.append(f"capture: {what} failed: {exc!r}")
+
+
+def responses_as_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """A Responses request body -> the chat-completions kwargs it amounts to: `messages`
+    (instructions and input items), chat-form `tools` and `tool_choice`, and the rest
+    (sampling settings) as they were, less `input` and `instructions`."""
+    out = {
+        k: v for k, v in body.items() if k not in ("input", "instructions", "tools", "tool_choice")
+    }
+    out["messages"] = chat_messages(body.get("instructions"), body.get("input") or [])
+    if tools := chat_tools([t for t in body.get("tools") or [] if t.get("type") == "function"]):
+        out["tools"] = tools
+    if "tool_choice" in body:
+        out["tool_choice"] = chat_tool_choice(body["tool_choice"])
+    return out
+
+
+def _record_tool_results(handler: TrajectoryCallback, body: dict[str, Any], api: _Api) -> None:
+    """Each tool result in the request (a `tool` message; a `function_call_output` item)
+    that answers a tool call of a call recorded in this trajectory becomes a `ToolEvent`,
+    once per `tool_call_id`."""
+    try:
+        if api == "responses":
+            items = body.get("input")
+            if not isinstance(items, list):
+                return
+            messages = chat_messages(None, [i for i in items if isinstance(i, dict)])
+        else:
+            messages = body.get("messages") or []
+        results = {
+            m["tool_call_id"]: m.get("content")
+            for m in messages
+            if isinstance(m, dict) and m.get("role") == "tool" and m.get("tool_call_id")
+        }
+        if not results:
+            return
+        asked = {
+            tc.get("id"): tc.get("function") or {}
+            for call in handler.trajectory.calls
+            for tc in call.response_message.get("tool_calls") or []
+        }
+        for call_id, content in results.items():
+            if call_id not in asked:
+                continue
+            fn = asked[call_id]
+            raw_args = fn.get("arguments")
+            try:
+                args = json.loads(raw_args) if isinstance(raw_args, str) else raw_args
+            except ValueError:
+                args = raw_args
+            event = ToolEvent(
+                name=str(fn.get("name") or "tool"),
+                args=args if isinstance(args, dict) else str(raw_args or ""),
+                tool_call_id=call_id,
+                result=content,
+            )
+            handler.record_tool_event(event)
+    except Exception as exc:  # recording must never break the caller's code
+        _failed(handler, "recording a tool result", exc)
 
 
 class _RecordingStream(httpx.AsyncByteStream):
@@ -136,10 +231,11 @@ class _RecordingStream(httpx.AsyncByteStream):
         response: httpx.Response,
         handler: TrajectoryCallback,
         body: dict[str, Any],
+        api: _Api,
         started_at: datetime,
         t0: float,
     ) -> None:
-        self.response, self.handler, self.body = response, handler, body
+        self.response, self.handler, self.body, self.api = response, handler, body, api
         self.started_at, self.t0 = started_at, t0
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -158,11 +254,17 @@ class _RecordingStream(httpx.AsyncByteStream):
                         done = True
                         continue
                     with contextlib.suppress(ValueError):  # not ours to judge
-                        chunks.append(json.loads(data))
+                        chunk = json.loads(data)
+                        if self.api == "responses":
+                            # the last event carries the whole response
+                            if chunk.get("type") in _RESPONSE_DONE:
+                                _record(self.handler, self.body, self.api, chunk.get("response") or {},
+                                        self.started_at, self.t0)  # fmt: skip
+                        else:
+                            chunks.append(chunk)
             if done and chunks and not any("error" in c for c in chunks):
-                _record(
-                    self.handler, self.body, merge_stream_chunks(chunks), self.started_at, self.t0
-                )
+                merged = merge_stream_chunks(chunks)
+                _record(self.handler, self.body, self.api, merged, self.started_at, self.t0)
                 chunks = []
             yield part
 

@@ -85,6 +85,7 @@ _SCENARIO_FIELDS = (
     "base_model",
     "generator",
     "instructions",
+    "scenario_tool_words",
     "allow_tools",
     "deny_tools",
     "path",

@@ -177,6 +177,14 @@ class HarnessConfig(BaseModel):
             "'local' when no scenarios are given."
         ),
     )
+    scenario_tool_words: bool = Field(
+        True,
+        description=(
+            "Drop generated tasks that name nothing the tools can reach (no word of a tool's "
+            "name, description, parameters or enum values); the check is by words, so a "
+            "task that reaches a tool through a synonym is dropped too: turn it off then."
+        ),
+    )
     instructions: str = Field(
         "",
         description=(
@@ -989,6 +997,7 @@ async def _scenarios(
         base_url=base_url,
         api_key=api_key,
         instructions=cfg.instructions,
+        require_tool_words=cfg.scenario_tool_words,
         log=log,
     )
     save_scenarios(saved, scen)
@@ -1039,6 +1048,7 @@ async def write_scenarios(
             base_url=base_url,
             api_key=api_key,
             instructions=cfg.instructions,
+            require_tool_words=cfg.scenario_tool_words,
             log=say,
         )
     finally:

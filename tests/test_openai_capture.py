@@ -1,5 +1,6 @@
 """Capture beyond LangChain: a plain `AsyncOpenAI` tool loop through `model.openai_client()`,
-recorded token-exactly inside `art.capture()`, then trained on."""
+recorded token-exactly inside `art.capture()`, then trained on; the same over the Responses
+API, streamed too, and an OpenAI Agents SDK agent on its default (Responses) model."""
 
 from __future__ import annotations
 
@@ -74,6 +75,132 @@ async def test_a_plain_openai_tool_loop_is_captured_token_exactly(
     assert traj.calls[0].response_message["tool_calls"][0]["function"]["name"] == "calculator"
     assert traj.calls[1].messages[-1]["role"] == "tool"
     assert traj.metadata == {"seed": 1}
+    # the tool result sent back is a tool event, paired with the call by its id
+    (event,) = traj.tool_events
+    first_call = traj.calls[0].response_message["tool_calls"][0]
+    assert event.tool_call_id == first_call["id"] and event.name == "calculator"
+    assert event.args == {} and event.result == "5" and event.error is None
+
+
+RESPONSES_TOOLS = [{"type": "function", **TOOLS[0]["function"]}]  # Responses' flat form
+
+
+async def test_a_responses_tool_loop_is_captured_token_exactly(
+    model: art.TrainableModel,
+) -> None:
+    client = model.openai_client()
+    question = {"role": "user", "content": "What is 2 + 3?"}
+    with art.capture() as traj:
+        first = await client.responses.create(
+            model=model.name, input=[question], tools=RESPONSES_TOOLS, tool_choice="required",  # type: ignore[list-item,arg-type]
+            max_output_tokens=40, instructions="Use the calculator.", extra_body={"seed": 1},
+        )  # fmt: skip
+        calls = [o for o in first.output if o.type == "function_call"]
+        follow_up: list[Any] = [
+            question,
+            *[o.model_dump(exclude_none=True) for o in first.output],
+            {"type": "function_call_output", "call_id": calls[0].call_id, "output": "5"},
+        ]
+        final = await client.responses.create(
+            model=model.name, input=follow_up, tools=RESPONSES_TOOLS, tool_choice="none",  # type: ignore[arg-type]
+            max_output_tokens=8, extra_body={"seed": 1},
+        )  # fmt: skip
+    assert len(traj.calls) == 2
+    for call, r in zip(traj.calls, [first, final], strict=True):
+        extra = r.model_extra or {}
+        assert call.prompt_token_ids == extra["prompt_token_ids"]
+        assert call.completion_token_ids == extra["token_ids"]
+        assert call.logprobs == extra["token_logprobs"]
+        assert call.trainable and call.model == "plain@0" and call.raw_response["id"] == r.id  # type: ignore[index]
+        assert call.usage and call.usage["completion_tokens"] == len(extra["token_ids"])
+    # recorded as the chat completions they amount to
+    assert traj.calls[0].messages == [
+        {"role": "system", "content": "Use the calculator."},
+        {"role": "user", "content": "What is 2 + 3?"},
+    ]
+    assert traj.calls[0].tools == TOOLS and traj.calls[0].finish_reason == "tool_calls"
+    assert [tc["id"] for tc in traj.calls[0].response_message["tool_calls"]] == [
+        c.call_id for c in calls
+    ]
+    assert traj.calls[1].messages[-1] == {
+        "role": "tool",
+        "tool_call_id": calls[0].call_id,
+        "content": "5",
+    }
+    assert traj.calls[1].response_message["content"] == final.output_text
+    (event,) = traj.tool_events
+    assert (event.name, event.tool_call_id, event.result) == ("calculator", calls[0].call_id, "5")
+
+
+async def test_a_streamed_response_is_recorded_whole(model: art.TrainableModel) -> None:
+    client = model.openai_client()
+    with art.capture() as traj:
+        stream = await client.responses.create(
+            model=model.name, input="hello", max_output_tokens=12, stream=True
+        )
+        events = [e async for e in stream]
+    (call,) = traj.calls
+    final = events[-1].response  # type: ignore[union-attr]
+    extra = final.model_extra or {}
+    assert call.completion_token_ids == extra["token_ids"] and len(extra["token_ids"]) > 0
+    assert call.prompt_token_ids == extra["prompt_token_ids"]
+    assert call.logprobs == extra["token_logprobs"]
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert call.response_message["content"] == text == final.output_text
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_an_openai_agents_sdk_agent_is_captured(
+    model: art.TrainableModel, streamed: bool
+) -> None:
+    agents = pytest.importorskip("agents", reason="the OpenAI Agents SDK (openai-agents)")
+    from agents.models.openai_provider import OpenAIProvider
+
+    @agents.function_tool
+    def calculator() -> str:
+        """The answer to the user's sum."""
+        return "5"
+
+    agent = agents.Agent(
+        name="calc",
+        instructions="Use the calculator.",
+        model=model.name,
+        tools=[calculator],
+        # forced once (the SDK resets tool_choice after a tool ran), then the model answers
+        model_settings=agents.ModelSettings(tool_choice="required", max_tokens=40),
+    )
+    # The provider's default model API is Responses; no tracing export (no OpenAI key).
+    run_config = agents.RunConfig(
+        model_provider=OpenAIProvider(openai_client=model.openai_client()), tracing_disabled=True
+    )
+    with art.capture() as traj:
+        # The untrained model may keep calling the tool, or ramble past max_tokens (a
+        # `response.incomplete`, which the SDK raises as ModelBehaviorError): every call
+        # it made is recorded all the same.
+        try:
+            if streamed:
+                run = agents.Runner.run_streamed(
+                    agent, "What is 2 + 3?", run_config=run_config, max_turns=3
+                )
+                async for _ in run.stream_events():
+                    pass
+            else:
+                await agents.Runner.run(agent, "What is 2 + 3?", run_config=run_config, max_turns=3)
+        except agents.MaxTurnsExceeded:
+            pass
+        except agents.ModelBehaviorError as exc:
+            assert "max_output_tokens" in str(exc)
+    assert len(traj.calls) >= 2 and traj.exception is None
+    assert all(c.raw_response and c.raw_response["object"] == "response" for c in traj.calls)
+    for call in traj.calls:
+        assert call.trainable and call.prompt_token_ids and call.completion_token_ids
+        assert call.logprobs is not None and len(call.logprobs) == len(call.completion_token_ids)
+    first = traj.calls[0].response_message["tool_calls"]
+    assert first and first[0]["function"]["name"] == "calculator"
+    assert traj.calls[0].messages[0] == {"role": "system", "content": "Use the calculator."}
+    assert traj.calls[1].messages[-1]["role"] == "tool"
+    assert traj.tool_events and traj.tool_events[0].name == "calculator"
+    assert traj.tool_events[0].result == "5" and traj.tool_events[0].tool_call_id == first[0]["id"]
 
 
 async def test_streamed_calls_are_recorded_whole(model: art.TrainableModel) -> None:

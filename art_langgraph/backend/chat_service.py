@@ -6,6 +6,7 @@ runs it (`generate`, `stream`), and turns engine results into the typed response
 `protocol.py` (text cut at stop strings, tool calls parsed, logprobs per token, token
 ids). The HTTP routes (`server.py`) only move bytes, wait while a step trains, and
 cancel work whose client left; everything here is unit-testable with an engine alone.
+The Responses API (`responses.py`) runs on the same plans, results and typed chunks.
 
 Usage is OpenAI's: the prompt counted once however many choices (`n`), completion tokens
 summed over the choices, and `prompt_tokens_details.cached_tokens` the prompt tokens
@@ -23,12 +24,13 @@ Left out: the legacy `/v1/completions` and embeddings.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +67,7 @@ from art_langgraph.errors import (
     UsageError,
 )
 
-__all__ = ["ChatService", "Plan", "ServiceError", "validation_message"]
+__all__ = ["ChatService", "Plan", "ServiceError", "parse_json_body", "validation_message"]
 
 log = logging.getLogger(__name__)
 
@@ -312,6 +314,19 @@ class ChatService:
 
     async def stream(self, plan: Plan) -> AsyncIterator[str]:
         """The plan's choices as server-sent events, ending with `data: [DONE]`."""
+        async with contextlib.aclosing(self.stream_chunks(plan)) as chunks:
+            async for item in chunks:
+                if isinstance(item, ServiceError):
+                    yield f"data: {json.dumps(item.body())}\n\n"
+                    return
+                yield f"data: {item.model_dump_json()}\n\n"
+        yield "data: [DONE]\n\n"
+
+    async def stream_chunks(
+        self, plan: Plan
+    ) -> AsyncGenerator[ChatCompletionChunk | ServiceError, None]:
+        """The plan's choices as typed chunks; an engine failure ends them with a
+        `ServiceError` (what `stream` and the Responses stream send as an error event)."""
         req = plan.req
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         q: asyncio.Queue[tuple[int, TokenEvent | GenerateResult | BaseException]] = asyncio.Queue()
@@ -325,11 +340,10 @@ class ChatService:
             except BaseException as exc:  # delivered to the client as an error event
                 await q.put((i, exc))
 
-        def chunk(choices: list[ChunkChoice], **extra: Any) -> str:
-            body = ChatCompletionChunk(
+        def chunk(choices: list[ChunkChoice], **extra: Any) -> ChatCompletionChunk:
+            return ChatCompletionChunk(
                 id=cid, created=created, model=plan.served.label, choices=choices, **extra
             )
-            return f"data: {body.model_dump_json()}\n\n"
 
         n = len(plan.samplings)
         tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(plan.samplings)]
@@ -353,8 +367,7 @@ class ChatService:
                         if isinstance(item, UsageError | InfrastructureError)
                         else repr(item)
                     )
-                    error = ServiceError(500, msg, "server_error").body()
-                    yield f"data: {json.dumps(error)}\n\n"
+                    yield ServiceError(500, msg, "server_error")
                     return
                 if isinstance(item, TokenEvent):
                     ids[i].append(item.token_id)
@@ -397,7 +410,6 @@ class ChatService:
                 yield chunk([ch])
             if req.stream_options and req.stream_options.include_usage:
                 yield chunk([], usage=_usage(plan, finished))
-            yield "data: [DONE]\n\n"
         finally:
             for t in tasks:
                 t.cancel()
@@ -435,6 +447,15 @@ def _no_constants(name: str) -> Any:
 
 def parse_request(raw: bytes, max_depth: int) -> ChatCompletionRequest:
     """Body bytes -> a validated request, or a ServiceError 400 saying what is wrong."""
+    body = parse_json_body(raw, max_depth)
+    try:
+        return ChatCompletionRequest.model_validate(body)
+    except ValidationError as exc:
+        raise ServiceError(400, validation_message(exc.errors())) from None
+
+
+def parse_json_body(raw: bytes, max_depth: int) -> dict[str, Any]:
+    """Body bytes -> a JSON object within the depth limit, or a ServiceError 400."""
     try:
         body = json.loads(raw, parse_constant=_no_constants)
     except RecursionError:
@@ -447,10 +468,7 @@ def parse_request(raw: bytes, max_depth: int) -> ChatCompletionRequest:
         raise ServiceError(400, "the request body must be a JSON object")
     if problem := _check_json(body, max_depth):
         raise ServiceError(400, problem)
-    try:
-        return ChatCompletionRequest.model_validate(body)
-    except ValidationError as exc:
-        raise ServiceError(400, validation_message(exc.errors())) from None
+    return body
 
 
 def _check_json(value: Any, max_depth: int) -> str | None:

@@ -3,7 +3,9 @@
 Endpoints: `GET /health`, `GET /v1/models`, `GET /metrics` (Prometheus text, as vLLM's:
 `metrics.py`), `POST /v1/chat/completions` (messages, tools and tool_choice, sampling, n,
 stop, seed, logprobs, response_format with JSON schemas, SSE streaming; usage with
-`prompt_tokens_details.cached_tokens`, as OpenAI's). With `"return_token_ids": true` a
+`prompt_tokens_details.cached_tokens`, as OpenAI's), `POST /v1/responses` (OpenAI's
+Responses API, as vLLM serves it, translated onto the same chat-completions path:
+`responses.py`; what it refuses is a 400 naming the parameter). With `"return_token_ids": true` a
 response carries `prompt_token_ids` (top level) and `token_ids` per choice, as vLLM
 names them; with `"return_token_logprobs": true` (ours), `token_logprobs` per choice,
 one float per completion token. The response's `model` is `name@step` for the weights
@@ -16,11 +18,13 @@ model's step trains, and cancelling the rows of a client that left.
 
 Errors are OpenAI-style JSON bodies: 400 for malformed input (a prompt too long for the
 context names both lengths), 401 for a wrong or missing API key, 404 for an unknown
-model, 500 when the engine fails. The key guards `/metrics` as it guards `/v1/models`
+model or an endpoint not served (its message lists the ones served; 405 likewise for a
+wrong method), 500 when the engine fails. The key guards `/metrics` as it guards `/v1/models`
 (the Guard).
 
-Left out: the legacy `/v1/completions`, embeddings, and adapter management over HTTP
-(the backend loads adapters in-process).
+Left out: the legacy `/v1/completions`, embeddings, stored responses (`GET
+/v1/responses/{id}` and the like are 404s), and adapter management over HTTP (the
+backend loads adapters in-process).
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ from art_langgraph.backend.guard import Guard
 from art_langgraph.backend.metrics import CONTENT_TYPE, ServerMetrics
 from art_langgraph.backend.protocol import ChatCompletionRequest
 from art_langgraph.backend.registry import ModelRegistry
+from art_langgraph.backend.responses import ResponsesService
+from art_langgraph.backend.responses_protocol import ResponsesRequest
 from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.engine.base import InferenceEngine
 from art_langgraph.errors import UsageError
@@ -68,6 +74,7 @@ def create_app(
         raise UsageError("the API key is empty or whitespace: pass a real key, or none")
     limits = config or ServerConfig()
     service = ChatService(engine, registry, limits)
+    responses = ResponsesService(service)
     exposition = ServerMetrics(engine, registry.base_name)
     app = FastAPI(title="art_langgraph", docs_url=None, redoc_url=None)
     app.add_middleware(Guard, api_key=api_key, max_body_bytes=limits.max_body_bytes)
@@ -91,7 +98,14 @@ def create_app(
         return _error(ServiceError(400, validation_message(exc.errors())))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _starlette(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _starlette(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        where = f"{request.method} {request.url.path}"
+        if exc.status_code == 404:
+            message = f"Invalid URL ({where}): this server serves {_served(app)}"
+            return _error(ServiceError(404, message))
+        if exc.status_code == 405:
+            message = f"Method not allowed ({where}): this server serves {_served(app)}"
+            return _error(ServiceError(405, message))
         return _error(ServiceError(exc.status_code, str(exc.detail)))
 
     @app.get("/health")
@@ -111,12 +125,8 @@ def create_app(
     async def metrics() -> Response:
         return Response(exposition.render(), media_type=CONTENT_TYPE)
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Any:
-        raw = await request.body()  # the Guard bounds its size
-        # One trip to the worker for both when the model is not training (the common case);
-        # otherwise the plan waits for the new step, which it must resolve to.
-        req, plan = await off_loop(parse_and_plan, raw)
+    async def ready_plan(request: Request, req: ChatCompletionRequest, plan: Plan | None) -> Any:
+        """The plan, once the model is not training (None if the client left meanwhile)."""
         if plan is None:
             while registry.is_paused(req.model):  # a step is training: wait (ART's semantics)
                 if await request.is_disconnected():
@@ -124,6 +134,16 @@ def create_app(
                 await asyncio.sleep(0.005)
             plan = await off_loop(service.plan, req)
         await service.ensure_adapter(plan)
+        return plan
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        raw = await request.body()  # the Guard bounds its size
+        # One trip to the worker for both when the model is not training (the common case);
+        # otherwise the plan waits for the new step, which it must resolve to.
+        req, plan = await off_loop(parse_and_plan, raw)
+        if (plan := await ready_plan(request, req, plan)) is None:
+            return None
         if req.stream:
             return StreamingResponse(service.stream(plan), media_type="text/event-stream")
         results = await _unless_disconnected(request, service.generate(plan))
@@ -132,7 +152,37 @@ def create_app(
         body = service.response(plan, results).model_dump_json()
         return Response(body, media_type="application/json")
 
+    def parse_and_plan_responses(
+        raw: bytes,
+    ) -> tuple[ResponsesRequest, ChatCompletionRequest, Plan | None]:
+        rreq, req = responses.parse(raw)
+        return rreq, req, None if registry.is_paused(req.model) else service.plan(req)
+
+    @app.post("/v1/responses")
+    async def create_response(request: Request) -> Any:
+        raw = await request.body()
+        rreq, req, plan = await off_loop(parse_and_plan_responses, raw)
+        if (plan := await ready_plan(request, req, plan)) is None:
+            return None
+        if rreq.stream:
+            return StreamingResponse(responses.stream(rreq, plan), media_type="text/event-stream")
+        results = await _unless_disconnected(request, service.generate(plan))
+        if results is None:
+            return None
+        body = responses.response(rreq, plan, results).model_dump_json()
+        return Response(body, media_type="application/json")
+
     return app
+
+
+def _served(app: FastAPI) -> str:
+    """The endpoints `app` serves, as 'GET /health, POST /v1/responses, ...'."""
+    routes = []
+    for route in app.routes:
+        methods = sorted(getattr(route, "methods", None) or ())
+        path = getattr(route, "path", "")
+        routes += [f"{m} {path}" for m in methods if m != "HEAD"]
+    return ", ".join(routes)
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[Any]) -> Any:
