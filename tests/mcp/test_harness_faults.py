@@ -153,7 +153,6 @@ def test_ctrl_c_at_any_point_then_the_same_command_gives_the_uninterrupted_repor
     assert [(e["step"], e["rl_step"]) for e in report["evaluations"]] == [(0, 0), (1, 1), (2, 2)]
     assert [(r["step"], r["rl_step"]) for r in report["rows"]] == [(0, 0), (1, 1), (2, 2)]
     assert report["val_reward_untrained"] == report["rows"][0]["val_reward"]
-    assert re.search(r"RL step 2: trained \d+ micro-batches", done.stdout)
     assert sorted(p.name for p in (folder / "checkpoints").iterdir())[-1] == "0002"
     # killed during the last evaluation (its journal line never written): the same
     # command evaluates step 2 again, labelled as such, and trains nothing more
