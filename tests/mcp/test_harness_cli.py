@@ -133,7 +133,10 @@ def test_bad_inputs_are_one_line_errors_not_tracebacks(
 
 
 def test_env_reaches_a_stdio_server(tmp_path: Path) -> None:
-    out = _train(tmp_path, "--env", "ART_MCP_TEST_TOOLS=1", "--steps", "0", "--sft-epochs", "0")
+    out = _train(
+        tmp_path, "--env", "ART_MCP_TEST_TOOLS=1", "--steps", "0", "--sft-epochs", "0",
+        "--eval-scenarios", "2",
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     assert "6 tools from" in out.stdout  # `wait` and `crash` exist only with the variable
     assert "stderr goes to" in out.stdout
