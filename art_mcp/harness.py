@@ -990,7 +990,22 @@ async def _scenarios(
     source = generator
     if generator == "local":
         generator, base_url, api_key = _route(model)
-    scen = await generate_scenarios(
+    scen = await _generate(toolset, cfg, (generator, base_url, api_key), log)
+    save_scenarios(saved, scen)
+    log(f"generated {len(scen)} scenarios with {source} -> {saved}")
+    return scen
+
+
+async def _generate(
+    toolset: MCPToolset,
+    cfg: HarnessConfig,
+    route: tuple[str, str | None, str | None],
+    log: Callable[[str], None],
+) -> list[Scenario]:
+    """`generate_scenarios` with the run's settings; `route`: the generator, its base URL
+    and key, as litellm takes them."""
+    generator, base_url, api_key = route
+    return await generate_scenarios(
         toolset,
         cfg.n_scenarios,
         generator=generator,
@@ -1000,9 +1015,6 @@ async def _scenarios(
         require_tool_words=cfg.scenario_tool_words,
         log=log,
     )
-    save_scenarios(saved, scen)
-    log(f"generated {len(scen)} scenarios with {source} -> {saved}")
-    return scen
 
 
 async def write_scenarios(
@@ -1041,16 +1053,7 @@ async def write_scenarios(
                 f"writing scenarios with {cfg.base_model}: a small model writes weak tasks; "
                 "--generator takes any litellm model (openai/gpt-4o-mini, ...)"
             )
-        scen = await generate_scenarios(
-            toolset,
-            cfg.n_scenarios,
-            generator=generator,
-            base_url=base_url,
-            api_key=api_key,
-            instructions=cfg.instructions,
-            require_tool_words=cfg.scenario_tool_words,
-            log=say,
-        )
+        scen = await _generate(toolset, cfg, (generator, base_url, api_key), say)
     finally:
         await toolset.close()
         if backend is not None:

@@ -15,18 +15,9 @@ from openai import AsyncOpenAI
 from art_langgraph.backend import ServerHandle
 from art_langgraph.backend.responses_protocol import chat_messages
 from art_langgraph.chat_model import async_http_client
+from tests.backend.test_server import WEATHER as CHAT_WEATHER
 
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Current weather in a city",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "maxLength": 16}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-}
+WEATHER = {"type": "function", **CHAT_WEATHER["function"]}  # Responses' flat form
 IDS = {"return_token_ids": True, "return_token_logprobs": True}
 
 
