@@ -38,6 +38,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage, convert_to_openai_messages
 from langchain_core.outputs import LLMResult
+from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tracers.context import register_configure_hook
 
 from art_langgraph.chat_model import ART_METADATA_KEY
@@ -109,6 +110,7 @@ class TrajectoryCallback(BaseCallbackHandler):
                 "trainable": bool(meta.get(ART_METADATA_KEY)),
                 "started_at": datetime.now(UTC),
                 "t0": time.perf_counter(),
+                "position": _graph_position(meta),
                 "metadata": {
                     k: v
                     for k, v in meta.items()
@@ -169,6 +171,7 @@ class TrajectoryCallback(BaseCallbackHandler):
             trainable=start["trainable"] and completion_ids is not None,
             started_at=start["started_at"],
             metadata=start["metadata"],
+            **start["position"],
         )
         self.record_call(call)
 
@@ -354,8 +357,6 @@ def _langfuse_trace_id(run_id: UUID, parent_run_id: UUID | None) -> str | None:
     or its parent (`_runs`, which its SDK 5.x keeps), else its `last_trace_id`."""
     if "langfuse" not in sys.modules:
         return None
-    from langchain_core.runnables.config import var_child_runnable_config
-
     callbacks = (var_child_runnable_config.get() or {}).get("callbacks")
     handlers = getattr(callbacks, "handlers", callbacks)
     for h in handlers if isinstance(handlers, list) else []:
@@ -367,6 +368,29 @@ def _langfuse_trace_id(run_id: UUID, parent_run_id: UUID | None) -> str | None:
         if isinstance(trace_id, str) and len(trace_id) == 32:
             return trace_id
     return None
+
+
+def _graph_position(meta: dict[str, Any]) -> dict[str, Any]:
+    """Where in a LangGraph run a chat-model call happens, as `LLMCall` fields: its node,
+    the node path from the root graph (from `langgraph_checkpoint_ns`, "outer:task|inner:task"),
+    the superstep, the thread, and the root checkpoint its step started from (LangGraph keeps
+    that in the running config's `checkpoint_map`, not in the callback metadata)."""
+    node = meta.get("langgraph_node")
+    if node is None:
+        return {}
+    ns = meta.get("langgraph_checkpoint_ns")
+    path = [part.split(":", 1)[0] for part in ns.split("|")] if isinstance(ns, str) and ns else []
+    step = meta.get("langgraph_step")
+    thread = meta.get("thread_id")
+    configurable = (var_child_runnable_config.get() or {}).get("configurable") or {}
+    checkpoint = (configurable.get("checkpoint_map") or {}).get("")
+    return {
+        "node": str(node),
+        "namespace": path or [str(node)],
+        "graph_step": step if type(step) is int else None,
+        "thread_id": str(thread) if thread is not None else None,
+        "checkpoint_id": checkpoint if isinstance(checkpoint, str) else None,
+    }
 
 
 def _jsonable(v: Any) -> bool:

@@ -268,6 +268,18 @@ class LLMCall(_Record):
     """When the request was sent (UTC); None when not recorded."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form JSON data for the caller."""
+    node: str | None = None
+    """The LangGraph node that made the call (`langgraph_node`); None outside a graph."""
+    namespace: list[str] = Field(default_factory=list)
+    """Node names from the root graph down to `node`, inclusive: `["research", "agent"]` for
+    node "agent" of the subgraph that node "research" runs; empty outside a graph."""
+    graph_step: int | None = None
+    """The LangGraph superstep the call ran in (`langgraph_step`); None outside a graph."""
+    thread_id: str | None = None
+    """The checkpointer thread (`configurable.thread_id`); None without one."""
+    checkpoint_id: str | None = None
+    """The root graph's checkpoint the call's step started from: pass it as
+    `configurable.checkpoint_id` (or to `art.branch`) to run again from before this call."""
 
     @model_validator(mode="after")
     def _check_tokens(self) -> LLMCall:
@@ -412,6 +424,10 @@ class Trajectory(_RewardChecked):
     """Every tool execution of the rollout, in order."""
     reward: float = 0.0
     """Scalar reward; must be a finite number (else NonFiniteRewardError)."""
+    node_rewards: dict[str, float] = Field(default_factory=dict)
+    """Rewards of single LangGraph nodes, e.g. `{"router": 1.0, "agent": 0.3}`: the calls of a
+    node named here train on advantages computed from these, per node within the group;
+    every other call trains on `reward` (docs/langgraph.md). Each must be finite."""
     metrics: dict[str, float | int | bool] = Field(default_factory=dict)
     """Named numbers to log next to the reward (not used for training)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -420,6 +436,12 @@ class Trajectory(_RewardChecked):
     """Free-text log lines added with `log()`."""
     exception: ExceptionInfo | None = None
     """The exception that ended the rollout; None when it finished normally."""
+    interrupted: bool = False
+    """True while the run waits at a LangGraph `interrupt()` (for a human's approval, say);
+    resumed under `capture(thread=...)`, the same trajectory continues."""
+    resume_values: list[Any] = Field(default_factory=list)
+    """The values the run was resumed with (`Command(resume=...)`), in order; see
+    `art.resume_reward` to turn them into a reward."""
     started_at: datetime = Field(default_factory=_now)
     """When the rollout started (UTC)."""
     finished_at: datetime | None = None
@@ -436,6 +458,12 @@ class Trajectory(_RewardChecked):
         if name == "reward":
             value = _check_reward(self.id, value)
         super().__setattr__(name, value)
+
+    @model_validator(mode="after")
+    def _check_node_rewards(self) -> Trajectory:
+        for node, reward in self.node_rewards.items():
+            _check_reward(f"{self.id} (node {node!r})", reward)
+        return self
 
     def log(self, message: str) -> None:
         """Append a line to `logs`."""
