@@ -26,11 +26,14 @@ Left out: LangChain's legacy text LLMs (`on_llm_start`), which chat graphs do no
 from __future__ import annotations
 
 import contextvars
+import json
 import logging
+import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -42,6 +45,8 @@ from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tracers.context import register_configure_hook
 
 from art_langgraph.chat_model import ART_METADATA_KEY
+from art_langgraph.errors import UsageError
+from art_langgraph.threads import ThreadStore, thread_id_of
 from art_langgraph.trajectory import (
     ExceptionInfo,
     LLMCall,
@@ -72,8 +77,13 @@ class TrajectoryCallback(BaseCallbackHandler):
     raise_error = False
     run_inline = True
 
-    def __init__(self, trajectory: Trajectory | None = None) -> None:
+    def __init__(
+        self, trajectory: Trajectory | None = None, *, train_nodes: TrainNodes | None = None
+    ) -> None:
         self.trajectory = trajectory if trajectory is not None else Trajectory()
+        self.train_nodes = _node_filter(train_nodes)
+        self.resumed = False
+        """Whether a run in this block was resumed from an interrupt (`Command(resume=...)`)."""
         self._llm: dict[UUID, dict[str, Any]] = {}
         self._tools: dict[UUID, dict[str, Any]] = {}
         self._lock = threading.Lock()
@@ -174,9 +184,27 @@ class TrajectoryCallback(BaseCallbackHandler):
             **start["position"],
         )
         self.record_call(call)
+        if start["trainable"] and completion_ids is None:  # never silently: once per trajectory
+            where = f"in node {call.node!r}" if call.node else "outside any graph node"
+            note = (
+                f"capture: a call of the trainable model ({where}, model {call.model!r}) is "
+                "recorded with trainable=False: its reply carried no token ids "
+                f"(response_metadata keys: {sorted(meta)}), so it cannot train. A chat-model "
+                "path that drops the backend's ids (e.g. use_responses_api) is the usual cause."
+            )
+            with self._lock:
+                first = not any(line.startswith(note[:40]) for line in self.trajectory.logs)
+                if first:
+                    self.trajectory.logs.append(note)
+            if first:
+                warnings.warn(note, UserWarning, stacklevel=2)
 
     def record_call(self, call: LLMCall) -> None:
-        """Add a finished call, in the order the calls started (concurrent calls end in any order)."""
+        """Add a finished call, in the order the calls started (concurrent calls end in any
+        order); a trainable call outside `train_nodes` is kept, marked not trainable."""
+        if call.trainable and self.train_nodes is not None and not self.train_nodes(call):
+            call.trainable = False
+            call.metadata["art_excluded"] = "train_nodes"
         with self._lock:
             calls = self.trajectory.calls
             calls.append(call)
@@ -258,6 +286,27 @@ class TrajectoryCallback(BaseCallbackHandler):
             self.trajectory.tool_events.append(event)
 
     # ------------------------------------------------------------------ chains
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if parent_run_id is not None:
+            return
+
+        def start() -> None:
+            self.trajectory.interrupted = False  # until this run stops at one
+            resume = getattr(inputs, "resume", None) if _is_command(inputs) else None
+            if resume is not None:
+                self.resumed = True
+                self.trajectory.resume_values.append(_plain_value(resume))
+
+        self._guard("on_chain_start", start)
+
     def on_chain_end(
         self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
@@ -279,7 +328,9 @@ class TrajectoryCallback(BaseCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        if parent_run_id is None:
+        if _is_interrupt(error):  # raised in the node; the graph itself ends normally
+            self.trajectory.interrupted = True
+        elif parent_run_id is None:
             self._guard("on_chain_error", self._set_exception, error)
 
     def _set_exception(self, error: BaseException) -> None:
@@ -321,12 +372,50 @@ def current_trajectory() -> Trajectory | None:
 
 
 class capture:
-    """Record everything LangChain runs inside the block into a new Trajectory (see module doc)."""
+    """Record everything LangChain runs inside the block into a new Trajectory (see module doc).
+
+    Args:
+        metadata: merged into the trajectory's metadata.
+        trajectory: record into this trajectory instead of a new one.
+        train_nodes: which calls of the trainable model train: node names (a call trains
+            when its `node`, or any node of its `namespace`, is named: naming a subgraph's
+            node trains every call inside it), or a predicate over the `LLMCall`. The other
+            calls stay recorded, for review and judging, with `trainable=False` and
+            `metadata["art_excluded"] = "train_nodes"`. None (the default): every call of
+            the trainable model trains.
+        thread: a LangGraph config (or its thread id) whose run may stop at `interrupt()`
+            and be resumed later, in this process or another; needs `store`. A run that
+            stops at an interrupt is saved in `store`, and the capture that resumes the
+            thread continues the same trajectory (`threads.py`).
+        store: the folder for `thread`'s waiting trajectory.
+
+    Raises (on leaving the block):
+        UsageError: the block resumed a thread (`Command(resume=...)`) for which `store` held
+            no trajectory: its calls before the interrupt are lost, and it would train as a
+            fresh run. The graph's own state is kept by its checkpointer.
+    """
 
     def __init__(
-        self, metadata: dict[str, Any] | None = None, trajectory: Trajectory | None = None
+        self,
+        metadata: dict[str, Any] | None = None,
+        trajectory: Trajectory | None = None,
+        *,
+        train_nodes: TrainNodes | None = None,
+        thread: str | Mapping[str, Any] | None = None,
+        store: str | os.PathLike[str] | None = None,
     ) -> None:
-        self.handler = TrajectoryCallback(trajectory)
+        if (thread is None) != (store is None):
+            raise UsageError(
+                "capture(thread=..., store=...) go together: the thread names the run, the "
+                "store is the folder that keeps its trajectory while it waits at an interrupt"
+            )
+        self._thread = thread_id_of(thread) if thread is not None else None
+        self._store = ThreadStore(store) if store is not None else None
+        self._loaded = False
+        if self._thread is not None and self._store is not None and trajectory is None:
+            trajectory = self._store.load(self._thread)
+            self._loaded = trajectory is not None
+        self.handler = TrajectoryCallback(trajectory, train_nodes=train_nodes)
         if metadata:
             self.handler.trajectory.metadata.update(metadata)
         self._token: contextvars.Token[TrajectoryCallback | None] | None = None
@@ -339,15 +428,106 @@ class capture:
         if self._token is not None:
             _CURRENT.reset(self._token)
             self._token = None
+        handler, traj = self.handler, self.handler.trajectory
         if exc is not None:
-            self.handler._set_exception(exc)
-        self.handler.finish()
+            handler._set_exception(exc)
+        handler.finish()
+        _check_train_nodes(handler)
+        if self._store is None or self._thread is None:
+            if handler.resumed and exc is None:
+                _note(
+                    traj,
+                    "this run was resumed from an interrupt, but capture() was not given "
+                    "thread= and store=: the trajectory holds only the calls after the "
+                    "interrupt",
+                )
+            return
+        if handler.resumed and not self._loaded:
+            if exc is None:
+                raise UsageError(
+                    f"thread {self._thread!r} was resumed from an interrupt, but "
+                    f"{self._store.path} holds no trajectory for it: its calls before the "
+                    "interrupt are lost, so it would train as a fresh run. Start the thread "
+                    "under the same capture(thread=..., store=...), or leave this run out"
+                )
+            return
+        if traj.interrupted:
+            self._store.save(self._thread, traj)
+        else:
+            self._store.discard(self._thread)
 
     async def __aenter__(self) -> Trajectory:
         return self.__enter__()
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         self.__exit__(exc_type, exc, tb)
+
+
+TrainNodes = Collection[str] | Callable[[LLMCall], bool]
+"""What `capture(train_nodes=...)` takes: node names, or a predicate over a call."""
+
+
+def _node_filter(train_nodes: TrainNodes | None) -> Callable[[LLMCall], bool] | None:
+    if train_nodes is None or callable(train_nodes):
+        return train_nodes
+    if isinstance(train_nodes, str):
+        names = frozenset([train_nodes])
+    else:
+        names = frozenset(train_nodes)
+        if not names or not all(isinstance(n, str) for n in names):
+            raise UsageError(
+                f"train_nodes takes node names or a predicate over an LLMCall, not {train_nodes!r}"
+            )
+
+    def named(call: LLMCall) -> bool:
+        return call.node in names or any(n in names for n in call.namespace)
+
+    named.names = names  # type: ignore[attr-defined]
+    return named
+
+
+def _check_train_nodes(handler: TrajectoryCallback) -> None:
+    """Warn when `train_nodes` names left every call of the trainable model out."""
+    names = getattr(handler.train_nodes, "names", None)
+    calls = handler.trajectory.calls
+    excluded = [c for c in calls if c.metadata.get("art_excluded") == "train_nodes"]
+    if names is None or not excluded or any(c.trainable for c in calls):
+        return
+    ran = sorted({c.node or "(outside a graph)" for c in excluded})
+    _note(
+        handler.trajectory,
+        f"train_nodes={sorted(names)} named no node that called the trainable model in this "
+        f"run, so nothing of it trains; the nodes that did: {ran}",
+    )
+
+
+def _note(traj: Trajectory, message: str) -> None:
+    """A warning the user sees once per place, also kept in the trajectory's logs."""
+    warnings.warn(message, UserWarning, stacklevel=3)
+    traj.logs.append(message)
+
+
+def _is_command(value: Any) -> bool:
+    return type(value).__name__ == "Command" and type(value).__module__.startswith("langgraph")
+
+
+def _is_interrupt(error: BaseException) -> bool:
+    errors = sys.modules.get("langgraph.errors")
+    return errors is not None and isinstance(error, errors.GraphInterrupt)
+
+
+def _plain_value(value: Any) -> Any:
+    """A resume value as JSON data (pydantic models dumped, other objects as text)."""
+    try:
+        return json.loads(json.dumps(value, default=_dump_default))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _dump_default(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    return str(value)
 
 
 def _langfuse_trace_id(run_id: UUID, parent_run_id: UUID | None) -> str | None:

@@ -149,6 +149,12 @@ def _check_reward(trajectory_id: Any, reward: Any) -> float:
     return float(reward)
 
 
+def _check_node_rewards(trajectory_id: Any, node_rewards: Any) -> None:
+    if isinstance(node_rewards, Mapping):
+        for node, reward in node_rewards.items():
+            _check_reward(f"{trajectory_id} (node {node!r})", reward)
+
+
 def _surface_reward_error(exc: ValidationError) -> None:
     """Re-raise a `NonFiniteRewardError` that pydantic wrapped into a ValidationError."""
     for error in exc.errors():
@@ -452,18 +458,15 @@ class Trajectory(_RewardChecked):
         # itself (pydantic wraps ValueErrors raised in validators into a ValidationError).
         data.setdefault("id", _new_id())
         data["reward"] = _check_reward(data["id"], data.get("reward", 0.0))
+        _check_node_rewards(data["id"], data.get("node_rewards"))
         super().__init__(**data)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "reward":
             value = _check_reward(self.id, value)
+        elif name == "node_rewards":
+            _check_node_rewards(self.id, value)
         super().__setattr__(name, value)
-
-    @model_validator(mode="after")
-    def _check_node_rewards(self) -> Trajectory:
-        for node, reward in self.node_rewards.items():
-            _check_reward(f"{self.id} (node {node!r})", reward)
-        return self
 
     def log(self, message: str) -> None:
         """Append a line to `logs`."""

@@ -3,8 +3,9 @@
 `prepare_step` is pure (no model, no disk) and shared by every backend: it refuses
 what cannot be trained (a non-group, a group with unfinished rollouts, token ids
 outside the vocabulary), skips groups that carry no signal (empty, all rewards equal,
-older than `max_staleness`) and counts each kind, computes each group's advantages, and
-turns every trajectory into token-exact sequences (`tensorize.build_sequences`).
+older than `max_staleness`) and counts each kind, computes each group's advantages (per
+node too, where trajectories carry `node_rewards`: `node_advantages`), and turns every
+trajectory into token-exact sequences (`tensorize.build_sequences`).
 
 Left out: the optimizer step itself (`trainer.py`).
 """
@@ -12,15 +13,16 @@ Left out: the optimizer step itself (`trainer.py`).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from art_langgraph.errors import UsageError
 from art_langgraph.training.advantages import compute_advantages, is_zero_variance
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, build_sequences
-from art_langgraph.trajectory import Trajectory, TrajectoryGroup
+from art_langgraph.trajectory import LLMCall, Trajectory, TrajectoryGroup
 
-__all__ = ["prepare_step"]
+__all__ = ["node_advantages", "prepare_step", "rewarded_node"]
 
 
 def prepare_step(
@@ -38,7 +40,13 @@ def prepare_step(
             "train() got no groups: gather at least one TrajectoryGroup of finished rollouts "
             "(gather_trajectory_groups drops groups whose rollouts all failed: check its errors)"
         )
-    counts = {"groups": 0, "empty_groups": 0, "zero_variance_groups": 0, "stale_groups": 0}
+    counts = {
+        "groups": 0,
+        "empty_groups": 0,
+        "zero_variance_groups": 0,
+        "stale_groups": 0,
+        "node_advantage_calls": 0,
+    }
     stats = TensorizeStats()
     seqs: list[TrainSequence] = []
     rewards: list[float] = []
@@ -60,9 +68,11 @@ def prepare_step(
         ):
             counts["stale_groups"] += 1
             continue
-        if is_zero_variance(r):
+        per_call, node_signal = node_advantages(trajs, config.scale_rewards)
+        if is_zero_variance(r) and not node_signal:
             counts["zero_variance_groups"] += 1
             continue
+        counts["node_advantage_calls"] += len(per_call)
         for traj, adv in zip(trajs, compute_advantages(r, config.scale_rewards), strict=True):
             s, st = build_sequences(
                 traj,
@@ -71,6 +81,7 @@ def prepare_step(
                 tokenizer=tokenizer,
                 allow_retokenize=config.allow_retokenize,
                 vocab_size=vocab_size,
+                call_advantages=per_call,
             )
             seqs += s
             stats.add(st)
@@ -82,6 +93,47 @@ def prepare_step(
     metrics["trajectories"] = float(len(rewards))
     metrics["nothing_trainable"] = float(not seqs)
     return seqs, metrics
+
+
+def rewarded_node(call: LLMCall, nodes: Collection[str]) -> str | None:
+    """The node whose reward trains `call`: its own node if `nodes` has it, else the
+    innermost node of its namespace that `nodes` has (a subgraph's node); None if neither."""
+    return next((n for n in reversed([*call.namespace, call.node]) if n in nodes), None)
+
+
+def node_advantages(
+    trajs: Sequence[Trajectory], scale_rewards: bool = True
+) -> tuple[dict[str, float], bool]:
+    """Per-node advantages of one group's calls: call id -> advantage, and whether any
+    node's rewards differ within the group (a learning signal).
+
+    For each node named in any trajectory's `node_rewards`, the trajectories with a
+    trainable call of that node form the node's group; node rewards are
+    `node_rewards.get(node, reward)`, and their advantages (as `compute_advantages`)
+    go to each of those trajectories' calls of that node. A call is of node n when n is
+    its `node`, or the innermost node of its `namespace` named (`rewarded_node`). Calls
+    of nodes named nowhere are not in the result: they train on the trajectory's
+    advantage, from `reward` over the whole group.
+    """
+    named = {n for t in trajs for n in t.node_rewards}
+    if not named:
+        return {}, False
+    members: dict[str, list[tuple[int, list[str]]]] = {}
+    for i, traj in enumerate(trajs):
+        by_node: dict[str, list[str]] = {}
+        for call in traj.calls:
+            if call.trainable and (node := rewarded_node(call, named)) is not None:
+                by_node.setdefault(node, []).append(call.id)
+        for node, ids in by_node.items():
+            members.setdefault(node, []).append((i, ids))
+    per_call: dict[str, float] = {}
+    signal = False
+    for node, rows in sorted(members.items()):
+        rewards = [trajs[i].node_rewards.get(node, trajs[i].reward) for i, _ in rows]
+        signal = signal or not is_zero_variance(rewards)
+        for (_, ids), adv in zip(rows, compute_advantages(rewards, scale_rewards), strict=True):
+            per_call.update(dict.fromkeys(ids, adv))
+    return per_call, signal
 
 
 def _stalest(trajs: list[Trajectory]) -> int:

@@ -29,7 +29,7 @@ Left out: splitting one sequence across rows (a sequence longer than a row is cu
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +70,9 @@ class TrainSequence:
     advantage: float
     trajectory_id: str = ""
     truncated: bool = False
+    token_advantages: list[float] | None = None
+    """One advantage per token, where the sequence's calls have different ones (calls of
+    nodes with their own rewards, `Trajectory.node_rewards`); None: `advantage` for all."""
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -79,8 +82,17 @@ class TrainSequence:
         return sum(self.trainable)
 
     def extend(
-        self, ids: Sequence[int], trainable: bool, logprobs: Sequence[float] | None = None
+        self,
+        ids: Sequence[int],
+        trainable: bool,
+        logprobs: Sequence[float] | None = None,
+        advantage: float | None = None,
     ) -> None:
+        if advantage is not None and advantage != self.advantage and self.token_advantages is None:
+            self.token_advantages = [self.advantage] * len(self.tokens)
+        if self.token_advantages is not None:
+            adv = self.advantage if advantage is None else advantage
+            self.token_advantages.extend([adv] * len(ids))
         self.tokens.extend(ids)
         self.trainable.extend([trainable] * len(ids))
         if logprobs is None:
@@ -173,9 +185,13 @@ def build_sequences(
     tokenizer: Any = None,
     allow_retokenize: bool = False,
     vocab_size: int | None = None,
+    call_advantages: Mapping[str, float] | None = None,
 ) -> tuple[list[TrainSequence], TensorizeStats]:
     """The training sequences of one trajectory (see the module doc). With `vocab_size`,
-    a token id outside [0, vocab_size) is a UsageError naming the trajectory and call."""
+    a token id outside [0, vocab_size) is a UsageError naming the trajectory and call.
+    `call_advantages` (call id -> advantage) gives some calls their own advantage (their
+    node's); the others get `advantage`."""
+    per_call = call_advantages or {}
     stats = TensorizeStats(trajectories=1)
     seqs: list[TrainSequence] = []
     current: TrainSequence | None = None
@@ -186,6 +202,7 @@ def build_sequences(
         prompt, completion, lps = _call_ids(
             call, traj, tokenizer, allow_retokenize, stats, vocab_size
         )
+        adv = per_call.get(call.id, advantage)
         if current is not None and prompt[: len(current)] == current.tokens:
             current.extend(prompt[len(current) :], False)
             stats.merged_calls += 1
@@ -193,9 +210,9 @@ def build_sequences(
             if current is not None:
                 seqs.append(current)
                 stats.prefix_breaks += 1
-            current = TrainSequence([], [], [], advantage, traj.id)
+            current = TrainSequence([], [], [], adv, traj.id)
             current.extend(prompt, False)
-        current.extend(completion, True, lps)
+        current.extend(completion, True, lps, adv)
     if current is not None:
         seqs.append(current)
     out = []
@@ -203,6 +220,8 @@ def build_sequences(
         if len(s) > max_seq_length:
             s.tokens, s.trainable = s.tokens[:max_seq_length], s.trainable[:max_seq_length]
             s.sampler_logprobs = s.sampler_logprobs[:max_seq_length]
+            if s.token_advantages is not None:
+                s.token_advantages = s.token_advantages[:max_seq_length]
             s.truncated = True
             stats.truncated_sequences += 1
         if s.num_trainable:
@@ -421,7 +440,11 @@ def _collate(seqs: list[TrainSequence], rows: list[list[_Unit]], packed: bool) -
                     target[ri, at : at + n] = torch.tensor(s.trainable[node.start :])
                     target[ri, at] = False  # nothing in this block predicts its first token
                     lps[ri, at : at + n] = torch.tensor(s.sampler_logprobs[node.start :])
-                    adv[ri, at : at + n] = s.advantage
+                    adv[ri, at : at + n] = (
+                        s.advantage
+                        if s.token_advantages is None
+                        else torch.tensor(s.token_advantages[node.start :])
+                    )
                     sid[ri, at : at + n] = k
                     k += 1
                 else:
