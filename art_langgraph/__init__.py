@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from art_langgraph import rewards
 from art_langgraph._lazy import lazy_getattr
+from art_langgraph.branch import branch
 from art_langgraph.capture import TrajectoryCallback, capture, current_trajectory
 from art_langgraph.chat_model import TrainableChatModel
 from art_langgraph.errors import (
@@ -25,6 +26,7 @@ from art_langgraph.errors import (
 )
 from art_langgraph.gather import gather_trajectories, gather_trajectory_groups
 from art_langgraph.model import Model, TrainableModel, TrainResult
+from art_langgraph.threads import ThreadStore, resume_reward
 from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.trajectory import (
     ExceptionInfo,
@@ -68,6 +70,7 @@ __all__ = [
     "ModelConfig",
     "NonFiniteRewardError",
     "RemoteBackend",
+    "ThreadStore",
     "ToolCall",
     "ToolEvent",
     "TrainConfig",
@@ -81,12 +84,14 @@ __all__ = [
     "UsageError",
     "__version__",
     "append_jsonl",
+    "branch",
     "capture",
     "current_trajectory",
     "gather_trajectories",
     "gather_trajectory_groups",
     "read_groups",
     "read_jsonl",
+    "resume_reward",
     "rewards",
     "write_jsonl",
 ]

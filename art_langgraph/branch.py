@@ -39,7 +39,7 @@ from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 
-from art_langgraph.capture import capture
+from art_langgraph.capture import TrainNodes, capture
 from art_langgraph.errors import UsageError
 from art_langgraph.trajectory import ExceptionInfo, Trajectory, TrajectoryGroup
 
@@ -59,6 +59,7 @@ async def branch(
     configure: Configure | None = None,
     reward: Reward | None = None,
     max_concurrency: int | None = None,
+    train_nodes: TrainNodes | None = None,
 ) -> TrajectoryGroup:
     """Run `n` continuations of one thread from one checkpoint; return them as a group.
 
@@ -80,6 +81,7 @@ async def branch(
             its trajectory and the graph's output; its value becomes `trajectory.reward`.
             None leaves rewards at 0 (score the group afterwards).
         max_concurrency: at most this many branches run at once; None runs all n at once.
+        train_nodes: which nodes' calls train, as `capture(train_nodes=...)`; None: all.
 
     Returns:
         One `TrajectoryGroup`: a trajectory per branch that finished (in branch order,
@@ -101,7 +103,9 @@ async def branch(
 
     async def one(i: int, cfg: RunnableConfig) -> Trajectory:
         async with limit:
-            with capture(metadata={"branch": i}) as traj:
+            with capture(
+                metadata={"branch": i}, train_nodes=train_nodes, part_of_thread=True
+            ) as traj:
                 output = await graph.ainvoke(input, cfg)
             if reward is not None:
                 value = reward(traj, output)

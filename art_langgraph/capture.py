@@ -185,18 +185,18 @@ class TrajectoryCallback(BaseCallbackHandler):
         )
         self.record_call(call)
         if start["trainable"] and completion_ids is None:  # never silently: once per trajectory
+            head = "capture: a call of the trainable model cannot train"
             where = f"in node {call.node!r}" if call.node else "outside any graph node"
             note = (
-                f"capture: a call of the trainable model ({where}, model {call.model!r}) is "
-                "recorded with trainable=False: its reply carried no token ids "
-                f"(response_metadata keys: {sorted(meta)}), so it cannot train. A chat-model "
-                "path that drops the backend's ids (e.g. use_responses_api) is the usual cause."
+                f"{head} ({where}, model {call.model!r}); recorded with trainable=False: its "
+                f"reply carried no token ids (response_metadata keys: {sorted(meta)}). A chat-"
+                "model path that drops the backend's ids (e.g. use_responses_api) is the cause."
             )
             with self._lock:
-                first = not any(line.startswith(note[:40]) for line in self.trajectory.logs)
+                first = not any(line.startswith(head) for line in self.trajectory.logs)
                 if first:
                     self.trajectory.logs.append(note)
-            if first:
+            if first:  # after the call is recorded: a warnings filter that raises loses nothing
                 warnings.warn(note, UserWarning, stacklevel=2)
 
     def record_call(self, call: LLMCall) -> None:
@@ -388,6 +388,9 @@ class capture:
             stops at an interrupt is saved in `store`, and the capture that resumes the
             thread continues the same trajectory (`threads.py`).
         store: the folder for `thread`'s waiting trajectory.
+        part_of_thread: the block runs only part of a thread on purpose (`art.branch`
+            does: a branch trains what follows its checkpoint), so resuming an interrupt
+            without `thread=` is not warned about.
 
     Raises (on leaving the block):
         UsageError: the block resumed a thread (`Command(resume=...)`) for which `store` held
@@ -403,7 +406,9 @@ class capture:
         train_nodes: TrainNodes | None = None,
         thread: str | Mapping[str, Any] | None = None,
         store: str | os.PathLike[str] | None = None,
+        part_of_thread: bool = False,
     ) -> None:
+        self._part = part_of_thread
         if (thread is None) != (store is None):
             raise UsageError(
                 "capture(thread=..., store=...) go together: the thread names the run, the "
@@ -434,7 +439,7 @@ class capture:
         handler.finish()
         _check_train_nodes(handler)
         if self._store is None or self._thread is None:
-            if handler.resumed and exc is None:
+            if handler.resumed and exc is None and not self._part:
                 _note(
                     traj,
                     "this run was resumed from an interrupt, but capture() was not given "

@@ -1,0 +1,3 @@
+from examples.langgraph_nodes.graph import main
+
+main()
