@@ -120,16 +120,25 @@ class TrainableChatModel(ChatOpenAI):
         )
         if gen is None:
             return None
+        # A `response_format` call (`with_structured_output`) streams through openai's
+        # `beta.chat.completions.stream`, whose events wrap the server's chunk:
+        # {"type": "chunk", "chunk": {...}, "snapshot": ...}; its other events carry no ids.
+        # Such a stream ends with a chunk of the final completion that carries the model
+        # name (in `generation_info`) but none of the ids, so only the ids are read here.
+        wrapped = chunk.get("type") == "chunk"
+        raw = chunk.get("chunk") if wrapped else chunk
+        if not isinstance(raw, dict):
+            return gen
         meta = gen.message.response_metadata
-        if chunk.get("prompt_token_ids") is not None:
-            meta["prompt_token_ids"] = chunk["prompt_token_ids"]
-        choices = chunk.get("choices") or []
+        if raw.get("prompt_token_ids") is not None:
+            meta["prompt_token_ids"] = raw["prompt_token_ids"]
+        choices = raw.get("choices") or []
         if choices and choices[0].get("token_ids"):
             meta["token_ids"] = list(choices[0]["token_ids"])  # lists concatenate when chunks merge
         if choices and choices[0].get("token_logprobs"):
             meta["token_logprobs"] = list(choices[0]["token_logprobs"])
-        if choices and choices[0].get("finish_reason") and chunk.get("model"):
-            meta["model_name"] = chunk["model"]
+        if not wrapped and choices and choices[0].get("finish_reason") and raw.get("model"):
+            meta["model_name"] = raw["model"]
         return gen
 
 
