@@ -28,7 +28,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from textwrap import dedent
 from typing import Any
 
@@ -41,12 +41,13 @@ from art_langgraph.errors import (
     ModelBehaviorError,
     UsageError,
 )
-from art_langgraph.trajectory import TrajectoryGroup
+from art_langgraph.trajectory import Trajectory, TrajectoryGroup
 
 __all__ = [
     "DEFAULT_RUBRIC",
     "RulerScore",
     "build_judge_messages",
+    "node_conversation",
     "parse_judge_reply",
     "ruler",
     "ruler_score_group",
@@ -418,6 +419,8 @@ async def ruler_score_group(
     base_url: str | None = None,
     api_key: str | None = None,
     swallow_exceptions: bool = False,
+    nodes: Sequence[str] | None = None,
+    node_rubrics: Mapping[str, str] | None = None,
     **kw: Any,
 ) -> TrajectoryGroup | None:
     """A copy of `group` whose rewards are the judge's scores (see `ruler` for the arguments).
@@ -434,6 +437,15 @@ async def ruler_score_group(
 
     `**kw` goes to `ruler` (extra_params, max_retries, temperature). Bad arguments raise
     even with `swallow_exceptions`.
+
+    Per node: with `nodes` (LangGraph node names), each named node is also judged on its
+    own, in one judge call per node: what each trajectory's node saw and did (its last
+    call there, `node_conversation`), against the other trajectories' same node, with
+    `node_rubrics[node]` if given, else `rubric`. The score becomes
+    `node_rewards[node]` (and `metrics["ruler_score/<node>"]`), so the trainer computes
+    that node's advantages from it (`training.prepare.node_advantages`). A trajectory in
+    which the node made no call is left out of that node's judging; a node that ran in
+    fewer than 2 trajectories is not judged. `reward` is still judged on the whole run.
     """
     if group.pending:
         raise UsageError("this TrajectoryGroup has pending rollouts; resolve or gather it first")
@@ -441,8 +453,13 @@ async def ruler_score_group(
         raise TypeError(f"ruler_score_group() got unexpected keyword arguments {unknown}")
     _check_params(kw.get("extra_params"), kw.get("max_retries", 3))
     _check_rubric(rubric)
+    if unknown := sorted(set(node_rubrics or {}) - set(nodes or [])):
+        raise UsageError(f"node_rubrics names nodes that nodes= does not: {unknown}")
+    for node_rubric in (node_rubrics or {}).values():
+        _check_rubric(node_rubric)
     if len(group.trajectories) < 2:
         return group
+    judged: dict[str, tuple[list[int], list[RulerScore]]] = {}
     try:
         scores = await ruler(
             [t.messages for t in group.trajectories],
@@ -452,6 +469,22 @@ async def ruler_score_group(
             api_key=api_key,
             **kw,
         )
+        for node in nodes or []:
+            seen = [(i, node_conversation(t, node)) for i, t in enumerate(group.trajectories)]
+            ran = [(i, conv) for i, conv in seen if conv]
+            if len(ran) < 2:
+                continue
+            judged[node] = (
+                [i for i, _ in ran],
+                await ruler(
+                    [conv for _, conv in ran],
+                    judge=judge,
+                    rubric=(node_rubrics or {}).get(node, rubric),
+                    base_url=base_url,
+                    api_key=api_key,
+                    **kw,
+                ),
+            )
     except Exception as exc:
         if not swallow_exceptions:
             raise
@@ -468,4 +501,18 @@ async def ruler_score_group(
         trajectory.metrics["ruler_score"] = score.score
         trajectory.reward = score.score
         trajectory.log(f"RULER: {score.explanation}")
+    for node, (indices, node_scores) in judged.items():
+        for i, score in zip(indices, node_scores, strict=True):
+            trajectory = scored.trajectories[i]
+            trajectory.node_rewards = {**trajectory.node_rewards, node: score.score}
+            trajectory.metrics[f"ruler_score/{node}"] = score.score
+            trajectory.log(f"RULER ({node}): {score.explanation}")
     return scored
+
+
+def node_conversation(trajectory: Trajectory, node: str) -> list[dict[str, Any]]:
+    """What `node` saw and did in a trajectory: the request and reply of its last call
+    there (a call is the node's when `node` is its node or in its namespace); empty when
+    the node made no call. An agent node's last request holds its earlier turns."""
+    calls = [c for c in trajectory.calls if c.node == node or node in c.namespace]
+    return calls[-1].to_messages() if calls else []

@@ -38,6 +38,7 @@ from fastapi.responses import JSONResponse
 
 from art_langgraph import (
     InfrastructureError,
+    LLMCall,
     ModelBehaviorError,
     Trajectory,
     TrajectoryGroup,
@@ -431,3 +432,58 @@ async def test_unreachable_judge(caplog: pytest.LogCaptureFixture) -> None:
     groups = [TrajectoryGroup([Trajectory(reward=0.0), Trajectory(reward=1.0)])]
     after_each = functools.partial(ruler_score_group, swallow_exceptions=True, **kw)
     assert await gather_trajectory_groups(groups, after_each=after_each, progress=False) == []
+
+
+# --- per node -------------------------------------------------------------------------------
+
+
+def _node_group() -> TrajectoryGroup:
+    def traj(i: int, with_agent: bool) -> Trajectory:
+        router = LLMCall(
+            node="router",
+            namespace=["router"],
+            messages=[{"role": "user", "content": "route 2+3"}],
+            response_message={"role": "assistant", "content": f"route-{i}"},
+        )
+        agent = LLMCall(
+            node="agent",
+            namespace=["research", "agent"],
+            messages=[{"role": "user", "content": "add 2 and 3"}],
+            response_message={"role": "assistant", "content": f"answer-{i}"},
+        )
+        calls = [router, agent] if with_agent else [router]
+        return Trajectory(messages=[*TASK, {"role": "assistant", "content": str(i)}], calls=calls)
+
+    return TrajectoryGroup([traj(0, True), traj(1, True), traj(2, False)])
+
+
+async def test_nodes_are_judged_on_their_own_into_node_rewards(fake: FakeJudge) -> None:
+    fake.reset(reply(0.1, 0.2, 0.3), reply(0.9, 0.4, 0.0), reply(0.25, 0.75))
+    scored = await ruler_score_group(
+        _node_group(),
+        judge="openai/fake",
+        base_url=fake.base_url,
+        api_key="x",
+        nodes=["router", "research"],  # a subgraph's node covers the calls inside it
+        node_rubrics={"router": "Pick the right route."},
+    )
+    assert scored is not None
+    assert scored.rewards() == [0.1, 0.2, 0.3]  # the whole run, judged as before
+    assert [t.node_rewards for t in scored] == [
+        {"router": 0.9, "research": 0.25},
+        {"router": 0.4, "research": 0.75},
+        {"router": 0.0},  # no call in the subgraph: left out of its judging
+    ]
+    assert scored.trajectories[0].metrics["ruler_score/research"] == 0.25
+    router_req, agent_req = fake.requests[1], fake.requests[2]
+    assert "Pick the right route." in router_req["messages"][0]["content"]
+    assert "route-1" in router_req["messages"][-1]["content"]
+    judged = agent_req["messages"][-1]["content"]
+    assert "answer-0" in judged and "answer-1" in judged and "route-" not in judged
+
+
+async def test_node_rubrics_for_an_unnamed_node_are_refused() -> None:
+    with pytest.raises(UsageError, match="node_rubrics names nodes"):
+        await ruler_score_group(
+            _node_group(), judge="openai/fake", nodes=["router"], node_rubrics={"agent": "x"}
+        )
