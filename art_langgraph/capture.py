@@ -224,8 +224,24 @@ class TrajectoryCallback(BaseCallbackHandler):
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         def fail() -> None:
-            if self._llm.pop(run_id, None) is not None:
-                self.trajectory.logs.append(f"LLM call failed: {error!r}")
+            start = self._llm.pop(run_id, None)
+            if start is None:
+                return
+            self.trajectory.logs.append(f"LLM call failed: {error!r}")
+            completion = getattr(error, "completion", None)  # openai's parse errors keep it
+            if completion is not None:  # sampled, then refused by the client: record it
+                call = LLMCall.from_openai(
+                    {"messages": start["messages"], "tools": start["tools"]},
+                    completion,
+                    latency_s=time.perf_counter() - start["t0"],
+                    started_at=start["started_at"],
+                )
+                call.tool_choice, call.sampling = start["tool_choice"], start["sampling"]
+                call.metadata = start["metadata"] | {"art_client_error": repr(error)[:500]}
+                call.trainable = start["trainable"] and call.completion_token_ids is not None
+                for field, value in start["position"].items():
+                    setattr(call, field, value)
+                self.record_call(call)
 
         self._guard("on_llm_error", fail)
 

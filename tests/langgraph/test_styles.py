@@ -408,3 +408,30 @@ def test_the_warning_names_the_call_and_spares_other_models() -> None:
         )
     assert "outside any graph node" in handler.trajectory.logs[-1]
     assert [c.trainable for c in handler.trajectory.calls] == [False, False]
+
+
+async def test_a_reply_the_client_refuses_to_parse_is_still_recorded_to_train(
+    styles_model: art.TrainableModel, lg_backend: art.LocalBackend
+) -> None:
+    """openai's parser raises LengthFinishReasonError on a structured reply cut by
+    max_tokens, after the server sampled it: the sampled tokens are recorded (a reward can
+    punish them), with the error, and the graph's exception reaches the caller."""
+    import openai
+
+    llm = styles_model.chat_model(max_tokens=2).with_structured_output(Verdict, method="json_mode")
+
+    async def node(state: MessagesState) -> dict[str, Any]:
+        await llm.ainvoke(state["messages"])
+        return {}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", node)
+    graph.add_edge(START, "agent")
+    with art.capture() as traj, pytest.raises(openai.LengthFinishReasonError):
+        await graph.compile().ainvoke({"messages": [("user", PROMPT)]})
+    (call,) = traj.calls
+    assert call.trainable and call.node == "agent" and call.finish_reason == "length"
+    assert call.prompt_token_ids == _rendered_ids(lg_backend, USER)
+    assert call.completion_token_ids and len(call.completion_token_ids) == 2
+    assert "LengthFinishReasonError" in call.metadata["art_client_error"]
+    assert any(line.startswith("LLM call failed") for line in traj.logs)
