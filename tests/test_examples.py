@@ -49,3 +49,30 @@ def test_server_chat_demo() -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "[tiny@0] turn 1" in out.stdout and "finish=tool_calls" in out.stdout
+
+
+@pytest.mark.slow
+def test_langgraph_nodes_example(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "examples.langgraph_nodes",
+            "--steps",
+            "1",
+            "--groups-per-step",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "router (held-out)" in out.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["train_nodes"] == ["router", "agent"] and len(report["rows"]) == 2
+    for row in report["rows"]:
+        assert 0.0 <= row["held_out_router"] <= 1.0 and 0.0 <= row["held_out_agent"] <= 1.0
