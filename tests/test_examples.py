@@ -12,27 +12,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_langgraph_agent_example(tmp_path: Path) -> None:
+def run_example(module: str, *args: str, timeout: int = 600) -> str:
+    """`python -m examples.<module> ARGS` from the repo root; its stdout, once it exits 0."""
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "examples.langgraph_agent",
-            "--steps",
-            "2",
-            "--group-size",
-            "4",
-            "--out",
-            str(tmp_path),
-        ],
+        [sys.executable, "-m", f"examples.{module}", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "held-out" in out.stdout
+    return out.stdout
+
+
+@pytest.mark.slow
+def test_langgraph_agent_example(tmp_path: Path) -> None:
+    stdout = run_example(
+        "langgraph_agent", "--steps", "2", "--group-size", "4", "--out", str(tmp_path)
+    )
+    assert "held-out" in stdout
     report = json.loads((tmp_path / "report.json").read_text())
     assert len(report["rows"]) == 2
     png = (tmp_path / "reward_curve.png").read_bytes()
@@ -40,38 +38,16 @@ def test_langgraph_agent_example(tmp_path: Path) -> None:
 
 
 def test_server_chat_demo() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "examples.server_chat", "--turns", "2"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "[tiny@0] turn 1" in out.stdout and "finish=tool_calls" in out.stdout
+    stdout = run_example("server_chat", "--turns", "2", timeout=300)
+    assert "[tiny@0] turn 1" in stdout and "finish=tool_calls" in stdout
 
 
 @pytest.mark.slow
 def test_langgraph_nodes_example(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "examples.langgraph_nodes",
-            "--steps",
-            "1",
-            "--groups-per-step",
-            "2",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    stdout = run_example(
+        "langgraph_nodes", "--steps", "1", "--groups-per-step", "2", "--out", str(tmp_path)
     )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "router (held-out)" in out.stdout
+    assert "router (held-out)" in stdout
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["train_nodes"] == ["router", "agent"] and len(report["rows"]) == 2
     for row in report["rows"]:
