@@ -25,6 +25,7 @@ from art_langgraph.errors import (
     UsageError,
 )
 from art_langgraph.gather import gather_trajectories, gather_trajectory_groups
+from art_langgraph.late_rewards import mark_pending, wait_for_rewards
 from art_langgraph.model import Model, TrainableModel, TrainResult
 from art_langgraph.threads import ThreadStore, resume_reward
 from art_langgraph.training.config import ModelConfig, TrainConfig
@@ -89,9 +90,11 @@ __all__ = [
     "current_trajectory",
     "gather_trajectories",
     "gather_trajectory_groups",
+    "mark_pending",
     "read_groups",
     "read_jsonl",
     "resume_reward",
     "rewards",
+    "wait_for_rewards",
     "write_jsonl",
 ]

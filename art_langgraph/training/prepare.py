@@ -1,9 +1,10 @@
 """One GRPO step's input: trajectory groups -> training sequences and step metrics.
 
 `prepare_step` is pure (no model, no disk) and shared by every backend: it refuses
-what cannot be trained (a non-group, a group with unfinished rollouts, token ids
-outside the vocabulary), skips groups that carry no signal (empty, all rewards equal,
-older than `max_staleness`) and counts each kind, computes each group's advantages (per
+what cannot be trained (a non-group, a group with unfinished rollouts, a trajectory
+still waiting for its reward (`late_rewards.py`), token ids outside the vocabulary),
+skips groups that carry no signal (empty, all rewards equal, older than
+`max_staleness`) and counts each kind, computes each group's advantages (per
 node too, where trajectories carry `node_rewards`: `node_advantages`), and turns every
 trajectory into token-exact sequences (`tensorize.build_sequences`).
 
@@ -17,6 +18,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from art_langgraph.errors import UsageError
+from art_langgraph.late_rewards import check_no_pending
 from art_langgraph.training.advantages import compute_advantages, is_zero_variance
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, build_sequences
@@ -47,6 +49,7 @@ def prepare_step(
         "stale_groups": 0,
         "node_advantage_calls": 0,
     }
+    check_no_pending([g for g in groups if isinstance(g, TrajectoryGroup)])
     stats = TensorizeStats()
     seqs: list[TrainSequence] = []
     rewards: list[float] = []

@@ -1,0 +1,179 @@
+"""Rewards that arrive after their rollout: a human's review, a judge run elsewhere, an
+outcome known only later.
+
+The rule, in three parts:
+
+1. **Mark, never guess.** A rollout whose reward is not known yet is marked with
+   `mark_pending(traj)`. The trainer refuses a step that holds a pending trajectory
+   (`check_no_pending`, called by `prepare_step`): a placeholder 0 never trains silently.
+2. **Wait with a timeout, then drop.** `await wait_for_rewards(groups, fetch)` asks
+   `fetch` for the pending rewards every `poll_s` seconds until all have arrived or
+   `timeout_s` passed. What arrived is applied. A trajectory whose reward did not arrive
+   is dropped (`on_timeout="drop"`, the default), and a group left with fewer than two
+   trajectories is dropped with it (GRPO compares within a group); or, with
+   `on_timeout="train_without"`, it keeps the reward it had before it was marked (a
+   programmatic fallback the caller set). The default timeout is 15 minutes: Langfuse
+   documents that its score and trace read APIs can lag by about 10 minutes, plus margin.
+3. **After training, off-policy or not at all.** A reward that arrives after its rollout
+   was trained is not applied to that step (it is over). Re-reading the saved
+   trajectories with the reward (`integrations.langfuse.import_scores` on the model's
+   folder) makes a new group, which trains as an off-policy update only while its
+   rollouts are within `TrainConfig.max_staleness` steps; older, `prepare_step` skips it
+   and counts it in `stale_groups`.
+
+`langfuse_fetcher(...)` is a `fetch` that reads Langfuse scores (through
+`integrations.langfuse.fetch_scores`) for the pending trajectories' traces.
+
+Left out: pushing rewards to a waiting trainer (polling is what Langfuse's API offers),
+and partial credit for groups whose rewards arrive at different steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from art_langgraph.errors import UsageError
+from art_langgraph.trajectory import Trajectory, TrajectoryGroup
+
+__all__ = [
+    "PENDING_KEY",
+    "LateRewards",
+    "check_no_pending",
+    "is_pending",
+    "langfuse_fetcher",
+    "mark_pending",
+    "wait_for_rewards",
+]
+
+PENDING_KEY = "reward_pending"
+"""The trajectory metadata key that marks a reward as not known yet."""
+DEFAULT_TIMEOUT_S = 900.0
+"""15 minutes: Langfuse's score and trace read APIs can lag by about 10 minutes."""
+
+Fetch = Callable[[list[Trajectory]], "Mapping[str, float] | Awaitable[Mapping[str, float]]"]
+"""`fetch(pending) -> {trajectory id: reward}` for the rewards that arrived (sync or async)."""
+
+
+def mark_pending(traj: Trajectory) -> Trajectory:
+    """Mark `traj`'s reward as not known yet; returns it."""
+    traj.metadata[PENDING_KEY] = True
+    return traj
+
+
+def is_pending(traj: Trajectory) -> bool:
+    """Whether `traj` waits for its reward."""
+    return bool(traj.metadata.get(PENDING_KEY))
+
+
+def check_no_pending(groups: Sequence[TrajectoryGroup]) -> None:
+    """Refuse groups holding a trajectory whose reward has not arrived."""
+    pending = [t.id for g in groups for t in g.trajectories if is_pending(t)]
+    if pending:
+        raise UsageError(
+            f"{len(pending)} trajectories wait for their reward (first: {pending[0]!r}); "
+            "await art.wait_for_rewards(groups, fetch) before training, which applies what "
+            "arrived and drops the rest after its timeout"
+        )
+
+
+class LateRewards(BaseModel):
+    """What `wait_for_rewards` did."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    groups: list[TrajectoryGroup] = Field(default_factory=list)
+    """The groups to train: rewards applied, nothing pending left."""
+    arrived: int = 0
+    """Pending rewards that arrived in time."""
+    missing: int = 0
+    """Pending rewards that did not arrive before the timeout."""
+    dropped_groups: int = 0
+    """Groups left with fewer than two trajectories, dropped."""
+    waited_s: float = 0.0
+    """How long it waited."""
+
+
+async def wait_for_rewards(
+    groups: Sequence[TrajectoryGroup],
+    fetch: Fetch,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    poll_s: float = 30.0,
+    on_timeout: Literal["drop", "train_without"] = "drop",
+) -> LateRewards:
+    """Wait for the pending rewards of `groups`, then apply the rule of the module doc.
+
+    `fetch` may return rewards for any of the pending trajectories it is given, on any
+    call; a value that is not a finite number is an error (NonFiniteRewardError). The
+    groups given are not changed: the result holds copies.
+    """
+    if timeout_s < 0 or poll_s <= 0:
+        raise UsageError(f"timeout_s must be >= 0 and poll_s > 0, got {timeout_s}, {poll_s}")
+    if on_timeout not in ("drop", "train_without"):
+        raise UsageError(f'on_timeout is "drop" or "train_without", not {on_timeout!r}')
+    copies = [g.model_copy(deep=True) for g in groups]
+    pending = {t.id: t for g in copies for t in g.trajectories if is_pending(t)}
+    result = LateRewards()
+    start = time.monotonic()
+    while pending:
+        got = fetch(list(pending.values()))
+        rewards = await got if inspect.isawaitable(got) else got
+        for tid, reward in dict(rewards).items():
+            if (traj := pending.pop(tid, None)) is not None:
+                traj.reward = reward  # checked: NonFiniteRewardError for NaN
+                del traj.metadata[PENDING_KEY]
+                result.arrived += 1
+        left = timeout_s - (time.monotonic() - start)
+        if not pending or left <= 0:
+            break
+        await asyncio.sleep(min(poll_s, left))
+    result.waited_s = time.monotonic() - start
+    result.missing = len(pending)
+    for group in copies:
+        if on_timeout == "train_without":
+            for t in group.trajectories:
+                t.metadata.pop(PENDING_KEY, None)
+            kept = group
+        else:
+            kept = group.model_copy(
+                update={"trajectories": [t for t in group.trajectories if t.id not in pending]}
+            )
+        if len(kept.trajectories) < 2:
+            result.dropped_groups += 1
+            continue
+        result.groups.append(kept)
+    return result
+
+
+def langfuse_fetcher(
+    *,
+    name: str | None = None,
+    source: Literal["ANNOTATION", "API", "EVAL"] | None = "ANNOTATION",
+    queue_id: str | None = None,
+    value_map: dict[str, float] | None = None,
+    config: Any = None,
+) -> Fetch:
+    """A `fetch` reading Langfuse scores (by name / source / queue) for the pending
+    trajectories' traces; needs the `langfuse` extra. Non-numeric values go through
+    `value_map` (e.g. {"approve": 1.0, "reject": 0.0}); others are not rewards yet."""
+    from art_langgraph.integrations.langfuse import fetch_scores, trace_id_for
+
+    def fetch(pending: list[Trajectory]) -> dict[str, float]:
+        by_trace = {str(t.metadata.get("langfuse_trace_id") or trace_id_for(t)): t for t in pending}
+        found: dict[str, float] = {}
+        for score in fetch_scores(name=name, source=source, queue_id=queue_id, config=config):
+            traj = by_trace.get(score.trace_id or "")
+            value = score.value
+            if isinstance(value, str):
+                value = (value_map or {}).get(value)  # type: ignore[assignment]
+            if traj is not None and isinstance(value, int | float):
+                found[traj.id] = float(value)
+        return found
+
+    return fetch
