@@ -23,7 +23,9 @@ disagree (a message edited in the graph).
 
 Without a step the model asks for `name`, which the server resolves to the latest
 adapter at each call, so a graph compiled before `model.train()` uses the new adapter
-on its next call. With a step it asks for `name@step` (pinned, for evaluation).
+on its next call. With a step it asks for `name@step` (pinned, for evaluation); with
+promotion on (`ModelConfig.promote_on_evaluation`), `model.chat_model()` asks for
+`name@latest`, as the bare name then serves the promoted step.
 
 Left out: the Responses API (`use_responses_api`): the backend serves it (for the OpenAI
 Agents SDK, `model.openai_client()`), but this model speaks chat completions, whose
@@ -143,7 +145,7 @@ class TrainableChatModel(ChatOpenAI):
 
 
 def build_chat_model(
-    *, name: str, step: int | None, base_url: str, api_key: str, **kwargs: Any
+    *, name: str, step: int | str | None, base_url: str, api_key: str, **kwargs: Any
 ) -> TrainableChatModel:
     """The chat model for `model.chat_model()`; kwargs go to ChatOpenAI (temperature, max_tokens, ...)."""
     metadata = {"art_model": name, **(kwargs.pop("metadata", None) or {})}

@@ -3,6 +3,8 @@
     art-langgraph serve --base-model tiny [--host 127.0.0.1] [--port 8000] [--api-key K]
     art-langgraph backend [--path .art] [--host 127.0.0.1] [--port 8090] [--api-key K]
     art-langgraph report MODEL_DIR [--out FILE]
+    art-langgraph promote NAME|MODEL_DIR STEP [--path .art] [--project P]
+    art-langgraph rollback NAME|MODEL_DIR [--path .art] [--project P]
     art-langgraph langfuse export MODEL_DIR|FILE [--step N] [--all]
     art-langgraph langfuse import-scores MODEL_DIR|FILE [--name N] [--source S] [--queue ID]
                                          [--out FILE] [--approved-sft FILE]
@@ -14,6 +16,9 @@ key may also come from `$ART_API_KEY`. `report` writes one self-contained HTML p
 review a model folder's steps and trajectories. `langfuse export` sends a model folder's
 trajectories to Langfuse (those not sent yet; keys from `LANGFUSE_*`), and
 `langfuse import-scores` applies review scores given in Langfuse as rewards.
+`promote` makes a model's bare name serve STEP, and `rollback` the step promoted before
+the current one (for a model with `ModelConfig(promote_on_evaluation=True)`): they write
+the model folder's `promotion.jsonl`, which a running server re-reads at its next request.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from art_langgraph.errors import UsageError
 
@@ -82,6 +88,18 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="write a self-contained HTML review page of a model folder")
     r.add_argument("folder", help="a model's folder ({path}/{project}/models/{name})")
     r.add_argument("--out", default=None, help="where to write it (default FOLDER/review.html)")
+    for command, what in (
+        ("promote", "serve STEP as the model's bare name (promotion gated on evaluation)"),
+        ("rollback", "serve again the step promoted before the current one"),
+    ):
+        pr = sub.add_parser(command, help=what)
+        pr.add_argument("model", help="a model's name (under --path) or its folder")
+        if command == "promote":
+            pr.add_argument("step", type=int, help="the checkpoint step to serve")
+        pr.add_argument("--path", default=".art", help="where models live (default .art)")
+        pr.add_argument(
+            "--project", default=None, help="the model's project (default: the one holding it)"
+        )
     lf = sub.add_parser("langfuse", help="send trajectories to Langfuse, read review scores back")
     lsub = lf.add_subparsers(dest="langfuse_command", required=True)
     e = lsub.add_parser("export", help="send a model folder's trajectories (keys: LANGFUSE_*)")
@@ -158,6 +176,53 @@ def _langfuse(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_folder(model: str, path: str = ".art", project: str | None = None) -> Path:
+    """A model's folder: `model` itself if it is one (it has `checkpoints/`), else
+    `{path}/{project}/models/{model}`, in any project when `project` is None."""
+    from art_langgraph.names import check_path_name
+
+    given = Path(model)
+    if (given / "checkpoints").is_dir():
+        return given.resolve()
+    check_path_name(model, "model name")
+    root = Path(path)
+    if project is not None:
+        found = [root / check_path_name(project, "project") / "models" / model]
+    else:
+        found = sorted(root.glob(f"*/models/{model}"))
+    found = [f for f in found if (f / "checkpoints").is_dir()]
+    if len(found) == 1:
+        return found[0].resolve()
+    if len(found) > 1:
+        projects = ", ".join(f.parent.parent.name for f in found)
+        raise UsageError(f"model {model!r} is in several projects ({projects}): pass --project")
+    known = sorted(
+        f"{f.parent.parent.name}/{f.name}" for f in root.glob("*/models/*") if f.is_dir()
+    )
+    where = f"project {project!r} under {root}" if project else str(root)
+    raise UsageError(
+        f"no model {model!r} in {where} (models there: {', '.join(known) or 'none'}); "
+        "pass --path, --project, or the model's folder"
+    )
+
+
+def _promotion(args: argparse.Namespace) -> int:
+    from art_langgraph.backend.promotion import PromotionLog, checkpoint_steps
+
+    folder = _model_folder(args.model, args.path, args.project)
+    plog = PromotionLog(folder)
+    if not plog.file.exists():
+        print(
+            f"art-langgraph: note: {folder.name} has no promotion history yet; the bare name "
+            "follows it only with ModelConfig(promote_on_evaluation=True)",
+            file=sys.stderr,
+        )
+    steps = checkpoint_steps(folder)
+    d = plog.promote(args.step, steps) if args.command == "promote" else plog.rollback(steps)
+    print(f"{folder.name}: serving step {d.served} ({d.reason})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
@@ -181,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             print(write_review_page(args.folder, args.out))
+        except UsageError as exc:
+            print(f"art-langgraph: error: {exc}", file=sys.stderr)
+            return 2
+    elif args.command in ("promote", "rollback"):
+        try:
+            return _promotion(args)
         except UsageError as exc:
             print(f"art-langgraph: error: {exc}", file=sys.stderr)
             return 2

@@ -4,7 +4,11 @@ A model is registered with a backend (`await model.register(backend)`), which se
 it over an OpenAI-compatible endpoint: `model.openai_client()` points at it, and the
 served name is `model.name` (the latest step) or `f"{model.name}@{step}"` (pinned).
 `TrainableModel.train(groups)` runs one GRPO step and returns the new step; the
-backend swaps the new adapter in before `train` returns.
+backend swaps the new adapter in before `train` returns. With
+`ModelConfig.promote_on_evaluation` the bare name serves the promoted step instead
+(`backend/promotion.py`; `model.record_evaluation(step, score)` decides), and the
+model's own clients (`chat_model()`, `openai_client()`, `inference_name()`) ask for
+`name@latest`: they are the training rollouts.
 
 A model depends only on the `Backend` protocol (`backend/base.py`). Left out: remote
 backends (a `RemoteBackend` implements the same protocol).
@@ -12,20 +16,23 @@ backends (a `RemoteBackend` implements the same protocol).
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from art_langgraph.backend.base import Backend, TrainResult
 from art_langgraph.errors import UsageError
-from art_langgraph.names import check_path_name, inference_name
+from art_langgraph.names import LATEST, check_path_name, inference_name
 from art_langgraph.training.config import ModelConfig, TrainConfig
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
+    from art_langgraph.backend.promotion import PromotionDecision
     from art_langgraph.chat_model import TrainableChatModel
     from art_langgraph.training.trainer import ProgressFn
     from art_langgraph.trajectory import Trajectory, TrajectoryGroup
@@ -57,6 +64,11 @@ class Model(BaseModel):
     def trainable(self) -> bool:
         return False
 
+    def _rollout_step(self) -> str | None:
+        """What this model's own clients ask for without a step: None (the bare name), or
+        `LATEST` where the bare name serves a promoted step."""
+        return None
+
     async def register(self, backend: Backend) -> None:
         """Serve this model on `backend` (resuming from its checkpoints, if any)."""
         if not isinstance(backend, Backend):
@@ -78,8 +90,9 @@ class Model(BaseModel):
         """An AsyncOpenAI client pointed at the backend (kwargs go to the client).
 
         Inside `art.capture()`, its chat completions are recorded with their exact token
-        ids (see `openai_capture.py`), asking for token ids and logprobs unless you set them."""
-        import httpx
+        ids (see `openai_capture.py`), asking for token ids and logprobs unless you set them.
+        With promotion on, a request naming `model.name` is sent as `name@latest` (this
+        client runs the training rollouts; the app's own clients get the promoted step)."""
         from openai import AsyncOpenAI
 
         from art_langgraph.chat_model import shared_async_transport
@@ -88,16 +101,17 @@ class Model(BaseModel):
         self.backend()
         # Our own http_client: openai's default one closes itself from `__del__`, which can
         # unregister live sockets of other clients from the event loop (see chat_model.py).
-        kwargs.setdefault(
-            "http_client",
-            httpx.AsyncClient(transport=CapturingTransport(shared_async_transport()), timeout=None),
-        )
+        transport: httpx.AsyncBaseTransport = CapturingTransport(shared_async_transport())
+        if self._rollout_step() is not None:
+            transport = _AtLatest(transport, self.name)
+        kwargs.setdefault("http_client", httpx.AsyncClient(transport=transport, timeout=None))
         return AsyncOpenAI(
             base_url=self.inference_base_url, api_key=self.inference_api_key or "local", **kwargs
         )
 
     def chat_model(self, step: int | None = None, **kwargs: Any) -> TrainableChatModel:
-        """A LangChain chat model for this model: the latest adapter at every call, or `step` pinned.
+        """A LangChain chat model for this model: the latest adapter at every call (`name@latest`
+        with promotion on), or `step` pinned.
 
         kwargs go to `langchain_openai.ChatOpenAI` (temperature, max_tokens, timeout, ...).
         """
@@ -107,15 +121,16 @@ class Model(BaseModel):
         assert self.inference_base_url is not None
         return build_chat_model(
             name=self.name,
-            step=step,
+            step=step if step is not None else self._rollout_step(),
             base_url=self.inference_base_url,
             api_key=self.inference_api_key or "local",
             **kwargs,
         )
 
     def inference_name(self, step: int | None = None) -> str:
-        """The model string for requests: latest, or pinned to `step`."""
-        return inference_name(self.name, step)
+        """The model string for requests: latest (`name`, or `name@latest` with promotion
+        on), or pinned to `step`."""
+        return inference_name(self.name, step if step is not None else self._rollout_step())
 
     async def get_step(self) -> int:
         """The step served as latest (0 before any training)."""
@@ -164,6 +179,9 @@ class TrainableModel(Model):
     def trainable(self) -> bool:
         return True
 
+    def _rollout_step(self) -> str | None:
+        return LATEST if self.training.promote_on_evaluation else None
+
     async def train(
         self,
         groups: Iterable[TrajectoryGroup],
@@ -187,8 +205,47 @@ class TrainableModel(Model):
             self, list(items), config or TrainConfig(), epochs, batch_size
         )
 
+    async def record_evaluation(self, step: int, score: float) -> PromotionDecision:
+        """Record `step`'s held-out evaluation `score` and promote it (the bare name then
+        serves it) if it is at least the promoted step's score minus
+        `training.promotion_tolerance`; the decision is kept in the model's folder. Needs
+        `ModelConfig(promote_on_evaluation=True)`."""
+        return await self.backend().record_evaluation(self, step, score)
+
     async def delete_checkpoints(
         self, best_checkpoint_metric: str = "val/reward", keep_last: int = 1
     ) -> list[int]:
         """Keep the latest `keep_last` checkpoints and the best by `best_checkpoint_metric`; returns deleted steps."""
         return await self.backend().delete_checkpoints(self, best_checkpoint_metric, keep_last)
+
+
+class _AtLatest(httpx.AsyncBaseTransport):
+    """An httpx transport that sends a request naming the bare `name` as `name@latest`."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, name: str) -> None:
+        self.inner, self.name = inner, name
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            raw = request.content if request.method == "POST" else b""
+        except httpx.RequestNotRead:  # a streamed upload: not a JSON body of ours
+            raw = b""
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = None
+            if isinstance(body, dict) and body.get("model") == self.name:
+                body["model"] = inference_name(self.name, LATEST)
+                headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
+                request = httpx.Request(
+                    request.method,
+                    request.url,
+                    headers=headers,
+                    content=json.dumps(body).encode(),
+                    extensions=request.extensions,
+                )
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

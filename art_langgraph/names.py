@@ -4,7 +4,8 @@
 `. _ + -`, starting with a letter or a digit. That rules out `.` and `..`, hidden
 folders, separators, NUL, whitespace and anything a filesystem could read as a path, so
 `{path}/{project}/models/{name}` always stays inside `{path}`. `inference_name(name,
-step)` spells the served name, `name` or `name@step`.
+step)` spells the served name, `name`, `name@step` or `name@latest` (`LATEST`: the latest
+step even when the bare name serves a promoted one, `backend/promotion.py`).
 
 Left out: unicode names (they would be safe as paths, but differ between filesystems'
 normalization forms).
@@ -16,7 +17,10 @@ import re
 
 from art_langgraph.errors import UsageError
 
-__all__ = ["check_path_name", "inference_name"]
+__all__ = ["LATEST", "check_path_name", "inference_name"]
+
+LATEST = "latest"
+"""`name@latest` always names the latest step; the bare `name` may serve a promoted one."""
 
 _PATH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
@@ -31,6 +35,7 @@ def check_path_name(value: str, what: str) -> str:
     return value
 
 
-def inference_name(name: str, step: int | None = None) -> str:
-    """The served name: `name` (latest step) or `name@step` (pinned)."""
+def inference_name(name: str, step: int | str | None = None) -> str:
+    """The served name: `name` (latest step, or the promoted one), `name@step` (pinned) or
+    `name@latest` (step `LATEST`)."""
     return name if step is None else f"{name}@{step}"

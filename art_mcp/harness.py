@@ -293,6 +293,15 @@ class HarnessConfig(BaseModel):
             "differs from this run's; by default such a run stops and says what changed."
         ),
     )
+    promote_on_evaluation: bool = Field(
+        False,
+        description=(
+            "Gate the model's bare name on the held-out evaluations: it serves the last step "
+            "whose greedy held-out reward was at least the promoted step's minus "
+            "ModelConfig.promotion_tolerance (each evaluation is recorded with "
+            "model.record_evaluation); rollouts use the latest step."
+        ),
+    )
 
     @field_validator("allow_tools", "deny_tools", mode="before")
     @classmethod
@@ -552,7 +561,9 @@ async def train(
             name=name,
             project=cfg.project,
             base_model=cfg.base_model,
-            training=art.ModelConfig(compute_dtype=cfg.compute_dtype),
+            training=art.ModelConfig(
+                compute_dtype=cfg.compute_dtype, promote_on_evaluation=cfg.promote_on_evaluation
+            ),
         )
         await model.register(backend)
         # The harness's own files (scenarios, report) go beside the checkpoints when the
@@ -671,6 +682,11 @@ async def train(
                 split = "untrained" if step == 0 else "val"
                 await model.log([art.TrajectoryGroup(trajs)], split=split)
             append_journal(folder, "evaluation", json.loads(ev.model_dump_json()))
+            if cfg.promote_on_evaluation and math.isfinite(ev.greedy_reward):
+                decision = await model.record_evaluation(step, ev.greedy_reward)
+                log(
+                    f"promotion: step {step} {'' if decision.promoted else 'not '}promoted: {decision.reason}"
+                )
             return ev
 
         def save_report() -> Report:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from art_langgraph._lazy import lazy_getattr
 from art_langgraph.backend.base import Backend, TrainResult
+from art_langgraph.backend.promotion import PromotionDecision
 from art_langgraph.backend.server_config import ServerConfig
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ __all__ = [
     "Backend",
     "LocalBackend",
     "ModelRegistry",
+    "PromotionDecision",
     "RemoteBackend",
     "Served",
     "ServerConfig",

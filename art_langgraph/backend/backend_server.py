@@ -6,7 +6,7 @@ One port serves two APIs, in one process and one event loop:
   backend (the same app as `LocalBackend`'s own server, `server.py`), available once a
   model is registered (before: `/health` lists no models, the rest answer 503);
 - `/art/v1/...`: the training API (`wire.py` has the bodies): `register`, `step`, `train`,
-  `train_sft`, `log`, `delete_checkpoints`, `health`.
+  `train_sft`, `log`, `delete_checkpoints`, `record_evaluation`, `health`.
 
 A train call runs as a task of its own: a client that disconnects does not cancel the
 step, and a retry with the same `Idempotency-Key` joins the running step or, once it is
@@ -49,6 +49,7 @@ from art_langgraph.backend.wire import (
     PREFIX,
     BodyTooLarge,
     DeleteRequest,
+    EvaluationRequest,
     LogRequest,
     ModelSpec,
     SFTRequest,
@@ -156,6 +157,13 @@ class _TrainingAPI:
             self.model(req.model), req.metric, req.keep_last
         )
         return JSONResponse({"deleted": deleted})
+
+    async def evaluation(self, request: Request) -> JSONResponse:
+        req: EvaluationRequest = await self.body(request, EvaluationRequest)
+        decision = await self.backend.record_evaluation(
+            self.trainable(req.model), req.step, req.score
+        )
+        return JSONResponse(decision.model_dump())
 
     def trainable(self, spec: ModelSpec) -> Any:
         model = self.model(spec)
@@ -315,6 +323,7 @@ def create_backend_app(
             route("/train_sft", api.train_sft, "POST"),
             route("/log", api.log_, "POST"),
             route("/delete_checkpoints", api.delete, "POST"),
+            route("/record_evaluation", api.evaluation, "POST"),
         ]
     )
     guarded_art = Guard(art, api_key=api_key, max_body_bytes=limits.max_upload_bytes)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
+    from art_langgraph.backend.promotion import PromotionDecision
     from art_langgraph.model import Model, TrainableModel
     from art_langgraph.training.config import TrainConfig
     from art_langgraph.training.trainer import ProgressFn
@@ -68,6 +69,13 @@ class Backend(Protocol):
 
     async def log(self, model: Model, items: list[Any], split: str) -> None:
         """Save trajectories under `split` at the current step; record their mean reward."""
+        ...
+
+    async def record_evaluation(
+        self, model: TrainableModel, step: int, score: float
+    ) -> PromotionDecision:
+        """Record `step`'s held-out score and decide whether it is promoted (the bare name
+        then serves it); needs `ModelConfig.promote_on_evaluation`."""
         ...
 
     async def delete_checkpoints(self, model: Model, metric: str, keep_last: int) -> list[int]:

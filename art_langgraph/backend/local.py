@@ -15,6 +15,9 @@ complete checkpoint if its folder has one. `model.train(groups)`:
 
 While a step trains, requests for the model's latest step wait (ART's semantics)
 unless `ModelConfig.serve_during_training` is set; pinned steps are always served.
+With `ModelConfig.promote_on_evaluation`, the bare name serves the promoted step
+(`promotion.py`: `record_evaluation` decides, `promotion.jsonl` in the folder remembers)
+and never waits; `name@latest` is the latest step.
 
 One backend serves one base model. Left out: a child-process trainer and vLLM (next).
 """
@@ -32,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from art_langgraph.backend.base import TrainResult
 from art_langgraph.backend.checkpoints import CheckpointStore
+from art_langgraph.backend.promotion import PromotionDecision, PromotionLog
 from art_langgraph.backend.registry import ModelRegistry
 from art_langgraph.backend.runner import ServerHandle, start_app_server
 from art_langgraph.backend.server import create_app
@@ -64,6 +68,8 @@ class _Run:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     loaded: list[int] = field(default_factory=list)
     """Steps whose adapter the engine holds now, oldest first."""
+    promotion: PromotionLog | None = None
+    """The promotion history, with `ModelConfig.promote_on_evaluation`."""
 
 
 class LocalBackend:
@@ -167,6 +173,13 @@ class LocalBackend:
             )
         if model.trainable:
             await self._resume(run)
+        if model.trainable and model.training.promote_on_evaluation:  # type: ignore[attr-defined]
+            run.promotion = PromotionLog(store.root)
+            if started := run.promotion.start(run.step):
+                log.info("%s: %s", model.name, started.reason)
+            self.registry.set_promotion(model.name, run.promotion.served)
+        else:
+            self.registry.set_promotion(model.name, None)
         if self.server is not None:
             model.inference_base_url = self.server.base_url
             model.inference_api_key = self.api_key or "local"
@@ -453,6 +466,26 @@ class LocalBackend:
             {k: float(v) for k, v in record.items() if k in ("reward", "trajectories")},
         )
 
+    # --------------------------------------------------------------- promotion
+    async def record_evaluation(
+        self, model: TrainableModel, step: int, score: float
+    ) -> PromotionDecision:
+        run = self._run(model)
+        if run.promotion is None:
+            raise UsageError(
+                f"promotion is off for model {model.name!r}: register it with "
+                "ModelConfig(promote_on_evaluation=True) to gate its bare name on evaluations"
+            )
+        decision = await asyncio.to_thread(
+            run.promotion.record_evaluation,
+            step,
+            score,
+            run.model.training.promotion_tolerance,  # type: ignore[attr-defined]
+            run.store.steps(),
+        )
+        log.info("%s: step %d %s: %s", model.name, step, _verdict(decision), decision.reason)
+        return decision
+
     async def delete_checkpoints(self, model: Model, metric: str, keep_last: int) -> list[int]:
         run = self._run(model)
         if keep_last < 1:
@@ -472,6 +505,8 @@ class LocalBackend:
             ]
             if scored:
                 keep.add(max(scored)[1])
+            if run.promotion is not None and (promoted := run.promotion.served()) is not None:
+                keep.add(promoted)  # the step the bare name serves
             doomed = [s for s in steps if s not in keep]
             assert self.registry is not None
             for s in doomed:
@@ -497,6 +532,10 @@ def _rl(
 def _info(run: _Run) -> RunInfo:
     m = run.model
     return RunInfo(name=m.name, project=m.project, base_model=m.base_model, folder=run.store.root)
+
+
+def _verdict(decision: PromotionDecision) -> str:
+    return "promoted" if decision.promoted else "not promoted"
 
 
 def _adapter(name: str, step: int) -> str:

@@ -2,21 +2,28 @@
 
 A served name maps steps to engine adapters: the base model is step 0 of its own name
 (and of any trainable model that has not trained yet). A request names `name` (the
-latest step) or `name@step` (pinned); the response's `model` field is always
-`name@step`, so a caller can tell which weights answered.
+latest step), `name@step` (pinned) or `name@latest`; the response's `model` field is
+always `name@step`, so a caller can tell which weights answered. With promotion on for
+a name (`set_promotion`, `promotion.py`), `name` serves the promoted step instead and
+`name@latest` the latest; only requests for the latest wait while a step trains.
 
-Left out: persistence (checkpoints on disk are the trainer's business).
+Left out: persistence (checkpoints on disk are the trainer's business; the promoted step
+is read through the callable `set_promotion` was given).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from art_langgraph.errors import UnknownModelError, UsageError
-from art_langgraph.names import inference_name
+from art_langgraph.names import LATEST, inference_name
 
 __all__ = ["ModelRegistry", "Served"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,8 @@ class ModelRegistry:
             base_name: {0: (None, None)}
         }
         self._paused: set[str] = set()
+        self._promoted: dict[str, Callable[[], int | None]] = {}
+        self._missing: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
 
     def add_model(self, name: str) -> None:
@@ -69,22 +78,41 @@ class ModelRegistry:
         with self._lock:
             self._paused.discard(name)
 
+    def set_promotion(self, name: str, promoted: Callable[[], int | None] | None) -> None:
+        """Serve `name` by the step `promoted()` returns (called at each request: keep it
+        cheap; None from it: the latest); `promoted=None`: the latest step, as by default."""
+        with self._lock:
+            if promoted is None:
+                self._promoted.pop(name, None)
+            else:
+                self._promoted[name] = promoted
+
     def is_paused(self, model: str) -> bool:
-        """True while a request for `model` must wait (it names a paused model, unpinned)."""
-        return "@" not in model and model in self._paused
+        """True while a request for `model` must wait: it names a paused model's latest step
+        (`name` without promotion, or `name@latest`)."""
+        name, at, step = model.partition("@")
+        if at:
+            return step == LATEST and name in self._paused
+        return name in self._paused and name not in self._promoted
 
     def drop_step(self, name: str, step: int) -> None:
         with self._lock:
             self._steps.get(name, {}).pop(step, None)
 
     def resolve(self, model: str) -> Served:
-        """`name` -> latest step; `name@step` -> that step. Raises UnknownModelError."""
+        """`name` -> the latest (or promoted) step; `name@latest` -> the latest step;
+        `name@step` -> that step. Raises UnknownModelError."""
         name, _, step_s = model.rpartition("@") if "@" in model else (model, "", "")
+        with self._lock:
+            promoted = self._promoted.get(name) if step_s == "" else None
+        chosen = promoted() if promoted is not None else None  # a file stat: outside the lock
         with self._lock:
             steps = self._steps.get(name)
             if not steps:
                 raise UnknownModelError(model, self._labels())
-            if step_s == "":
+            if chosen is not None:
+                step = self._promoted_step(name, chosen, steps)
+            elif step_s in ("", LATEST):
                 step = max(steps)
             else:
                 try:
@@ -95,6 +123,19 @@ class ModelRegistry:
                     raise UnknownModelError(model, self._labels())
             adapter, path = steps[step]
             return Served(name, step, adapter, path)
+
+    def _promoted_step(self, name: str, chosen: int, steps: Collection[int]) -> int:
+        """`chosen`, or (its checkpoint gone) the newest served step before it."""
+        if chosen in steps:
+            return chosen
+        older = [s for s in steps if s < chosen]
+        step = max(older) if older else max(steps)
+        if (name, chosen) not in self._missing:
+            self._missing.add((name, chosen))
+            log.warning(
+                "%s: the promoted step %d is not served; serving step %d", name, chosen, step
+            )
+        return step
 
     def names(self) -> list[str]:
         with self._lock:

@@ -27,10 +27,12 @@ import httpx
 
 from art_langgraph import errors
 from art_langgraph.backend.base import TrainResult
+from art_langgraph.backend.promotion import PromotionDecision
 from art_langgraph.backend.wire import (
     IDEMPOTENCY_HEADER,
     PREFIX,
     DeleteRequest,
+    EvaluationRequest,
     LogRequest,
     ModelSpec,
     SFTItem,
@@ -156,6 +158,13 @@ class RemoteBackend:
         body = DeleteRequest(model=ModelSpec.of(model), metric=metric, keep_last=keep_last)
         answer = await self._again(model, lambda: self._post("/delete_checkpoints", body))
         return [int(s) for s in answer["deleted"]]
+
+    async def record_evaluation(
+        self, model: TrainableModel, step: int, score: float
+    ) -> PromotionDecision:
+        body = EvaluationRequest(model=ModelSpec.of(model), step=step, score=score)
+        answer = await self._again(model, lambda: self._post("/record_evaluation", body))
+        return PromotionDecision.model_validate(answer)
 
     async def train(
         self,

@@ -31,6 +31,7 @@ from art_langgraph.trajectory import Trajectory, TrajectoryGroup
 __all__ = [
     "IDEMPOTENCY_HEADER",
     "DeleteRequest",
+    "EvaluationRequest",
     "LogRequest",
     "ModelSpec",
     "SFTItem",
@@ -136,6 +137,14 @@ class DeleteRequest(_Wire):
     model: ModelSpec
     metric: str
     keep_last: int
+
+
+class EvaluationRequest(_Wire):
+    """`record_evaluation`: a step's held-out score; the answer is a `PromotionDecision`."""
+
+    model: ModelSpec
+    step: int
+    score: float
 
 
 class StepEvent(_Wire):

@@ -207,6 +207,30 @@ class ModelConfig(BaseModel):
         "records its step and TrainConfig.max_staleness bounds how old a group may be.",
     )
     seed: int = Field(0, description="Seed for the LoRA initialisation.")
+    promote_on_evaluation: bool = Field(
+        False,
+        description=(
+            "False (default): the bare name serves the latest step. True: it serves the "
+            "*promoted* step, and a step is promoted only through `await "
+            "model.record_evaluation(step, score)` (its held-out score at least the promoted "
+            "step's minus promotion_tolerance) or `art-langgraph promote`/`rollback`; the "
+            "training rollouts (`model.chat_model()`, `model.openai_client()`) ask for "
+            "`name@latest`. Turning it on promotes the latest step; decisions are kept in "
+            "the model's folder (`promotion.jsonl`)."
+        ),
+    )
+    promotion_tolerance: float = Field(
+        0.02,
+        ge=0,
+        description=(
+            "How far below the promoted step's held-out score a step may score and still be "
+            "promoted, in the score's units. Default 0.02, for rewards in [0, 1]: below one "
+            "scenario of a held-out set of up to 49 (1/49 > 0.02), so a scenario lost blocks "
+            "promotion while the jitter of a continuous judge's score (RULER) or of float sums "
+            "does not. 0: never serve a lower score. Raise it to about the score's standard "
+            "error when evaluations are noisy. Used with promote_on_evaluation."
+        ),
+    )
 
 
 def config_table(cls: type[BaseModel]) -> str:

@@ -16,7 +16,16 @@ import art_langgraph as art
 from art_langgraph.backend.base import Backend
 from tests.backend.test_local_backend import LR, _groups
 
-METHODS = ["register", "get_step", "train", "train_sft", "log", "delete_checkpoints", "close"]
+METHODS = [
+    "register",
+    "get_step",
+    "train",
+    "train_sft",
+    "log",
+    "record_evaluation",
+    "delete_checkpoints",
+    "close",
+]
 
 
 class Delegating:
