@@ -6,8 +6,11 @@
     art-langgraph promote NAME|MODEL_DIR STEP [--path .art] [--project P]
     art-langgraph rollback NAME|MODEL_DIR [--path .art] [--project P]
     art-langgraph langfuse export MODEL_DIR|FILE [--step N] [--all]
-    art-langgraph langfuse import-scores MODEL_DIR|FILE [--name N] [--source S] [--queue ID]
+    art-langgraph langfuse import-scores MODEL_DIR|FILE [--name N] [--source S] [--queue Q]
                                          [--out FILE] [--approved-sft FILE]
+                                         [--corrections-sft FILE]
+    art-langgraph langfuse review MODEL_DIR --queue NAME [--fraction F] [--split S] [--step N]
+    art-langgraph langfuse calibrate MODEL_DIR --queue NAME [--dataset-run ID]
 
 `serve` starts the OpenAI-compatible server on the torch engine. `backend` starts the
 backend server for `RemoteBackend(url)`: engine, trainer and checkpoints under `--path`,
@@ -15,7 +18,10 @@ the training API on `/art/v1` and the OpenAI endpoint on `/v1` of the same port.
 key may also come from `$ART_API_KEY`. `report` writes one self-contained HTML page to
 review a model folder's steps and trajectories. `langfuse export` sends a model folder's
 trajectories to Langfuse (those not sent yet; keys from `LANGFUSE_*`), and
-`langfuse import-scores` applies review scores given in Langfuse as rewards.
+`langfuse import-scores` applies review scores given in Langfuse as rewards (and writes
+reviewers' corrected outputs as SFT examples). `langfuse review` sends a sample of saved
+rollouts to an annotation queue, `langfuse calibrate` compares its reviews with the RULER
+judge (integrations/langfuse_review.py).
 `promote` makes a model's bare name serve STEP, and `rollback` the step promoted before
 the current one (for a model with `ModelConfig(promote_on_evaluation=True)`): they write
 the model folder's `promotion.jsonl`, which a running server re-reads at its next request.
@@ -116,7 +122,9 @@ def _parser() -> argparse.ArgumentParser:
         choices=["ANNOTATION", "API", "EVAL", "any"],
         help="score source (default ANNOTATION: given by hand in the UI)",
     )
-    i.add_argument("--queue", default=None, help="only scores given in this annotation queue")
+    i.add_argument(
+        "--queue", default=None, help="only scores given in this annotation queue (name or id)"
+    )
     i.add_argument("--step", type=int, default=None, help="only this step's trajectories")
     i.add_argument(
         "--value-map",
@@ -131,6 +139,22 @@ def _parser() -> argparse.ArgumentParser:
         "--approved-sft", default=None, help="write trajectories with reward >= --min-reward here"
     )
     i.add_argument("--min-reward", type=float, default=1.0, help="approval threshold (default 1.0)")
+    i.add_argument(
+        "--corrections-sft", default=None, help="write reviewers' corrected outputs here (SFT)"
+    )
+    rv = lsub.add_parser("review", help="send a sample of saved rollouts to an annotation queue")
+    rv.add_argument("folder", help="a model's folder")
+    rv.add_argument("--queue", required=True, help="the queue's name (made if missing)")
+    rv.add_argument("--fraction", type=float, default=0.1, help="seeded share (default 0.1)")
+    rv.add_argument("--disagreements", type=int, default=2, help="judge-vs-reward picks a step")
+    rv.add_argument("--near-median", type=int, default=2, help="borderline picks a step")
+    rv.add_argument("--seed", type=int, default=0, help="seed of the fraction (default 0)")
+    rv.add_argument("--split", default="train", help="which split's steps (default train)")
+    rv.add_argument("--step", type=int, default=None, help="only this step (default: all)")
+    ca = lsub.add_parser("calibrate", help="agreement of the RULER judge with a queue's reviews")
+    ca.add_argument("folder", help="a model's folder")
+    ca.add_argument("--queue", required=True, help="the queue's name or id")
+    ca.add_argument("--dataset-run", default=None, help="also score this dataset run (its id)")
     return p
 
 
@@ -145,15 +169,24 @@ def _langfuse(args: argparse.Namespace) -> int:
             f"sent {rep.batches} batches, {rep.trajectories} trajectories "
             f"({rep.spans} observations, {rep.scores} scores)"
         )
+        if rep.review_items or rep.review_unsent:
+            print(f"{rep.review_items} rollouts re-sent to review ({rep.review_unsent} not yet)")
         if rep.failed_batches:
             print(f"not sent: {rep.failed_batches}", file=sys.stderr)
             return 1
-        return 0
+        return 1 if rep.review_unsent else 0
+    if args.langfuse_command in ("review", "calibrate"):
+        return _review(args)
+    queue_id = None
+    if args.queue:
+        from art_langgraph.integrations.langfuse_review import queue_id_for
+
+        queue_id = queue_id_for(args.queue)
     res = lf.import_scores(
         args.source,
         name=args.name,
         source=None if args.score_source == "any" else args.score_source,
-        queue_id=args.queue,
+        queue_id=queue_id,
         step=args.step,
         value_map=json.loads(args.value_map) if args.value_map else None,
         partial="keep" if args.keep_unscored else "drop",
@@ -173,6 +206,45 @@ def _langfuse(args: argparse.Namespace) -> int:
     if args.approved_sft:
         n = lf.approved_sft_file(res, args.approved_sft, min_reward=args.min_reward)
         print(f"{n} approved trajectories -> {args.approved_sft}")
+    if args.corrections_sft:
+        from art_langgraph.integrations.langfuse_review import corrections_sft_file
+
+        n = corrections_sft_file(args.source, args.corrections_sft, queue_id=queue_id)
+        print(f"{n} corrected outputs -> {args.corrections_sft}")
+    return 0
+
+
+def _review(args: argparse.Namespace) -> int:
+    from art_langgraph.integrations import langfuse_review as lr
+
+    if args.langfuse_command == "calibrate":
+        cal = lr.calibrate(args.folder, queue=args.queue, dataset_run_id=args.dataset_run)
+        print(cal.line())
+        if cal.warning:
+            print(f"warning: {cal.warning}", file=sys.stderr)
+        return 0
+    reports = lr.review_folder(
+        args.folder,
+        queue=args.queue,
+        split=args.split,
+        step=args.step,
+        fraction=args.fraction,
+        disagreements=args.disagreements,
+        near_median=args.near_median,
+        seed=args.seed,
+    )
+    sent = sum(r.sent for r in reports)
+    already = sum(r.already for r in reports)
+    unsent = sum(r.unsent for r in reports)
+    picked = sum(len(r.picks) for r in reports)
+    print(
+        f"{picked} rollouts picked in {len(reports)} steps: {sent} added to {args.queue!r}, "
+        f"{already} were in it"
+    )
+    if unsent:
+        errors = {r.error for r in reports if r.error}
+        print(f"{unsent} not sent ({'; '.join(sorted(errors))})", file=sys.stderr)
+        return 1
     return 0
 
 

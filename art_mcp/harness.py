@@ -302,6 +302,18 @@ class HarnessConfig(BaseModel):
             "model.record_evaluation); rollouts use the latest step."
         ),
     )
+    review_queue: str | None = Field(
+        None,
+        description=(
+            "Langfuse annotation queue (made if missing; LANGFUSE_* keys) that gets a sample "
+            "of every RL step's rollouts for human review (langfuse_review.py: a seeded "
+            "--review-fraction, the judge-vs-reward disagreements, the borderline ones); "
+            "the report then gives the judge's agreement with the reviews. None: no review."
+        ),
+    )
+    review_fraction: float = Field(
+        0.1, ge=0, le=1, description="Share of each step's rollouts sent to --review-queue."
+    )
 
     @field_validator("allow_tools", "deny_tools", mode="before")
     @classmethod
@@ -570,6 +582,10 @@ async def train(
         # backend is embedded, under --path here when it is remote.
         folder = Path(getattr(backend, "path", cfg.path)) / cfg.project / "models" / name
         _check_recipe(folder, recipe, cfg.allow_recipe_change)
+        if cfg.review_queue:  # a clashing queue or missing keys stop here, before any rollout
+            from art_langgraph.integrations import langfuse_review
+
+            langfuse_review.check_queue(cfg.review_queue)
         scen = await _scenarios(scenarios, cfg, toolset, model, folder, log)
         train_set, val_set = split_scenarios(scen, cfg.val_fraction, cfg.seed)
         held_out = len(val_set)
@@ -779,6 +795,17 @@ async def train(
                 f"RL step {done}: trained {progress.micro_batches} micro-batches "
                 f"({progress.tokens} tokens) in {time.perf_counter() - tick:.0f} s"
             )
+            if cfg.review_queue:  # fail-soft: what is not sent is recorded for re-sending
+                await asyncio.to_thread(
+                    langfuse_review.send_to_review,
+                    groups,
+                    queue=cfg.review_queue,
+                    fraction=cfg.review_fraction,
+                    seed=cfg.seed,
+                    folder=folder,
+                    split="train",
+                    step=result.step,
+                )
             m = result.metrics
             append_journal(
                 folder,
@@ -803,6 +830,11 @@ async def train(
             phase = f"the held-out evaluation after RL step {grpo_done}"
             ev = await evaluate(step, grpo_done)
             log(f"RL step {grpo_done}: held-out {eval_line(ev)}")
+        if cfg.review_queue and judge_params is not None:
+            try:  # the judge against the reviews so far (review_calibration.json)
+                await asyncio.to_thread(langfuse_review.calibrate, folder, queue=cfg.review_queue)
+            except Exception as exc:
+                log(f"judge calibration against {cfg.review_queue!r} not computed: {exc}")
         report = save_report()
         log(f"report: {folder / 'report.md'}")
         return report

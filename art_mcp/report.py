@@ -15,6 +15,9 @@ So a resumed run's report is the one an uninterrupted run writes, and an evaluat
 by an interrupt is run again, labelled by the GRPO steps really done before it.
 
 `write_report` renders report.json, report.md and reward_curve.png (matplotlib optional).
+With a Langfuse review queue (`--review-queue`), the judge's agreement with the human
+reviews (`review_calibration.json`, see art_langgraph/rewards/calibration.py) is reported
+too, with a warning when it is low.
 
 Left out: wall time across runs (`Report.seconds` counts the last process only).
 """
@@ -30,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from art_langgraph.rewards.calibration import JudgeCalibration
 from art_langgraph.utils import atomic_write
 from art_mcp.evaluation import Evaluation
 
@@ -85,6 +89,9 @@ class Report(BaseModel):
     """A few held-out scenarios whose greedy episode changed, before and after."""
     seconds: float = 0.0
     folder: str = ""
+    judge_calibration: JudgeCalibration | None = None
+    """The RULER judge against the human reviews of the run's review queue, when it has one
+    (review_calibration.json in the folder); its `warning` is set when agreement is low."""
 
 
 # --------------------------------------------------------------------------- journal
@@ -222,6 +229,9 @@ def build_report(
     report.val_reward_before = vals[0] if vals else None
     report.val_reward_after = vals[-1] if vals else None
     report.val_reward_best = max(vals[1:]) if len(vals) > 1 else None
+    with contextlib.suppress(OSError, ValueError):
+        text = (folder / "review_calibration.json").read_text(encoding="utf-8")
+        report.judge_calibration = JudgeCalibration.model_validate_json(text)
     rl_evals = [e for e in evs if e.rl_step > 0]
     if evs and rl_evals:
         first, last = evs[0], rl_evals[-1]
@@ -292,6 +302,11 @@ def summary_lines(report: Report) -> list[str]:
             f"- {len(report.untrained_steps)} of {len(report.rows) - 1} RL steps trained on "
             f"nothing (every group's rollouts had one reward): step {steps}"
         )
+    cal = report.judge_calibration
+    if cal is not None and cal.pairs:
+        out.append(f"- {cal.line()}")
+        if cal.warning:
+            out.append(f"- WARNING: {cal.warning}")
     out.append(f"- wall time: {report.seconds:.0f} s")
     return out
 

@@ -37,7 +37,8 @@ second trace; the generations and tools there are the handler's.
 
 Review. `import_scores` reads the scores given to exported traces (by name, source, or
 annotation queue) and applies them as rewards; `approved_sft_file` writes the approved
-trajectories as an SFT file for `train_sft`.
+trajectories as an SFT file for `train_sft`. Annotation queues (a sample of rollouts sent
+for review), judge calibration and corrections as SFT examples: langfuse_review.py.
 
 Left out: prompts, datasets and experiments; media uploads; sessions beyond one per
 (model, split, step).
@@ -66,6 +67,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from art_langgraph.backend.checkpoints import recorded_base_model
 from art_langgraph.errors import UsageError
+from art_langgraph.integrations.langfuse_scoring import (
+    REVIEW_DECISION,
+    REVIEW_SCORE,
+    SCORE_CONFIGS,
+)
 from art_langgraph.loggers import RunInfo
 from art_langgraph.trajectory import (
     LLMCall,
@@ -402,6 +408,10 @@ class ExportReport:
     scores: int = 0
     failed_batches: list[tuple[str, int]] = field(default_factory=list)
     """(split, step) of batches that did not get through."""
+    review_items: int = 0
+    """Rollouts picked for review and recorded as unsent, now in their queue (langfuse_review.py)."""
+    review_unsent: int = 0
+    """Such rollouts that still did not get through."""
 
 
 class _Sender:
@@ -683,6 +693,10 @@ def export_folder(
             report.trajectories += batch.trajectories
             report.spans += spans
             report.scores += scores
+        if not source.is_file():  # picks for review recorded as unsent (langfuse_review.py)
+            from art_langgraph.integrations.langfuse_review import resend_review_items
+
+            report.review_items, report.review_unsent = resend_review_items(folder, config=config)
     finally:
         sender.close()
     return report
@@ -708,6 +722,10 @@ class ReviewedScore(BaseModel):
     """Who gave it (annotation scores)."""
     queue_id: str | None = None
     """The annotation queue it was given in."""
+    data_type: str | None = None
+    """NUMERIC, BOOLEAN, CATEGORICAL, TEXT or CORRECTION (a corrected output)."""
+    observation_id: str | None = None
+    """The observation it scores, when it scores one (a generation) and not a whole trace."""
 
 
 class ReviewResult(BaseModel):
@@ -732,7 +750,14 @@ def _score_value(s: ReviewedScore, value_map: dict[str, float] | None) -> float 
         return float(s.value) if math.isfinite(s.value) else None
     if value_map and s.value in value_map:
         return float(value_map[s.value])
-    return None
+    return _CATEGORY_VALUES.get(s.name, {}).get(str(s.value))
+
+
+_CATEGORY_VALUES = {c.name: dict(c.categories) for c in SCORE_CONFIGS if c.categories}
+"""Our categorical configs' values (review_decision: approve 1, reject 0), for scores given
+with them in a queue; a `value_map` entry overrides."""
+_PRECEDENCE = {REVIEW_DECISION: 1, REVIEW_SCORE: 2}
+"""Of several usable scores on one trace, the grade wins over the verdict, both over others."""
 
 
 def fetch_scores(
@@ -742,6 +767,7 @@ def fetch_scores(
     queue_id: str | None = None,
     config: LangfuseConfig | None = None,
     page_size: int = 100,
+    data_type: str | None = None,
 ) -> list[ReviewedScore]:
     """Every score matching the filters (all pages), through the SDK's v3 scores API."""
     sender = _Sender((config or LangfuseConfig()).resolved())
@@ -753,6 +779,7 @@ def fetch_scores(
                 name=name,
                 source=source,
                 queue_id=queue_id,
+                data_type=data_type,
                 fields="details,subject,annotation",
                 limit=page_size,
                 cursor=cursor,
@@ -775,6 +802,10 @@ def fetch_scores(
                         comment=s.comment,
                         author_user_id=s.author_user_id,
                         queue_id=s.queue_id,
+                        data_type=str(s.data_type),
+                        observation_id=getattr(subject, "id", None)
+                        if kind == "observation"
+                        else None,
                     )
                 )
             cursor = getattr(page.meta, "cursor", None)
@@ -815,7 +846,10 @@ def import_scores(
     A group with at least one scored trajectory is *reviewed*: its scored trajectories take
     the score as reward (the old one is kept in `metrics["reward_before_review"]`), and its
     unscored ones are dropped (`partial="drop"`) or keep their reward ("keep"). Unreviewed
-    groups are left out. `out`: also write the reviewed groups there (JSONL of groups)."""
+    groups are left out. `out`: also write the reviewed groups there (JSONL of groups).
+    Queue reviews: `review_decision` counts approve 1 / reject 0 (unless `value_map` says
+    otherwise); a trace with several scores takes `review_score`, else `review_decision`,
+    else the last by id; corrections (data type CORRECTION) are not rewards and are skipped."""
     if isinstance(source_path, list):
         groups = [g.model_copy(deep=True) for g in source_path]
     else:
@@ -830,8 +864,10 @@ def import_scores(
             by_trace[str(t.metadata.get("langfuse_trace_id") or trace_id_for(t))] = t
     result = ReviewResult()
     reviewed: dict[str, ReviewedScore] = {}
-    for score in sorted(scores, key=lambda s: s.id):
+    for score in sorted(scores, key=lambda s: (_PRECEDENCE.get(s.name, 0), s.id)):
         target = by_trace.get(score.trace_id or "")
+        if score.data_type == "CORRECTION":
+            continue  # a corrected output, not a reward: see langfuse_review.corrections_sft_file
         if target is None:
             result.unmatched.append(score)
         elif _score_value(score, value_map) is None:

@@ -10,7 +10,13 @@ implements, as Langfuse's public API v1/v3 documents them (SDK 5.0.x):
   input/output, level, and trace name/tags/metadata/session;
 - `POST /api/public/scores` (a JSON list, 202 `{"message": "Accepted"}`), upserted by id;
 - `GET /api/public/v3/scores` with `name`, `source`, `queueId`, `fields`, `limit`, `cursor`;
-- `GET /api/public/projects`.
+- `GET /api/public/projects`;
+- annotation queues and corrections: `GET`/`POST /api/public/annotation-queues` (`page`,
+  `limit`; a queue names existing score configs), `GET .../{id}`; `GET`/`POST
+  .../{id}/items` (`status`, `page`, `limit`), `GET`/`PATCH .../{id}/items/{item}` (status
+  PENDING/COMPLETED); the v3 score list also filters by `dataType` and gives observation
+  scores an observation subject. `correct()` adds a corrected output as the UI saves it (a
+  CORRECTION score named "output", on a generation or the trace).
 
 Every route checks Basic auth against the keys it was built with. `fail_with = 500`
 makes every route fail, for the fail-soft tests. `annotate()` adds a score as a human
@@ -65,6 +71,9 @@ class Receiver:
     scores: dict[str, dict[str, Any]] = field(default_factory=dict)
     requests: list[str] = field(default_factory=list)
     span_posts: int = 0
+    # annotation queues and their items (by id)
+    queues: dict[str, dict[str, Any]] = field(default_factory=dict)
+    queue_items: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def _authorized(self, request: Request) -> bool:
         want = base64.b64encode(f"{self.public_key}:{self.secret_key}".encode()).decode()
@@ -198,6 +207,7 @@ class Receiver:
                 if (not q.get("name") or s["name"] == q["name"])
                 and (not q.get("source") or s["source"] == q["source"])
                 and (not q.get("queueId") or s.get("queueId") == q["queueId"])
+                and (not q.get("dataType") or s.get("dataType") == q["dataType"].upper())
             ]
             limit, start = int(q.get("limit") or 50), int(q.get("cursor") or 0)
             page = rows[start : start + limit]
@@ -219,7 +229,11 @@ class Receiver:
                 if "details" in fields:
                     row.update(comment=s.get("comment"), metadata=s.get("metadata"))
                 if "subject" in fields:
-                    row["subject"] = {"kind": "trace", "id": s["traceId"]}
+                    row["subject"] = (
+                        {"kind": "observation", "id": s["observationId"], "traceId": s["traceId"]}
+                        if s.get("observationId")
+                        else {"kind": "trace", "id": s["traceId"]}
+                    )
                 if "annotation" in fields:
                     row.update(authorUserId=s.get("authorUserId"), queueId=s.get("queueId"))
                 data.append(row)
@@ -243,4 +257,131 @@ class Receiver:
                 }
             )
 
+        self.queue_routes(app)
         return app
+
+    # --- annotation queues, corrections ------------------------------------------------
+    def correct(
+        self,
+        trace_id: str,
+        value: str,
+        *,
+        observation_id: str | None = None,
+        queue_id: str | None = None,
+        score_id: str | None = None,
+    ) -> str:
+        """A corrected output, as a reviewer saves it in the UI: a score of data type
+        CORRECTION named "output" (Langfuse overrides the name), on a generation when
+        `observation_id` is given, else on the trace."""
+        sid = score_id or f"correction-{len(self.scores)}"
+        self.scores[sid] = {
+            "id": sid,
+            "traceId": trace_id,
+            "observationId": observation_id,
+            "name": "output",
+            "value": value,
+            "comment": None,
+            "dataType": "CORRECTION",
+            "source": "ANNOTATION",
+            "queueId": queue_id,
+            "authorUserId": "reviewer-1",
+        }
+        return sid
+
+    def queue_routes(self, app: FastAPI) -> None:
+        """`GET`/`POST /api/public/annotation-queues` (`page`, `limit`), `GET .../{id}`;
+        `GET`/`POST .../{id}/items` (`status`, `page`, `limit`), `GET`/`PATCH
+        .../{id}/items/{item}` (status PENDING/COMPLETED, `completedAt` set on completion)."""
+
+        def page(rows: list[dict[str, Any]], request: Request) -> dict[str, Any]:
+            q = request.query_params
+            p, limit = int(q.get("page") or 1), int(q.get("limit") or 50)
+            return {
+                "data": rows[(p - 1) * limit : p * limit],
+                "meta": {
+                    "page": p,
+                    "limit": limit,
+                    "totalItems": len(rows),
+                    "totalPages": max(1, -(-len(rows) // limit)),
+                },
+            }
+
+        def missing(what: str) -> Response:
+            return JSONResponse({"message": f"{what} not found"}, status_code=404)
+
+        @app.get("/api/public/annotation-queues")
+        async def list_queues(request: Request) -> Response:
+            return JSONResponse(page(list(self.queues.values()), request))
+
+        @app.post("/api/public/annotation-queues")
+        async def create_queue(request: Request) -> Response:
+            body = await request.json()
+            unknown = [c for c in body["scoreConfigIds"] if c not in self.score_configs]
+            if unknown:
+                return JSONResponse({"message": f"unknown score configs {unknown}"}, 400)
+            now = datetime.now(UTC).isoformat()
+            qid = f"queue-{len(self.queues) + 1}"
+            self.queues[qid] = {
+                "id": qid,
+                "name": body["name"],
+                "description": body.get("description"),
+                "scoreConfigIds": list(body["scoreConfigIds"]),
+                "createdAt": now,
+                "updatedAt": now,
+            }
+            return JSONResponse(self.queues[qid])
+
+        @app.get("/api/public/annotation-queues/{queue_id}")
+        async def get_queue(queue_id: str) -> Response:
+            q = self.queues.get(queue_id)
+            return JSONResponse(q) if q else missing("annotation queue")
+
+        @app.get("/api/public/annotation-queues/{queue_id}/items")
+        async def list_items(queue_id: str, request: Request) -> Response:
+            if queue_id not in self.queues:
+                return missing("annotation queue")
+            status = request.query_params.get("status")
+            rows = [
+                i
+                for i in self.queue_items.values()
+                if i["queueId"] == queue_id and (not status or i["status"] == status)
+            ]
+            return JSONResponse(page(rows, request))
+
+        @app.post("/api/public/annotation-queues/{queue_id}/items")
+        async def create_item(queue_id: str, request: Request) -> Response:
+            if queue_id not in self.queues:
+                return missing("annotation queue")
+            body = await request.json()
+            now = datetime.now(UTC).isoformat()
+            iid = f"item-{len(self.queue_items) + 1}"
+            self.queue_items[iid] = {
+                "id": iid,
+                "queueId": queue_id,
+                "objectId": body["objectId"],
+                "objectType": body["objectType"],
+                "status": body.get("status") or "PENDING",
+                "completedAt": None,
+                "createdAt": now,
+                "updatedAt": now,
+            }
+            return JSONResponse(self.queue_items[iid])
+
+        @app.get("/api/public/annotation-queues/{queue_id}/items/{item_id}")
+        async def get_item(queue_id: str, item_id: str) -> Response:
+            i = self.queue_items.get(item_id)
+            ok = i is not None and i["queueId"] == queue_id
+            return JSONResponse(i) if ok else missing("annotation queue item")
+
+        @app.patch("/api/public/annotation-queues/{queue_id}/items/{item_id}")
+        async def update_item(queue_id: str, item_id: str, request: Request) -> Response:
+            i = self.queue_items.get(item_id)
+            if i is None or i["queueId"] != queue_id:
+                return missing("annotation queue item")
+            body = await request.json()
+            now = datetime.now(UTC).isoformat()
+            if body.get("status"):
+                i["status"] = body["status"]
+                i["completedAt"] = now if body["status"] == "COMPLETED" else None
+            i["updatedAt"] = now
+            return JSONResponse(i)
