@@ -171,8 +171,10 @@ def _langfuse(args: argparse.Namespace) -> int:
         )
         if rep.review_items or rep.review_unsent:
             print(f"{rep.review_items} rollouts re-sent to review ({rep.review_unsent} not yet)")
-        if rep.failed_batches:
-            print(f"not sent: {rep.failed_batches}", file=sys.stderr)
+        if rep.evaluations:
+            print(f"{rep.evaluations} held-out evaluations sent as dataset runs")
+        if rep.failed_batches or rep.failed_evaluations:
+            print(f"not sent: {[*rep.failed_batches, *rep.failed_evaluations]}", file=sys.stderr)
             return 1
         return 1 if rep.review_unsent else 0
     if args.langfuse_command in ("review", "calibrate"):

@@ -40,7 +40,11 @@ annotation queue) and applies them as rewards; `approved_sft_file` writes the ap
 trajectories as an SFT file for `train_sft`. Annotation queues (a sample of rollouts sent
 for review), judge calibration and corrections as SFT examples: langfuse_review.py.
 
-Left out: prompts, datasets and experiments; media uploads; sessions beyond one per
+Score configs. Every score names its config (`configId`): `ensure_score_configs` in
+langfuse_scoring.py creates or reuses them once per sender. Held-out evaluations as dataset
+runs: langfuse_datasets.py.
+
+Left out: prompts and experiments; media uploads; sessions beyond one per
 (model, split, step).
 """
 
@@ -71,6 +75,7 @@ from art_langgraph.integrations.langfuse_scoring import (
     REVIEW_DECISION,
     REVIEW_SCORE,
     SCORE_CONFIGS,
+    ensure_score_configs,
 )
 from art_langgraph.loggers import RunInfo
 from art_langgraph.trajectory import (
@@ -369,8 +374,11 @@ def _ruler_explanation(t: Trajectory) -> str | None:
     return lines[-1] if lines else None
 
 
-def score_bodies(t: Trajectory, environment: str | None) -> list[dict[str, Any]]:
-    """The scores a trajectory's trace gets: reward, and the RULER pair when it was judged."""
+def score_bodies(
+    t: Trajectory, environment: str | None, config_ids: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The scores a trajectory's trace gets: reward, and the RULER pair when it was judged;
+    each with its score config's id (`configId`) when `config_ids` names it."""
     trace_id = trace_id_for(t)
     explanation = _ruler_explanation(t)
     values = {"reward": t.reward}
@@ -393,6 +401,8 @@ def score_bodies(t: Trajectory, environment: str | None) -> list[dict[str, Any]]
             body["comment"] = explanation
         if environment:
             body["environment"] = environment
+        if config_ids and name in config_ids:
+            body["configId"] = config_ids[name]
         bodies.append(body)
     return bodies
 
@@ -408,6 +418,10 @@ class ExportReport:
     scores: int = 0
     failed_batches: list[tuple[str, int]] = field(default_factory=list)
     """(split, step) of batches that did not get through."""
+    evaluations: int = 0
+    """Held-out evaluations (dataset runs, langfuse_datasets.py) re-sent by `export_folder`."""
+    failed_evaluations: list[str] = field(default_factory=list)
+    """Run names of recorded evaluations that still did not get through."""
     review_items: int = 0
     """Rollouts picked for review and recorded as unsent, now in their queue (langfuse_review.py)."""
     review_unsent: int = 0
@@ -443,6 +457,13 @@ class _Sender:
             timeout=config.timeout_s,
         )
         self._project_id: str | None = None
+        self._config_ids: dict[str, str] | None = None
+
+    def config_ids(self) -> dict[str, str]:
+        """Score config ids by name (langfuse_scoring.py), created or looked up once."""
+        if self._config_ids is None:
+            self._config_ids = ensure_score_configs(self.api)
+        return self._config_ids
 
     def project_id(self) -> str | None:
         if self._project_id is None:
@@ -460,14 +481,14 @@ class _Sender:
         """Post a batch's spans in requests of at most `max_request_bytes` (whole
         trajectories each), then its scores, 100 per request (the SDK's own batching)."""
         builder = _SpanBuilder(self.config, batch.run, batch.step, batch.split)
-        scores: list[dict[str, Any]] = []
+        sent: list[Trajectory] = []
         chunk: list[ReadableSpan] = []
         chunk_bytes = 0
         for gi, group in enumerate(batch.groups):
             for t in group.trajectories:
                 first = len(builder.spans)
                 builder.trajectory(t, gi, group)
-                scores.extend(score_bodies(t, self.config.environment))
+                sent.append(t)
                 spans = builder.spans[first:]
                 size = encode_spans(spans).ByteSize()
                 if chunk and chunk_bytes + size > self.config.max_request_bytes:
@@ -477,6 +498,9 @@ class _Sender:
                 chunk_bytes += size
         if chunk:
             self._post_spans(chunk)
+        config_ids = self.config_ids()  # after the spans: a config clash leaves the traces sent
+        env = self.config.environment
+        scores = [s for t in sent for s in score_bodies(t, env, config_ids)]
         for i in range(0, len(scores), 100):
             self.api.scores.create(
                 request=scores[i : i + 100],  # type: ignore[arg-type]
@@ -693,7 +717,10 @@ def export_folder(
             report.trajectories += batch.trajectories
             report.spans += spans
             report.scores += scores
-        if not source.is_file():  # picks for review recorded as unsent (langfuse_review.py)
+        if not source.is_file():  # evaluations recorded as unsent (langfuse_datasets.py)
+            from art_langgraph.integrations.langfuse_datasets import resend_evaluations
+
+            report.evaluations, report.failed_evaluations = resend_evaluations(folder, sender)
             from art_langgraph.integrations.langfuse_review import resend_review_items
 
             report.review_items, report.review_unsent = resend_review_items(folder, config=config)

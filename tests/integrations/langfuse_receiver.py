@@ -11,6 +11,16 @@ implements, as Langfuse's public API v1/v3 documents them (SDK 5.0.x):
 - `POST /api/public/scores` (a JSON list, 202 `{"message": "Accepted"}`), upserted by id;
 - `GET /api/public/v3/scores` with `name`, `source`, `queueId`, `fields`, `limit`, `cursor`;
 - `GET /api/public/projects`;
+- datasets, runs, score configs (SDK 5.0.x types; run items as the public API documents
+  them, SDK 5 having dropped them from its client): `POST`/`GET /api/public/v2/datasets`,
+  `GET /api/public/v2/datasets/{name}` (404 when missing); `POST /api/public/dataset-items`
+  (upsert by id; 404 for an unknown dataset, 400 for an id of another dataset), `GET
+  /api/public/dataset-items` (`datasetName`, `page`, `limit`) and `/{id}`; `POST
+  /api/public/dataset-run-items` (creates the run on its first item; 404 for an unknown
+  item); `GET /api/public/datasets/{name}/runs` and `/runs/{run}` (with its items); `POST`/
+  `GET /api/public/score-configs` (`page`, `limit`) and `/{id}`. A score with a `configId`
+  is checked against its config (type, range, categories) and rejected (HTTP 207) when
+  it does not fit, as Langfuse does; `datasetRunId` scores are kept like trace scores.
 - annotation queues and corrections: `GET`/`POST /api/public/annotation-queues` (`page`,
   `limit`; a queue names existing score configs), `GET .../{id}`; `GET`/`POST
   .../{id}/items` (`status`, `page`, `limit`), `GET`/`PATCH .../{id}/items/{item}` (status
@@ -71,6 +81,12 @@ class Receiver:
     scores: dict[str, dict[str, Any]] = field(default_factory=dict)
     requests: list[str] = field(default_factory=list)
     span_posts: int = 0
+    # datasets, runs, score configs (by id; datasets by name)
+    score_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    datasets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dataset_items: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dataset_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dataset_run_items: list[dict[str, Any]] = field(default_factory=list)
     # annotation queues and their items (by id)
     queues: dict[str, dict[str, Any]] = field(default_factory=dict)
     queue_items: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -193,8 +209,18 @@ class Receiver:
         @app.post("/api/public/scores")
         async def create_scores(request: Request) -> Response:
             body = await request.json()
-            for s in body if isinstance(body, list) else [body]:
+            errors = []
+            for i, s in enumerate(body if isinstance(body, list) else [body]):
+                if (why := self.score_config_error(s)) is not None:
+                    errors.append({"index": i, "id": s.get("id"), "message": why})
+                    continue
                 self.scores[s["id"]] = {**s, "source": "API"}
+            if errors:
+                n = len(body) if isinstance(body, list) else 1
+                return JSONResponse(
+                    {"accepted": n - len(errors), "rejected": len(errors), "errors": errors},
+                    status_code=207,
+                )
             return JSONResponse({"message": "Accepted"}, status_code=202)
 
         @app.get("/api/public/v3/scores")
@@ -233,6 +259,8 @@ class Receiver:
                         {"kind": "observation", "id": s["observationId"], "traceId": s["traceId"]}
                         if s.get("observationId")
                         else {"kind": "trace", "id": s["traceId"]}
+                        if s.get("traceId")
+                        else {"kind": "experiment", "id": s.get("datasetRunId")}
                     )
                 if "annotation" in fields:
                     row.update(authorUserId=s.get("authorUserId"), queueId=s.get("queueId"))
@@ -257,8 +285,230 @@ class Receiver:
                 }
             )
 
+        self.dataset_routes(app)
         self.queue_routes(app)
         return app
+
+    # --- datasets, runs, score configs ------------------------------------------------
+    def score_config_error(self, s: dict[str, Any]) -> str | None:
+        """Why Langfuse would reject a score against its `configId`; None when it fits."""
+        if not s.get("configId"):
+            return None
+        c = self.score_configs.get(s["configId"])
+        if c is None:
+            return f"score config {s['configId']} not found"
+        if c["isArchived"]:
+            return "score config is archived"
+        if s.get("name") != c["name"]:
+            return f"score name {s.get('name')!r} does not match config {c['name']!r}"
+        if s.get("dataType", c["dataType"]) != c["dataType"]:
+            return f"dataType {s.get('dataType')} does not match config {c['dataType']}"
+        value = s.get("value")
+        if c["dataType"] == "NUMERIC":
+            lo, hi = c.get("minValue"), c.get("maxValue")
+            if (lo is not None and value < lo) or (hi is not None and value > hi):
+                return f"value {value} outside [{lo}, {hi}]"
+        if c["dataType"] == "BOOLEAN" and value not in (0, 1):
+            return f"value {value} is not boolean"
+        if c["dataType"] == "CATEGORICAL":
+            allowed = {x["value"] for x in c.get("categories") or []}
+            allowed |= {x["label"] for x in c.get("categories") or []}
+            if value not in allowed:
+                return f"value {value!r} is not a category of {c['name']}"
+        return None
+
+    def add_score_config(self, body: dict[str, Any]) -> dict[str, Any]:
+        now = datetime.now(UTC).isoformat()
+        cid = f"cfg-{len(self.score_configs) + 1}"
+        categories = body.get("categories")
+        if body["dataType"] == "BOOLEAN":
+            categories = [{"label": "True", "value": 1}, {"label": "False", "value": 0}]
+        self.score_configs[cid] = {
+            "id": cid,
+            "name": body["name"],
+            "createdAt": now,
+            "updatedAt": now,
+            "projectId": PROJECT_ID,
+            "dataType": body["dataType"],
+            "isArchived": bool(body.get("isArchived", False)),
+            "minValue": body.get("minValue"),
+            "maxValue": body.get("maxValue"),
+            "categories": categories,
+            "description": body.get("description"),
+        }
+        return self.score_configs[cid]
+
+    def add_dataset(self, name: str, metadata: Any = None, description: str | None = None) -> None:
+        now = datetime.now(UTC).isoformat()
+        old = self.datasets.get(name)
+        self.datasets[name] = {
+            "id": old["id"] if old else f"ds-{len(self.datasets) + 1}",
+            "name": name,
+            "description": description
+            if description is not None
+            else (old or {}).get("description"),
+            "metadata": metadata if metadata is not None else (old or {}).get("metadata"),
+            "projectId": PROJECT_ID,
+            "createdAt": old["createdAt"] if old else now,
+            "updatedAt": now,
+        }
+
+    def run_items(self, dataset: str, run: str) -> list[dict[str, Any]]:
+        return [
+            r
+            for r in self.dataset_run_items
+            if r["datasetRunName"] == run
+            and self.dataset_runs[r["datasetRunId"]]["datasetName"] == dataset
+        ]
+
+    def dataset_routes(self, app: FastAPI) -> None:
+        def page(rows: list[dict[str, Any]], request: Request) -> dict[str, Any]:
+            q = request.query_params
+            p, limit = int(q.get("page") or 1), int(q.get("limit") or 50)
+            total = len(rows)
+            return {
+                "data": rows[(p - 1) * limit : p * limit],
+                "meta": {
+                    "page": p,
+                    "limit": limit,
+                    "totalItems": total,
+                    "totalPages": max(1, -(-total // limit)),
+                },
+            }
+
+        def missing(what: str) -> Response:
+            return JSONResponse({"message": f"{what} not found"}, status_code=404)
+
+        @app.post("/api/public/score-configs")
+        async def create_score_config(request: Request) -> Response:
+            return JSONResponse(self.add_score_config(await request.json()))
+
+        @app.get("/api/public/score-configs")
+        async def list_score_configs(request: Request) -> Response:
+            return JSONResponse(page(list(self.score_configs.values()), request))
+
+        @app.get("/api/public/score-configs/{config_id}")
+        async def get_score_config(config_id: str) -> Response:
+            c = self.score_configs.get(config_id)
+            return JSONResponse(c) if c else missing("score config")
+
+        @app.post("/api/public/v2/datasets")
+        async def create_dataset(request: Request) -> Response:
+            body = await request.json()
+            self.add_dataset(body["name"], body.get("metadata"), body.get("description"))
+            return JSONResponse(self.datasets[body["name"]])
+
+        @app.get("/api/public/v2/datasets")
+        async def list_datasets(request: Request) -> Response:
+            return JSONResponse(page(list(self.datasets.values()), request))
+
+        @app.get("/api/public/v2/datasets/{name}")
+        async def get_dataset(name: str) -> Response:
+            d = self.datasets.get(name)
+            return JSONResponse(d) if d else missing("dataset")
+
+        @app.post("/api/public/dataset-items")
+        async def create_dataset_item(request: Request) -> Response:
+            body = await request.json()
+            ds = self.datasets.get(body["datasetName"])
+            if ds is None:
+                return missing("dataset")
+            iid = body.get("id") or f"item-{len(self.dataset_items) + 1}"
+            old = self.dataset_items.get(iid)
+            if old is not None and old["datasetName"] != ds["name"]:
+                return JSONResponse(
+                    {"message": f"item {iid} belongs to another dataset"}, status_code=400
+                )
+            now = datetime.now(UTC).isoformat()
+            self.dataset_items[iid] = {
+                "id": iid,
+                "status": body.get("status") or "ACTIVE",
+                "input": body.get("input"),
+                "expectedOutput": body.get("expectedOutput"),
+                "metadata": body.get("metadata"),
+                "sourceTraceId": body.get("sourceTraceId"),
+                "sourceObservationId": body.get("sourceObservationId"),
+                "datasetId": ds["id"],
+                "datasetName": ds["name"],
+                "createdAt": old["createdAt"] if old else now,
+                "updatedAt": now,
+                "mediaReferences": [],
+            }
+            return JSONResponse(self.dataset_items[iid])
+
+        @app.get("/api/public/dataset-items")
+        async def list_dataset_items(request: Request) -> Response:
+            name = request.query_params.get("datasetName")
+            rows = [i for i in self.dataset_items.values() if not name or i["datasetName"] == name]
+            return JSONResponse(page(rows, request))
+
+        @app.get("/api/public/dataset-items/{item_id}")
+        async def get_dataset_item(item_id: str) -> Response:
+            i = self.dataset_items.get(item_id)
+            return JSONResponse(i) if i else missing("dataset item")
+
+        @app.post("/api/public/dataset-run-items")
+        async def create_dataset_run_item(request: Request) -> Response:
+            body = await request.json()
+            item = self.dataset_items.get(body["datasetItemId"])
+            if item is None:
+                return missing("dataset item")
+            if not (body.get("traceId") or body.get("observationId")):
+                return JSONResponse({"message": "traceId or observationId"}, status_code=400)
+            now = datetime.now(UTC).isoformat()
+            run = next(
+                (
+                    r
+                    for r in self.dataset_runs.values()
+                    if r["name"] == body["runName"] and r["datasetId"] == item["datasetId"]
+                ),
+                None,
+            )
+            if run is None:
+                rid = f"run-{len(self.dataset_runs) + 1}"
+                run = self.dataset_runs[rid] = {
+                    "id": rid,
+                    "name": body["runName"],
+                    "description": body.get("runDescription"),
+                    "metadata": body.get("metadata"),
+                    "datasetId": item["datasetId"],
+                    "datasetName": item["datasetName"],
+                    "createdAt": now,
+                    "updatedAt": now,
+                }
+            row = {
+                "id": f"runitem-{len(self.dataset_run_items) + 1}",
+                "datasetRunId": run["id"],
+                "datasetRunName": run["name"],
+                "datasetItemId": item["id"],
+                "traceId": body.get("traceId"),
+                "observationId": body.get("observationId"),
+                "createdAt": now,
+                "updatedAt": now,
+            }
+            self.dataset_run_items.append(row)
+            return JSONResponse(row)
+
+        @app.get("/api/public/datasets/{name}/runs")
+        async def list_dataset_runs(name: str, request: Request) -> Response:
+            if name not in self.datasets:
+                return missing("dataset")
+            rows = [r for r in self.dataset_runs.values() if r["datasetName"] == name]
+            return JSONResponse(page(rows, request))
+
+        @app.get("/api/public/datasets/{name}/runs/{run_name}")
+        async def get_dataset_run(name: str, run_name: str) -> Response:
+            run = next(
+                (
+                    r
+                    for r in self.dataset_runs.values()
+                    if r["datasetName"] == name and r["name"] == run_name
+                ),
+                None,
+            )
+            if run is None:
+                return missing("dataset run")
+            return JSONResponse({**run, "datasetRunItems": self.run_items(name, run_name)})
 
     # --- annotation queues, corrections ------------------------------------------------
     def correct(
