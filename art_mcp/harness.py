@@ -438,6 +438,42 @@ def eval_sample(val_set: list[Scenario], n: int | None, seed: int) -> list[Scena
     return [s for i, s in enumerate(val_set) if i in keep]
 
 
+async def _langfuse_run(
+    name: str,
+    cfg: HarnessConfig,
+    step: int,
+    rl_step: int,
+    folder: Path,
+    jobs: list[tuple[Scenario, bool]],
+    trajs: list[art.Trajectory],
+    log: Callable[[str], None],
+) -> None:
+    """When Langfuse is configured (`LANGFUSE_PUBLIC_KEY`/`LANGFUSE_SECRET_KEY`, not
+    `ART_LANGFUSE=0`): the evaluation as the run `name@step` of the dataset
+    `{project}-{name}-held-out` (art_langgraph/integrations/langfuse_datasets.py). Fail-soft;
+    a dataset or score-config name clash stops the run with its error."""
+    env = os.environ.get
+    if env("ART_LANGFUSE", "1") == "0" or not (
+        env("LANGFUSE_PUBLIC_KEY") and env("LANGFUSE_SECRET_KEY")
+    ):
+        return
+    try:
+        from art_langgraph.integrations.langfuse_datasets import log_evaluation
+    except ImportError:
+        return  # the backend's logger already said the extra is missing
+    res = await asyncio.to_thread(
+        log_evaluation,
+        dataset=f"{cfg.project}-{name}-held-out",
+        run_name=f"{name}@{step}",
+        items=[(s, t) for (s, _), t in zip(jobs, trajs, strict=True)],
+        success_reward=cfg.success_reward,
+        metadata={"model": name, "step": step, "rl_step": rl_step},
+        folder=folder,
+    )
+    if res.sent:
+        log(f"Langfuse: held-out evaluation at step {step} is dataset run {name}@{step}")
+
+
 def final_answer(traj: art.Trajectory) -> str:
     """The answer given to complete_task, else the last assistant text."""
     for ev in reversed(traj.tool_events):
@@ -697,6 +733,7 @@ async def train(
             if trajs:
                 split = "untrained" if step == 0 else "val"
                 await model.log([art.TrajectoryGroup(trajs)], split=split)
+                await _langfuse_run(name, cfg, step, rl_step, folder, jobs, trajs, log)
             append_journal(folder, "evaluation", json.loads(ev.model_dump_json()))
             if cfg.promote_on_evaluation and math.isfinite(ev.greedy_reward):
                 decision = await model.record_evaluation(step, ev.greedy_reward)

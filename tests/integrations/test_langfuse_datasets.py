@@ -1,0 +1,337 @@
+"""Score configs and held-out evaluations as Langfuse dataset runs, against the local
+receiver of Langfuse's public API (`langfuse_receiver.py`).
+
+What a Langfuse server would hold is asserted through the same public API a user reads
+(`GET /api/public/datasets/{name}/runs/{run}`, the SDK's dataset-item and score-config
+clients): configs made once and reused, clashes refused with their reason, one item per
+scenario under a stable id, one run per evaluation with its trajectories' traces linked
+and scores that name their configs, unsent evaluations recorded and re-sent by `export`.
+The last test runs `art_mcp.train` on the tiny preset with Langfuse configured.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from langfuse.api import LangfuseAPI
+
+import art_langgraph as art
+from art_langgraph.backend.runner import ServerHandle, start_app_server
+from art_langgraph.integrations.langfuse import LangfuseConfig, export_folder, trace_id_for
+from art_langgraph.integrations.langfuse_datasets import (
+    EVALUATIONS_FILE,
+    DatasetClashError,
+    item_id,
+    log_evaluation,
+)
+from art_langgraph.integrations.langfuse_scoring import (
+    REVIEW_DECISION,
+    REVIEW_SCORE,
+    REWARD,
+    RULER_SCORE,
+    SCORE_CONFIGS,
+    SUCCESS,
+    SUCCESS_RATE,
+    ScoreConfigClashError,
+    ensure_score_configs,
+)
+from tests.integrations.langfuse_receiver import Receiver
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[Receiver, ServerHandle]]:
+    rec = Receiver()
+    handle = start_app_server(rec.app())
+    yield rec, handle
+    handle.stop()
+
+
+def _url(handle: ServerHandle) -> str:
+    return f"http://127.0.0.1:{handle.port}"
+
+
+def _config(handle: ServerHandle) -> LangfuseConfig:
+    return LangfuseConfig(
+        public_key="pk-test", secret_key="sk-test", base_url=_url(handle), timeout_s=5
+    )
+
+
+def _api(handle: ServerHandle) -> LangfuseAPI:
+    return LangfuseAPI(
+        base_url=_url(handle),
+        username="pk-test",
+        password="sk-test",
+        x_langfuse_public_key="pk-test",
+        x_langfuse_sdk_name="python",
+    )
+
+
+def _get(handle: ServerHandle, path: str) -> Any:
+    r = httpx.get(f"{_url(handle)}/{path}", auth=("pk-test", "sk-test"))
+    r.raise_for_status()
+    return r.json()
+
+
+SCENARIOS: list[dict[str, Any]] = [
+    {"id": "s1", "task": "What is 2 plus 3?", "answer": "5", "difficulty": 1},
+    {
+        "id": "s2",
+        "task": "What is 4 plus 4?",
+        "answer": "8",
+        "metadata": {"source_trace_id": "ab" * 16},
+    },
+]
+
+
+def _evaluated(step: int) -> list[tuple[dict[str, Any], art.Trajectory]]:
+    """Two trajectories per scenario (greedy, sampled); s1 solved from step 1 on."""
+    pairs = []
+    for s in SCENARIOS:
+        for k in range(2):
+            t = art.Trajectory(
+                messages=[
+                    {"role": "user", "content": s["task"]},
+                    {"role": "assistant", "content": s["answer"] if step else "?"},
+                ],
+                reward=1.0 if (step and s["id"] == "s1") else 0.25 * k,
+                metadata={"scenario": s["id"]},
+            )
+            pairs.append((s, t))
+    return pairs
+
+
+def test_score_configs_are_created_once_then_reused(
+    receiver: tuple[Receiver, ServerHandle],
+) -> None:
+    rec, handle = receiver
+    first = ensure_score_configs(_api(handle))
+    assert set(first) == {c.name for c in SCORE_CONFIGS}
+    assert len(rec.score_configs) == len(SCORE_CONFIGS)
+    by_name = {c["name"]: c for c in rec.score_configs.values()}
+    assert by_name[REWARD]["dataType"] == "NUMERIC"
+    assert by_name[REWARD]["minValue"] is None and by_name[REWARD]["maxValue"] is None
+    assert (by_name[RULER_SCORE]["minValue"], by_name[RULER_SCORE]["maxValue"]) == (0, 1)
+    assert (by_name[REVIEW_SCORE]["minValue"], by_name[REVIEW_SCORE]["maxValue"]) == (0, 1)
+    assert by_name[REVIEW_DECISION]["dataType"] == "CATEGORICAL"
+    assert {(c["label"], c["value"]) for c in by_name[REVIEW_DECISION]["categories"]} == {
+        ("approve", 1),
+        ("reject", 0),
+    }
+    assert by_name[SUCCESS]["dataType"] == "BOOLEAN"
+
+    posts = rec.requests.count("POST /api/public/score-configs")
+    second = ensure_score_configs(_api(handle))
+    assert second == first  # same ids, nothing created
+    assert rec.requests.count("POST /api/public/score-configs") == posts
+
+
+def test_a_compatible_config_of_someone_else_is_reused(
+    receiver: tuple[Receiver, ServerHandle],
+) -> None:
+    rec, handle = receiver
+    theirs = rec.add_score_config({"name": RULER_SCORE, "dataType": "NUMERIC"})  # unbounded
+    ids = ensure_score_configs(_api(handle))
+    assert ids[RULER_SCORE] == theirs["id"]
+    assert sum(c["name"] == RULER_SCORE for c in rec.score_configs.values()) == 1
+
+
+@pytest.mark.parametrize(
+    ("existing", "reason"),
+    [
+        ({"name": REWARD, "dataType": "CATEGORICAL", "categories": []}, "is CATEGORICAL"),
+        ({"name": REWARD, "dataType": "NUMERIC", "minValue": 0, "maxValue": 1}, "range"),
+        (
+            {
+                "name": REVIEW_DECISION,
+                "dataType": "CATEGORICAL",
+                "categories": [{"label": "good", "value": 1}],
+            },
+            "approve=1, reject=0",
+        ),
+        ({"name": SUCCESS, "dataType": "BOOLEAN", "isArchived": True}, "archived"),
+    ],
+)
+def test_a_config_name_clash_is_a_clear_error(
+    receiver: tuple[Receiver, ServerHandle], existing: dict[str, Any], reason: str
+) -> None:
+    rec, handle = receiver
+    rec.add_score_config(existing)
+    with pytest.raises(ScoreConfigClashError, match=reason) as err:
+        ensure_score_configs(_api(handle))
+    assert err.value.name == existing["name"] and "Archive or rename" in str(err.value)
+
+
+def test_every_exported_score_references_its_config(
+    receiver: tuple[Receiver, ServerHandle], tmp_path: Path
+) -> None:
+    rec, handle = receiver
+    res = log_evaluation(
+        "arith-held-out", "agent@0", _evaluated(0), folder=tmp_path, config=_config(handle)
+    )
+    assert res.sent, res.error
+    names = {c["id"]: c["name"] for c in rec.score_configs.values()}
+    assert rec.scores and all(names[s["configId"]] == s["name"] for s in rec.scores.values())
+
+
+def test_evaluations_become_one_dataset_run_each(
+    receiver: tuple[Receiver, ServerHandle], tmp_path: Path
+) -> None:
+    rec, handle = receiver
+    cfg = _config(handle)
+    evaluated = {step: _evaluated(step) for step in (0, 1)}
+    for step in (0, 1):
+        res = log_evaluation(
+            "arith-held-out",
+            f"agent@{step}",
+            evaluated[step],
+            metadata={"step": step},
+            folder=tmp_path,
+            config=cfg,
+        )
+        assert res.sent and res.items == 2 and res.run_items == 4, res
+
+    # the dataset: created with our marker; one item per scenario, by its stable id
+    api = _api(handle)
+    ds = api.datasets.get(dataset_name="arith-held-out")
+    assert ds.metadata == {"art_langgraph": "held_out"}
+    items = {i.id: i for i in api.dataset_items.list(dataset_name="arith-held-out").data}
+    assert set(items) == {item_id("arith-held-out", "s1"), item_id("arith-held-out", "s2")}
+    s1, s2 = items[item_id("arith-held-out", "s1")], items[item_id("arith-held-out", "s2")]
+    assert (s1.input, s1.expected_output) == ("What is 2 plus 3?", "5")
+    assert s1.metadata == {"scenario_id": "s1", "difficulty": 1}
+    assert s1.source_trace_id is None and s2.source_trace_id == "ab" * 16
+    assert len(rec.requests) and rec.requests.count("POST /api/public/v2/datasets") == 1
+
+    # one run per evaluation, its items linking the trajectories' traces
+    runs = _get(handle, "api/public/datasets/arith-held-out/runs")["data"]
+    assert sorted(r["name"] for r in runs) == ["agent@0", "agent@1"]
+    run1 = _get(handle, "api/public/datasets/arith-held-out/runs/agent@1")
+    assert run1["metadata"]["step"] == 1 and run1["metadata"]["success_rate"] == 0.5
+    linked = {(r["datasetItemId"], r["traceId"]) for r in run1["datasetRunItems"]}
+    want = {(item_id("arith-held-out", s["id"]), trace_id_for(t)) for s, t in evaluated[1]}
+    assert linked == want
+
+    # per trace: reward and success; per run: mean reward and success rate
+    configs = {c["name"]: c["id"] for c in rec.score_configs.values()}
+    for _, t in evaluated[1]:
+        tid = trace_id_for(t)
+        assert rec.scores[f"{tid}-{REWARD}"]["configId"] == configs[REWARD]
+        success = rec.scores[f"{tid}-{SUCCESS}"]
+        assert success["configId"] == configs[SUCCESS] and success["value"] == (t.reward >= 1)
+    by_run = {
+        (s["datasetRunId"], s["name"]): s["value"]
+        for s in rec.scores.values()
+        if s.get("datasetRunId")
+    }
+    assert by_run[(run1["id"], SUCCESS_RATE)] == 0.5
+    assert by_run[(run1["id"], REWARD)] == pytest.approx((1 + 1 + 0 + 0.25) / 4)
+    assert all(
+        s["configId"] == configs[s["name"]] for s in rec.scores.values() if s.get("datasetRunId")
+    )
+    lines = [json.loads(x) for x in (tmp_path / EVALUATIONS_FILE).read_text().splitlines()]
+    assert [x["status"] for x in lines] == ["sent", "sent"]
+
+
+def test_a_dataset_name_clash_is_a_clear_error(
+    receiver: tuple[Receiver, ServerHandle], tmp_path: Path
+) -> None:
+    rec, handle = receiver
+    rec.add_dataset("arith-held-out", {"owner": "the support team"})
+    with pytest.raises(DatasetClashError, match="is not an art_langgraph held-out dataset"):
+        log_evaluation(
+            "arith-held-out", "agent@0", _evaluated(0), folder=tmp_path, config=_config(handle)
+        )
+    assert not rec.dataset_items and not rec.dataset_runs
+    # recorded, so it can go once the clash is resolved
+    assert json.loads((tmp_path / EVALUATIONS_FILE).read_text())["status"] == "unsent"
+
+
+@pytest.mark.parametrize("failure", [500, 400, "down"])
+def test_a_failing_langfuse_is_recorded_and_resent_by_export(
+    receiver: tuple[Receiver, ServerHandle],
+    tmp_path: Path,
+    failure: int | str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rec, handle = receiver
+    folder = tmp_path / "proj" / "models" / "agent"
+    (folder / "trajectories").mkdir(parents=True)
+    cfg = _config(handle)
+    if failure == "down":
+        cfg = cfg.model_copy(update={"base_url": "http://127.0.0.1:9"})  # nothing listens
+    else:
+        rec.fail_with = int(failure)
+    res = log_evaluation("arith-held-out", "agent@0", _evaluated(0), folder=folder, config=cfg)
+    assert not res.sent and res.error
+    assert "not sent" in caplog.text and "art-langgraph langfuse export" in caplog.text
+    recorded = json.loads((folder / EVALUATIONS_FILE).read_text())
+    assert recorded["status"] == "unsent" and recorded["run_name"] == "agent@0"
+    assert not rec.dataset_runs
+
+    rec.fail_with = None
+    report = export_folder(folder, config=_config(handle))
+    assert report.evaluations == 1 and not report.failed_evaluations
+    run = _get(handle, "api/public/datasets/arith-held-out/runs/agent@0")
+    assert len(run["datasetRunItems"]) == 4
+    # sent now: a second export sends nothing again
+    assert export_folder(folder, config=_config(handle)).evaluations == 0
+    assert len(rec.dataset_run_items) == 4
+
+
+@pytest.mark.slow
+async def test_art_mcp_train_logs_each_evaluation_as_a_dataset_run(
+    receiver: tuple[Receiver, ServerHandle], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from art_mcp import HarnessConfig, train
+
+    rec, handle = receiver
+    monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk-test")
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-test")
+    monkeypatch.setenv("LANGFUSE_BASE_URL", _url(handle))
+    monkeypatch.delenv("ART_LANGFUSE", raising=False)
+    cfg = HarnessConfig(
+        path=str(tmp_path),
+        steps=1,
+        group_size=2,
+        groups_per_step=1,
+        sft_epochs=0,
+        max_tokens=16,
+        max_turns=1,
+        tool_choice="required",
+        eval_scenarios=2,
+        eval_samples=1,
+        val_fraction=0.1,
+    )
+    said: list[str] = []
+    report = await train(
+        "python -m examples.mcp_server.server",
+        cfg,
+        scenarios=ROOT / "examples/mcp_server/scenarios.jsonl",
+        reward="examples.mcp_server.tasks:score",
+        log=said.append,
+    )
+    name = Path(report.folder).name
+    dataset = f"mcp-{name}-held-out"
+    assert dataset in rec.datasets and len(rec.dataset_items) == 2
+    runs = _get(handle, f"api/public/datasets/{dataset}/runs")["data"]
+    assert sorted(r["name"] for r in runs) == [f"{name}@0", f"{name}@1"]
+    for r in runs:
+        run = _get(handle, f"api/public/datasets/{dataset}/runs/{r['name']}")
+        assert len(run["datasetRunItems"]) == 4  # 2 scenarios x (greedy + 1 sample)
+        for ri in run["datasetRunItems"]:
+            assert ri["traceId"] in rec.traces  # the exporter sent the trace itself
+            assert rec.scores[f"{ri['traceId']}-{SUCCESS}"]["configId"]
+        assert {s["name"] for s in rec.scores.values() if s.get("datasetRunId") == r["id"]} == {
+            REWARD,
+            SUCCESS_RATE,
+        }
+    assert f"Langfuse: held-out evaluation at step 1 is dataset run {name}@1" in said
+    lines = (Path(report.folder) / EVALUATIONS_FILE).read_text().splitlines()
+    assert [json.loads(x)["status"] for x in lines] == ["sent", "sent"]
