@@ -40,6 +40,7 @@ from art_langgraph.integrations.langfuse_scoring import (
     ScoreConfigClashError,
     ensure_score_configs,
 )
+from art_mcp.report import journal_evaluations
 from tests.integrations.langfuse_receiver import Receiver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -286,7 +287,7 @@ def test_a_failing_langfuse_is_recorded_and_resent_by_export(
 
 
 @pytest.mark.slow
-async def test_art_mcp_train_logs_each_evaluation_as_a_dataset_run(
+async def test_art_mcp_train_closes_the_langfuse_loop(
     receiver: tuple[Receiver, ServerHandle], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from art_mcp import HarnessConfig, train
@@ -308,6 +309,9 @@ async def test_art_mcp_train_logs_each_evaluation_as_a_dataset_run(
         eval_scenarios=2,
         eval_samples=1,
         val_fraction=0.1,
+        review_queue="mcp-review",
+        review_fraction=1.0,
+        promote_on_evaluation=True,
     )
     said: list[str] = []
     report = await train(
@@ -335,3 +339,27 @@ async def test_art_mcp_train_logs_each_evaluation_as_a_dataset_run(
     assert f"Langfuse: held-out evaluation at step 1 is dataset run {name}@1" in said
     lines = (Path(report.folder) / EVALUATIONS_FILE).read_text().splitlines()
     assert [json.loads(x)["status"] for x in lines] == ["sent", "sent"]
+
+    # the review queue, tied to the review score configs, holds the trained rollouts
+    folder = Path(report.folder)
+    trained = [
+        t
+        for f in (folder / "trajectories/train").glob("*.jsonl")
+        for g in art.read_groups(f)
+        for t in g
+    ]
+    (queue,) = rec.queues.values()
+    assert queue["name"] == "mcp-review" and len(queue["scoreConfigIds"]) == 2
+    assert {i["objectId"] for i in rec.queue_items.values()} == {trace_id_for(t) for t in trained}
+
+    # promotion decisions follow the evaluations: step 1 is promoted iff its held-out
+    # greedy reward is at least step 0's minus the tolerance
+    journal = [json.loads(x) for x in (folder / "evaluations.jsonl").read_text().splitlines()]
+    greedy = [e.greedy_reward for e in journal_evaluations(journal)]
+    decisions = [json.loads(x) for x in (folder / "promotion.jsonl").read_text().splitlines()]
+    evaluated = [d for d in decisions if d["action"] == "evaluation"]
+    assert [d["step"] for d in evaluated] == [0, 1]
+    assert [d["score"] for d in evaluated] == greedy
+    tolerance = art.ModelConfig().promotion_tolerance
+    assert evaluated[1]["promoted"] == (greedy[1] >= greedy[0] - tolerance)
+    assert evaluated[-1]["served"] == (1 if evaluated[1]["promoted"] else 0)
