@@ -868,8 +868,16 @@ async def train(
             ev = await evaluate(step, grpo_done)
             log(f"RL step {grpo_done}: held-out {eval_line(ev)}")
         if cfg.review_queue and judge_params is not None:
-            try:  # the judge against the reviews so far (review_calibration.json)
-                await asyncio.to_thread(langfuse_review.calibrate, folder, queue=cfg.review_queue)
+            try:  # the judge against the reviews so far (review_calibration.json), and as
+                # scores of the last evaluation's dataset run
+                from art_langgraph.integrations.langfuse_datasets import last_run_id
+
+                await asyncio.to_thread(
+                    langfuse_review.calibrate,
+                    folder,
+                    queue=cfg.review_queue,
+                    dataset_run_id=last_run_id(folder),
+                )
             except Exception as exc:
                 log(f"judge calibration against {cfg.review_queue!r} not computed: {exc}")
         report = save_report()

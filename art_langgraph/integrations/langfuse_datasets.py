@@ -92,6 +92,7 @@ __all__ = [
     "EvaluationLog",
     "EvaluationRun",
     "item_id",
+    "last_run_id",
     "log_evaluation",
     "resend_evaluations",
     "send_evaluation",
@@ -402,6 +403,22 @@ def _record(folder: Path | None, line: dict[str, Any]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / EVALUATIONS_FILE, "a", encoding="utf-8") as f:
         f.write(json.dumps({**line, "time": time.time()}) + "\n")
+
+
+def last_run_id(folder: str | Path) -> str | None:
+    """The dataset run id of the last evaluation sent from this model folder; None if none."""
+    try:
+        lines = (Path(folder) / EVALUATIONS_FILE).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return None
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line torn by a killed process
+        if record.get("status") == "sent" and record.get("run_id"):
+            return str(record["run_id"])
+    return None
 
 
 def _send_and_record(run: EvaluationRun, sender: _Sender, folder: Path | None) -> EvaluationLog:

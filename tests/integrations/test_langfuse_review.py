@@ -438,3 +438,7 @@ async def test_an_art_mcp_run_sends_rollouts_to_review_and_reports_the_judge(
     assert "judge vs human review:" in text and "over 6 traces" in text
     assert (cal.warning is not None) == (cal.spearman is not None)  # -1 when the judge varies
     assert (cal.warning is not None) == ("WARNING: the RULER judge agrees poorly" in text)
+    # and as scores of the last evaluation's dataset run
+    run_scores = {s["name"] for s in rec.scores.values() if s.get("datasetRunId")}
+    numbers = {"judge_spearman": cal.spearman, "judge_top_pick_accuracy": cal.top_pick_accuracy}
+    assert {n for n, v in numbers.items() if v is not None} <= run_scores
