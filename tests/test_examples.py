@@ -45,7 +45,15 @@ def test_server_chat_demo() -> None:
 @pytest.mark.slow
 def test_langgraph_nodes_example(tmp_path: Path) -> None:
     stdout = run_example(
-        "langgraph_nodes", "--steps", "1", "--groups-per-step", "2", "--out", str(tmp_path)
+        "langgraph_nodes",
+        "--steps",
+        "1",
+        "--groups-per-step",
+        "2",
+        "--held-out",
+        "4",
+        "--out",
+        str(tmp_path),
     )
     assert "router (held-out)" in stdout
     report = json.loads((tmp_path / "report.json").read_text())

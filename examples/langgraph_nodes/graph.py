@@ -112,10 +112,12 @@ async def rollout(graph: Any, t: dict[str, Any]) -> art.Trajectory:
     return traj
 
 
-async def run(steps: int, out: Path, groups_per_step: int, group_size: int, seed: int) -> Any:
+async def run(
+    steps: int, out: Path, groups_per_step: int, group_size: int, seed: int, held_out_n: int = 16
+) -> Any:
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
-    held_out = [task(random.Random(20_000 + i)) for i in range(16)]
+    held_out = [task(random.Random(20_000 + i)) for i in range(held_out_n)]
     async with art.LocalBackend(path=out / ".art") as backend:
         model = art.TrainableModel(
             name=f"nodes-{int(time.time())}", project="langgraph-nodes", base_model="tiny"
@@ -161,8 +163,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--group-size", type=int, default=4, help="rollouts per question")
     p.add_argument("--out", type=Path, default=Path("runs/langgraph_nodes"))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--held-out", type=int, default=16, help="held-out questions (never trained)")
     a = p.parse_args(argv)
-    asyncio.run(run(a.steps, a.out, a.groups_per_step, a.group_size, a.seed))
+    asyncio.run(run(a.steps, a.out, a.groups_per_step, a.group_size, a.seed, a.held_out))
 
 
 if __name__ == "__main__":
