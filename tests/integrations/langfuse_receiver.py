@@ -53,6 +53,11 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 PROJECT_ID = "proj-test"
 
 
+def base_url(handle: Any) -> str:
+    """The receiver's URL, from the handle of the server it runs in."""
+    return f"http://127.0.0.1:{handle.port}"
+
+
 def _value(v: AnyValue) -> Any:
     kind = v.WhichOneof("value")
     if kind == "array_value":

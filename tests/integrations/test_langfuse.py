@@ -17,7 +17,6 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,33 +33,23 @@ from art_langgraph.integrations.langfuse import (
     trace_id_for,
 )
 from tests.backend.rollouts import rollout
-from tests.integrations.langfuse_receiver import PROJECT_ID, Receiver
+from tests.integrations.langfuse_receiver import PROJECT_ID, Receiver, base_url
 from tests.langgraph.tools import TOOLS, explode, one_tool_call_graph
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def receiver() -> Iterator[tuple[Receiver, ServerHandle]]:
-    rec = Receiver()
-    handle = start_app_server(rec.app())
-    yield rec, handle
-    handle.stop()
-
-
-def _url(handle: ServerHandle) -> str:
-    return f"http://127.0.0.1:{handle.port}"
-
-
 def _logger(handle: ServerHandle, **kw: object) -> LangfuseLogger:
-    return LangfuseLogger(public_key="pk-test", secret_key="sk-test", base_url=_url(handle), **kw)
+    return LangfuseLogger(
+        public_key="pk-test", secret_key="sk-test", base_url=base_url(handle), **kw
+    )
 
 
 def _env(handle: ServerHandle) -> dict[str, str]:
     return {
         "LANGFUSE_PUBLIC_KEY": "pk-test",
         "LANGFUSE_SECRET_KEY": "sk-test",
-        "LANGFUSE_BASE_URL": _url(handle),
+        "LANGFUSE_BASE_URL": base_url(handle),
     }
 
 
@@ -115,7 +104,8 @@ async def test_every_rollout_of_a_graph_becomes_a_trace(
         tid = t.metadata["langfuse_trace_id"]
         assert tid == trace_id_for(t) and tid in rec.traces
         assert (
-            t.metadata["langfuse_trace_url"] == f"{_url(handle)}/project/{PROJECT_ID}/traces/{tid}"
+            t.metadata["langfuse_trace_url"]
+            == f"{base_url(handle)}/project/{PROJECT_ID}/traces/{tid}"
         )
 
     tools_seen = errors = 0

@@ -12,7 +12,6 @@ The last test runs `art_mcp.train` on the tiny preset with Langfuse configured.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import pytest
 from langfuse.api import LangfuseAPI
 
 import art_langgraph as art
-from art_langgraph.backend.runner import ServerHandle, start_app_server
+from art_langgraph.backend.runner import ServerHandle
 from art_langgraph.integrations.langfuse import LangfuseConfig, export_folder, trace_id_for
 from art_langgraph.integrations.langfuse_datasets import (
     EVALUATIONS_FILE,
@@ -41,32 +40,20 @@ from art_langgraph.integrations.langfuse_scoring import (
     ensure_score_configs,
 )
 from art_mcp.report import journal_evaluations
-from tests.integrations.langfuse_receiver import Receiver
+from tests.integrations.langfuse_receiver import Receiver, base_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def receiver() -> Iterator[tuple[Receiver, ServerHandle]]:
-    rec = Receiver()
-    handle = start_app_server(rec.app())
-    yield rec, handle
-    handle.stop()
-
-
-def _url(handle: ServerHandle) -> str:
-    return f"http://127.0.0.1:{handle.port}"
-
-
 def _config(handle: ServerHandle) -> LangfuseConfig:
     return LangfuseConfig(
-        public_key="pk-test", secret_key="sk-test", base_url=_url(handle), timeout_s=5
+        public_key="pk-test", secret_key="sk-test", base_url=base_url(handle), timeout_s=5
     )
 
 
 def _api(handle: ServerHandle) -> LangfuseAPI:
     return LangfuseAPI(
-        base_url=_url(handle),
+        base_url=base_url(handle),
         username="pk-test",
         password="sk-test",
         x_langfuse_public_key="pk-test",
@@ -75,7 +62,7 @@ def _api(handle: ServerHandle) -> LangfuseAPI:
 
 
 def _get(handle: ServerHandle, path: str) -> Any:
-    r = httpx.get(f"{_url(handle)}/{path}", auth=("pk-test", "sk-test"))
+    r = httpx.get(f"{base_url(handle)}/{path}", auth=("pk-test", "sk-test"))
     r.raise_for_status()
     return r.json()
 
@@ -295,7 +282,7 @@ async def test_art_mcp_train_closes_the_langfuse_loop(
     rec, handle = receiver
     monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk-test")
     monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-test")
-    monkeypatch.setenv("LANGFUSE_BASE_URL", _url(handle))
+    monkeypatch.setenv("LANGFUSE_BASE_URL", base_url(handle))
     monkeypatch.delenv("ART_LANGFUSE", raising=False)
     cfg = HarnessConfig(
         path=str(tmp_path),

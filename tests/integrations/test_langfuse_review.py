@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import art_langgraph as art
-from art_langgraph.backend.runner import ServerHandle, start_app_server
+from art_langgraph.backend.runner import ServerHandle
 from art_langgraph.cli import main as cli_main
 from art_langgraph.integrations.langfuse import (
     LangfuseConfig,
@@ -41,14 +40,6 @@ from art_langgraph.integrations.langfuse_scoring import REVIEW_DECISION, REVIEW_
 from art_langgraph.rewards.calibration import judge_calibration
 from art_mcp.report import Report, summary_lines
 from tests.integrations.langfuse_receiver import Receiver
-
-
-@pytest.fixture
-def receiver() -> Iterator[tuple[Receiver, ServerHandle]]:
-    rec = Receiver()
-    handle = start_app_server(rec.app())
-    yield rec, handle
-    handle.stop()
 
 
 def _config(handle: ServerHandle) -> LangfuseConfig:
