@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from art_langgraph.model import TrainableModel
 from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.tensorize import TensorizeStats
 
@@ -180,6 +181,7 @@ def test_names_in_descriptions_are_real_fields_options_or_metrics() -> None:
         o for cls in CONFIGS for f in cls.model_fields.values() for o in _choices(f.annotation)
     }
     known |= {f.name for f in dataclasses.fields(TensorizeStats)}  # metrics a description names
+    known |= {n for n in dir(TrainableModel) if not n.startswith("_")}  # the model's methods
     for cls in CONFIGS:
         for name, field in cls.model_fields.items():
             for word in re.findall(r"\b[a-z0-9]+(?:_[a-z0-9]+)+\b", field.description or ""):
