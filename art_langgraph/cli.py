@@ -91,6 +91,12 @@ def _parser() -> argparse.ArgumentParser:
         choices=["float32", "bfloat16", "float16"],
         help="the inference engine's dtype (default: the engine's choice for the device)",
     )
+    b.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="inference replicas, each a process of its own behind the one /v1 (default 1)",
+    )
     r = sub.add_parser("report", help="write a self-contained HTML review page of a model folder")
     r.add_argument("folder", help="a model's folder ({path}/{project}/models/{name})")
     r.add_argument("--out", default=None, help="where to write it (default FOLDER/review.html)")
@@ -356,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
                 log_level=args.log_level,
                 engine_config=engine_config,
                 engine=args.engine,
+                replicas=args.replicas,
             )
         except UsageError as exc:
             print(f"art-langgraph: error: {exc}", file=sys.stderr)

@@ -368,8 +368,10 @@ def serve_backend(
     engine_config: Any = None,
     device: str | None = None,
     engine: Literal["auto", "torch", "vllm"] = "auto",
+    replicas: int = 1,
 ) -> None:
-    """Serve the training API and the OpenAI endpoint in the foreground until SIGINT/SIGTERM."""
+    """Serve the training API and the OpenAI endpoint in the foreground until SIGINT/SIGTERM.
+    `replicas`: inference replicas, each in a process of its own (`LocalBackend`'s)."""
     import uvicorn
 
     from art_langgraph.backend.runner import _config, check_bind
@@ -385,6 +387,7 @@ def serve_backend(
         server_config=limits,
         http=False,
         engine=engine,
+        replicas=replicas,
     )
     app = create_backend_app(backend, api_key=api_key, config=config)
     server = uvicorn.Server(_config(app, host, port, log_level, limits, access_log=False))

@@ -89,6 +89,7 @@ class LocalBackend:
         http: bool = True,
         engine: Literal["auto", "torch", "vllm"] = "auto",
         loggers: list[TrajectoryLogger] | None = None,
+        replicas: int = 1,
     ) -> None:
         """`path`: where models live on disk. `max_loaded_adapters`: steps kept in the engine's
         memory per model; older pinned steps are loaded from disk on demand. `server_config`:
@@ -98,7 +99,12 @@ class LocalBackend:
         `.venv-vllm`; `engine_config` is then a `VLLMEngineConfig`), or "auto": vLLM when it
         is installed and a GPU is present, else torch. `loggers`: where trajectories and
         metrics also go (`LangfuseLogger`, `WandbLogger`); None: a `LangfuseLogger` when
-        `LANGFUSE_PUBLIC_KEY`/`LANGFUSE_SECRET_KEY` are set, else none."""
+        `LANGFUSE_PUBLIC_KEY`/`LANGFUSE_SECRET_KEY` are set, else none. `replicas`: inference
+        replicas (>= 1); above 1, each engine runs in a process of its own behind one
+        `ReplicaEngine` (engine/replicas.py: routing, all-or-nothing adapter loads, restarts)."""
+        if not isinstance(replicas, int) or replicas < 1:
+            raise UsageError(f"replicas must be an integer >= 1, got {replicas!r}")
+        self.replicas = replicas
         if engine not in ("auto", "torch", "vllm"):
             raise UsageError(f"engine must be 'auto', 'torch' or 'vllm', not {engine!r}")
         self.engine_kind = engine
@@ -222,7 +228,19 @@ class LocalBackend:
         from art_langgraph.presets import resolve_preset
 
         self._base_path = resolve_preset(base_model)
-        if self._engine_kind() == "vllm":
+        if self.replicas > 1:
+            from art_langgraph.engine.replicas import ReplicaEngine
+
+            self.engine = ReplicaEngine.start(
+                self._engine_kind(),
+                self._base_path,
+                self.replicas,
+                self.engine_config,
+                folder / "logs",  # replica logs, as vLLM's, in the first model's folder
+                device=self.device,
+                lora_rank=lora_rank,
+            )
+        elif self._engine_kind() == "vllm":
             from art_langgraph.engine.vllm_engine import VLLMEngine
 
             # vLLM's log lands in the first model's folder (one engine serves them all)
