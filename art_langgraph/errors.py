@@ -20,6 +20,7 @@ __all__ = [
     "ModelBehaviorError",
     "NonFiniteRewardError",
     "NotRegisteredError",
+    "TrainerRankError",
     "UnknownModelError",
     "UsageError",
 ]
@@ -46,7 +47,30 @@ class CheckpointError(InfrastructureError):
 
     def __init__(self, path: object, detail: str) -> None:
         self.path = str(path)
+        self.detail = detail
         super().__init__(f"checkpoint {self.path}: {detail}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:  # pickles: a trainer rank sends it
+        return (type(self), (self.path, self.detail))
+
+
+class TrainerRankError(InfrastructureError):
+    """A rank of a data-parallel trainer died or failed; the whole step failed with it."""
+
+    def __init__(self, rank: int, op: str, exit_code: int | None, detail: str = "") -> None:
+        self.rank = rank
+        self.op = op
+        self.exit_code = exit_code
+        self.detail = detail
+        how = "failed" if exit_code is None else f"exited with code {exit_code}"
+        super().__init__(
+            f"trainer rank {rank} {how} during {op}{': ' + detail if detail else ''}; every "
+            "rank was stopped and nothing of the step was applied (a backend builds a new "
+            "trainer from the latest checkpoint at the next step)"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[int, str, int | None, str]]:
+        return (type(self), (self.rank, self.op, self.exit_code, self.detail))
 
 
 class NonFiniteRewardError(UsageError):

@@ -14,8 +14,13 @@ Logits are computed only where tokens are trained (the head runs on the gathered
 states, in chunks, recomputed in the backward pass): at a 49k vocabulary, full
 (rows x length x vocab) logits would cost more memory than the model.
 
-Left out: FSDP/multi-GPU, and sharing base weights with the inference engine (the
-trainer holds its own copy).
+Data parallel: with `group` set (a torch.distributed process group; `distributed.py`
+sets it in each rank's process), each rank steps on its share of the sequences, divides
+by the whole step's token and sequence counts (summed over the ranks), and the gradients
+are summed over the ranks before the one optimizer step: the update is the single-process
+one, up to float rounding.
+
+Left out: FSDP (each rank holds the whole base).
 """
 
 from __future__ import annotations
@@ -54,7 +59,11 @@ the whole step's)."""
 
 
 class LoRATrainer:
-    """A trainable LoRA adapter over a base model, with its optimizer."""
+    """A trainable LoRA adapter over a base model, with its optimizer (a `Trainer`)."""
+
+    group: Any = None
+    """The torch.distributed process group whose ranks share each step (set in the worker
+    processes of `DistributedTrainer`); None: this trainer has the whole step."""
 
     def __init__(
         self,
@@ -185,8 +194,7 @@ class LoRATrainer:
         self.model.train()
         self._configure(config.learning_rate, config.adam_betas, config.weight_decay)
         self.optimizer.zero_grad(set_to_none=True)
-        n_total = sum(s.num_trainable for s in seqs)
-        s_total = len(seqs)
+        n_total, s_total = self._totals(seqs)
         if n_total == 0:
             return {
                 "trainable_tokens": 0.0,
@@ -267,6 +275,12 @@ class LoRATrainer:
             progress("optimizer_step", {"grad_norm": grad_norm})
         trainer_lp = torch.cat([a for a, _ in mismatch]) if mismatch else torch.zeros(0)
         sampler_lp = torch.cat([b for _, b in mismatch]) if mismatch else torch.zeros(0)
+        if self.group is not None:  # the whole step's metrics, on every rank
+            sums = [acc["loss"], acc["policy_loss"], acc["kl"], acc["clip_fraction"]]
+            summed = self._sum([*sums, real, cells, shared_tokens])
+            acc.update(zip(("loss", "policy_loss", "kl", "clip_fraction"), summed[:4], strict=True))
+            real, cells, shared_tokens = int(summed[4]), int(summed[5]), summed[6]
+            trainer_lp, sampler_lp = self._cat(trainer_lp), self._cat(sampler_lp)
         mm = L.mismatch_metrics(trainer_lp, sampler_lp)
         seconds = time.perf_counter() - t0
         return {
@@ -292,7 +306,7 @@ class LoRATrainer:
         self.model.train()
         self._configure(config.learning_rate, config.adam_betas, config.weight_decay)
         self.optimizer.zero_grad(set_to_none=True)
-        n_total = sum(s.num_trainable for s in seqs)
+        n_total, _ = self._totals(seqs)
         if n_total == 0:
             return {"loss": 0.0, "trainable_tokens": 0.0, "skipped_optimizer_step": 1.0}
         total = 0.0
@@ -308,6 +322,8 @@ class LoRATrainer:
             loss.backward()
             total += float(loss.detach())
         grad_norm = self._optimizer_step(config.max_grad_norm)
+        if self.group is not None:
+            (total,) = self._sum([total])
         return {
             "loss": total,
             "grad_norm": grad_norm,
@@ -316,6 +332,8 @@ class LoRATrainer:
         }
 
     def _optimizer_step(self, max_norm: float | None) -> float:
+        if self.group is not None:
+            self._sum_gradients()
         if max_norm is not None:
             norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
         else:
@@ -324,6 +342,54 @@ class LoRATrainer:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm
+
+    # ------------------------------------------------------------ data parallel
+    def _totals(self, seqs: list[TrainSequence]) -> tuple[int, int]:
+        """The whole step's trainable tokens and sequences: the loss's normalizers."""
+        n, s = sum(x.num_trainable for x in seqs), len(seqs)
+        if self.group is None:
+            return n, s
+        both = self._all_reduce(torch.tensor([n, s], dtype=torch.int64))
+        return int(both[0]), int(both[1])
+
+    def _sum(self, values: list[float]) -> list[float]:
+        """Each value summed over the ranks (float64)."""
+        return [float(v) for v in self._all_reduce(torch.tensor(values, dtype=torch.float64))]
+
+    def _cat(self, t: torch.Tensor) -> torch.Tensor:
+        """Every rank's 1-D `t`, concatenated in rank order."""
+        import torch.distributed as dist
+
+        parts: list[Any] = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(parts, t.detach().cpu(), group=self.group)
+        return torch.cat(parts)
+
+    def _sum_gradients(self) -> None:
+        """Sum the LoRA gradients over the ranks, in one flat all-reduce. Each rank's loss is
+        already divided by the whole step's normalizer, so the sum is the single-process
+        gradient (not a mean over ranks, as DDP takes). A parameter without a gradient on
+        every rank keeps none (AdamW skips it, as it would in one process)."""
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        has = torch.tensor([float(p.grad is not None) for p in self.params]).to(grads[0])
+        flat = self._all_reduce(torch.cat([*(g.reshape(-1) for g in grads), has])).to(self.device)
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
+        for p, g, present in zip(self.params, grads, flat[offset:].tolist(), strict=True):
+            p.grad = g if present > 0 else None
+
+    def _all_reduce(self, t: torch.Tensor) -> torch.Tensor:
+        """`t` summed over the ranks (a new tensor; on the CPU for gloo)."""
+        import torch.distributed as dist
+
+        on = "cpu" if dist.get_backend(self.group) == "gloo" else self.device
+        out = t.detach().to(on).clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM, group=self.group)
+        return out
+
+    def close(self) -> None:
+        """Nothing to release beyond memory (the `Trainer` protocol's close)."""
 
     # ------------------------------------------------------------------ state
     def save(self, folder: Path) -> None:

@@ -1,0 +1,445 @@
+"""`DistributedTrainer`: a `Trainer` of W data-parallel LoRA ranks in worker processes.
+
+Each rank is a `LoRATrainer` (its own copy of the base model; the same seed, so the same
+initial adapter) in a process of its own, joined by torch.distributed: gloo on CPUs, NCCL
+when each rank has a CUDA device of its own (`cuda:{rank}`). A step's sequences are split
+over the ranks by tokens (`shard`, deterministic); each rank runs its micro-batches with
+the loss divided by the *whole step's* token and sequence counts, the LoRA gradients are
+summed in one all-reduce, and every rank clips and steps its optimizer on the same sum:
+all ranks hold the same adapter and optimizer state (compared before each save) and the
+update is the single-process one up to float rounding. Rank 0 writes checkpoints; every
+rank loads them.
+
+Launch: the parent starts W `python -c` processes itself (`subprocess`), each with a
+socket pair for commands and results, and hosts the rendezvous (a TCPStore on 127.0.0.1,
+on a port the OS picks: no race for a free port). Not multiprocessing's spawn: it
+re-imports the user's `__main__`, which a training script without an `if __name__ ==
+"__main__"` guard would run again in every rank. Not torchrun: the backend is a
+long-lived server that starts, watches and stops its ranks with the model. A rank needs
+only (rank, world size, store), so a torchrun entry point would be a few lines over
+`_rank_loop`.
+
+Failure: a rank that dies or raises fails the whole step. The parent kills every rank (a
+survivor may hold an update the others lack), closes the trainer and raises (the rank's
+own exception, or `TrainerRankError`); the backend then builds a new trainer from the
+latest checkpoint, as after any failed step. Ranks never outlive the parent: each exits
+when its parent's pid changes (orphaned), and the parent kills them at exit.
+
+Left out: FSDP (every rank holds the whole base model), several machines (Ray would place
+and restart ranks), sharing the engine's weights (each rank loads its own copy), and
+Windows (the ranks' sockets are passed as inherited file descriptors). NCCL is untested.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import weakref
+from datetime import timedelta
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any, NoReturn
+
+from art_langgraph.devices import pick_device
+from art_langgraph.errors import TrainerRankError, UsageError
+from art_langgraph.training.config import ModelConfig, TrainConfig
+from art_langgraph.training.tensorize import TrainSequence
+from art_langgraph.training.trainer import ProgressFn
+
+__all__ = ["DistributedTrainer", "shard"]
+
+_ENTRY = "import sys; from art_langgraph.training.distributed import _rank_main; _rank_main(int(sys.argv[1]))"
+
+
+def shard(seqs: list[TrainSequence], ranks: int) -> list[list[TrainSequence]]:
+    """Split a step's sequences over `ranks` by tokens: longest first, each onto the rank
+    with the fewest tokens so far (ties: the lower rank); each share keeps the step's order.
+    Balanced by all tokens (what the forward pass costs), not only the trained ones; a
+    sequence is never split, so sequence-level ratios (GSPO) stay whole."""
+    loads = [0] * ranks
+    owner = [0] * len(seqs)
+    for i in sorted(range(len(seqs)), key=lambda i: (-len(seqs[i]), i)):
+        r = min(range(ranks), key=lambda r: (loads[r], r))
+        owner[i] = r
+        loads[r] += len(seqs[i])
+    return [[s for s, o in zip(seqs, owner, strict=True) if o == r] for r in range(ranks)]
+
+
+class DistributedTrainer:
+    """W `LoRATrainer` ranks in worker processes, data-parallel over each step's sequences."""
+
+    def __init__(
+        self,
+        base_path: str,
+        config: ModelConfig,
+        ranks: int = 2,
+        device: str | None = None,
+        *,
+        start_timeout_s: float = 600.0,
+    ) -> None:
+        """`ranks`: worker processes (W >= 1). `device`: as for `LoRATrainer`; "cuda" puts
+        rank r on cuda:r (W CUDA devices needed), the CPU splits its cores between ranks.
+        `start_timeout_s`: how long the ranks may take to load the model and meet."""
+        import torch.distributed as dist
+
+        if ranks < 1:
+            raise UsageError(f"ranks must be >= 1, got {ranks}")
+        self.ranks = ranks
+        self.devices, self.backend = _placement(pick_device(device), ranks)
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._conns: list[Connection] = []
+        self._closed = False
+        # Killed at exit or when this object goes, whichever comes first.
+        self._finalizer = weakref.finalize(self, _kill, self._procs)
+        store = dist.TCPStore(
+            "127.0.0.1",
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=timedelta(seconds=start_timeout_s),
+        )
+        self._store: Any = store  # the rendezvous lives as long as the ranks
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        threads = max(1, (cores or os.cpu_count() or 1) // ranks)
+        try:
+            for rank in range(ranks):
+                ours, theirs = socket.socketpair()
+                with theirs:
+                    proc = subprocess.Popen(
+                        [sys.executable, "-c", _ENTRY, str(theirs.fileno())],
+                        pass_fds=(theirs.fileno(),),
+                        env=_rank_env(threads if self.backend == "gloo" else None),
+                        stdin=subprocess.DEVNULL,
+                    )
+                self._procs.append(proc)
+                self._conns.append(Connection(ours.detach()))
+                self._conns[rank].send(
+                    {
+                        "rank": rank,
+                        "world": ranks,
+                        "port": store.port,
+                        "backend": self.backend,
+                        "device": self.devices[rank],
+                        "base_path": base_path,
+                        "config": config,
+                        "threads": threads,
+                        "parent_pid": os.getpid(),
+                        "timeout_s": start_timeout_s,
+                    }
+                )
+            self._call("start", dict.fromkeys(range(ranks), ()), deadline=start_timeout_s)
+        except BaseException:
+            self.close_now()
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        """The ranks' process ids, rank order."""
+        return [p.pid for p in self._procs]
+
+    # ------------------------------------------------------------------ Trainer
+    def rl_step(
+        self, seqs: list[TrainSequence], config: TrainConfig, progress: ProgressFn | None = None
+    ) -> dict[str, float]:
+        """One GRPO step over `seqs`, split over the ranks; the metrics are the whole step's.
+        `progress`: each rank's micro-batches (info has its "rank"; "tokens" over all ranks
+        sum to "total_tokens"), then rank 0's optimizer step."""
+        shares = shard(seqs, self.ranks)
+        want = progress is not None
+        out = self._call(
+            "rl_step", {r: (shares[r], config, want) for r in range(self.ranks)}, progress
+        )
+        return {**out[0], "trainer_ranks": float(self.ranks)}
+
+    def sft_step(self, seqs: list[TrainSequence], config: TrainConfig) -> dict[str, float]:
+        """One SFT step over `seqs`, split over the ranks."""
+        shares = shard(seqs, self.ranks)
+        out = self._call("sft_step", {r: (shares[r], config) for r in range(self.ranks)})
+        return {**out[0], "trainer_ranks": float(self.ranks)}
+
+    def save(self, folder: Path) -> None:
+        """Rank 0 writes the adapter and optimizer state, once every rank is shown to hold
+        the same (a digest of their tensors); ranks that differ fail the save."""
+        digests = self._call("digest", dict.fromkeys(range(self.ranks), ()))
+        if odd := [r for r, d in digests.items() if d != digests[0]]:
+            self._fail("save", odd[0], None, "its adapter or optimizer state differs from rank 0's")
+        self._call("save", {0: (Path(folder),)})
+
+    def load(self, folder: Path) -> None:
+        """Every rank restores `folder`; any failure (a `CheckpointError`) closes the trainer."""
+        self._call("load", dict.fromkeys(range(self.ranks), (Path(folder),)))
+
+    def close(self) -> None:
+        """Stop the ranks: asked first, killed after 10 s. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for conn in self._conns:
+            with contextlib.suppress(OSError):
+                conn.send(("close", ()))
+        end = time.monotonic() + 10
+        for proc in self._procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, end - time.monotonic()))
+        self._finalizer()
+        for conn in self._conns:
+            conn.close()
+
+    # ---------------------------------------------------------------- plumbing
+    def _call(
+        self,
+        op: str,
+        args: dict[int, tuple[Any, ...]],
+        progress: ProgressFn | None = None,
+        deadline: float | None = None,
+    ) -> dict[int, Any]:
+        """Send `op` to the ranks in `args`; their results by rank. Any rank dying (asked or
+        not) or raising fails the call: every rank is stopped and the trainer closed."""
+        if self._closed:
+            raise UsageError(
+                "this DistributedTrainer is closed (a step failed, or close() was called): "
+                "build a new one and load the latest checkpoint"
+            )
+        try:
+            return self._exchange(op, args, progress, deadline)
+        except BaseException:
+            self.close_now()  # a step cut short (a failure, an interrupt) leaves no rank behind
+            raise
+
+    def _exchange(
+        self,
+        op: str,
+        args: dict[int, tuple[Any, ...]],
+        progress: ProgressFn | None,
+        deadline: float | None,
+    ) -> dict[int, Any]:
+        if op != "start":
+            for r, a in args.items():
+                try:
+                    self._conns[r].send((op, a))
+                except OSError:
+                    self._fail(op, r, None)
+        pending = {self._conns[r]: r for r in args}
+        results: dict[int, Any] = {}
+        limit = None if deadline is None else time.monotonic() + deadline
+        while pending:
+            for conn in wait(list(pending), timeout=1.0):
+                assert isinstance(conn, Connection)
+                r = pending[conn]
+                try:
+                    kind, value = conn.recv()
+                except (EOFError, OSError):
+                    self._fail(op, r, None)
+                if kind == "progress":
+                    stage, info = value
+                    if progress is not None and (stage == "micro_batch" or r == 0):
+                        progress(stage, info)
+                elif kind == "ok":
+                    results[r] = value
+                    del pending[conn]
+                else:
+                    dead = self._first_dead(within_s=1.0)
+                    if dead is not None and dead != r:  # r failed in a collective with it
+                        last = value[1].splitlines()[-1] if value[1] else "?"
+                        self._fail(op, dead, None, f"rank {r} then failed: {last}")
+                    self._fail(op, r, value)
+            for r, proc in enumerate(self._procs):
+                if proc.poll() is not None:
+                    self._fail(op, r, None)
+            if limit is not None and pending and time.monotonic() > limit:
+                self._fail(op, min(pending.values()), None, f"no answer in {deadline:.0f} s")
+        return results
+
+    def _first_dead(self, within_s: float) -> int | None:
+        """A rank that has exited, waiting up to `within_s` for one: when a rank reports an
+        error, a peer's death is the cause to report (the rank failed waiting for it)."""
+        end = time.monotonic() + within_s
+        while True:
+            if dead := [r for r, p in enumerate(self._procs) if p.poll() is not None]:
+                return dead[0]
+            if time.monotonic() >= end:
+                return None
+            time.sleep(0.05)
+
+    def _fail(self, op: str, rank: int, error: Any, detail: str = "") -> NoReturn:
+        """Stop every rank, close, and raise the rank's own error (when it crossed the
+        process boundary intact) or a `TrainerRankError`."""
+        proc = self._procs[rank]
+        if error is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.5)  # a rank whose socket closed is exiting: take its code
+        code = proc.poll()
+        self.close_now()
+        if error is None:
+            raise TrainerRankError(rank, op, code, detail)
+        exc, text = error
+        if not isinstance(exc, BaseException):  # it did not survive pickling: its words
+            exc = TrainerRankError(rank, op, code, text.splitlines()[-1] if text else "")
+        else:
+            exc.add_note(f"raised in trainer rank {rank} during {op}; every rank was stopped")
+        exc.add_note(f"the rank's traceback:\n{text}")
+        raise exc
+
+    def close_now(self) -> None:
+        """Kill the ranks without asking (after a failure). Idempotent."""
+        self._closed = True
+        self._finalizer()
+        for conn in self._conns:
+            conn.close()
+        self._store = None
+
+
+def _kill(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+    for proc in procs:
+        proc.wait()
+
+
+def _placement(device: str, ranks: int) -> tuple[list[str], str]:
+    """Each rank's device, and the collective backend: NCCL with a CUDA device per rank,
+    gloo on the CPU. One rank takes `device` as it is."""
+    if ranks == 1 or not device.startswith("cuda"):
+        return [device] * ranks, "nccl" if device.startswith("cuda") else "gloo"
+    import torch
+
+    found = torch.cuda.device_count()
+    if device != "cuda" or found < ranks:
+        raise UsageError(
+            f"{ranks} trainer ranks on {device!r} need {ranks} CUDA devices (device='cuda', "
+            f"rank r on cuda:r); this machine has {found}. Use fewer ranks, or device='cpu'"
+        )
+    return [f"cuda:{r}" for r in range(ranks)], "nccl"
+
+
+def _rank_env(threads: int | None) -> dict[str, str]:
+    """The parent's environment, with this package importable (from wherever the parent
+    imported it), gloo on the loopback interface, and each rank's share of the CPU's threads."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    with contextlib.suppress(OSError, AttributeError):
+        loopback = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
+        if loopback and "GLOO_SOCKET_IFNAME" not in env:
+            env["GLOO_SOCKET_IFNAME"] = loopback[0]
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+# ---------------------------------------------------------------------- the rank side
+def _rank_main(fd: int) -> None:
+    """A rank's process: read its settings, join the group, then serve the parent's
+    commands until "close" or the parent goes."""
+    conn = Connection(fd)
+    spec = conn.recv()
+    _exit_with_parent(spec["parent_pid"])
+    try:
+        trainer = _join(spec)
+    except BaseException as exc:
+        conn.send(("error", _portable(exc)))
+        return
+    conn.send(("ok", None))
+    _rank_loop(conn, trainer, spec["rank"])
+
+
+def _join(spec: dict[str, Any]) -> Any:
+    """Join the process group and build this rank's trainer."""
+    import torch
+    import torch.distributed as dist
+
+    from art_langgraph.training.trainer import LoRATrainer
+
+    if spec["backend"] == "gloo":
+        torch.set_num_threads(spec["threads"])
+    if spec["device"].startswith("cuda"):
+        torch.cuda.set_device(spec["device"])
+    timeout = timedelta(seconds=spec["timeout_s"])
+    store = dist.TCPStore("127.0.0.1", spec["port"], is_master=False, timeout=timeout)
+    dist.init_process_group(
+        spec["backend"], store=store, rank=spec["rank"], world_size=spec["world"]
+    )
+    trainer = LoRATrainer(spec["base_path"], spec["config"], spec["device"])
+    trainer.group = dist.group.WORLD
+    torch.manual_seed(spec["config"].seed + spec["rank"])  # each rank's own dropout noise
+    return trainer
+
+
+def _rank_loop(conn: Connection, trainer: Any, rank: int) -> None:
+    import torch.distributed as dist
+
+    while True:
+        try:
+            op, args = conn.recv()
+        except (EOFError, OSError):
+            break
+        if op == "close":
+            break
+        try:
+            if op == "rl_step":
+                seqs, config, relay = args
+                result: Any = trainer.rl_step(seqs, config, _relay(conn, rank) if relay else None)
+            elif op == "digest":
+                result = _digest(trainer)
+            else:  # sft_step, save, load
+                result = getattr(trainer, op)(*args)
+        except BaseException as exc:
+            conn.send(("error", _portable(exc)))
+            continue
+        conn.send(("ok", result))
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
+
+
+def _relay(conn: Connection, rank: int) -> ProgressFn:
+    """A progress callback that sends each event, with this rank, to the parent."""
+
+    def send(stage: str, info: dict[str, Any]) -> None:
+        conn.send(("progress", (stage, {**info, "rank": rank})))
+
+    return send
+
+
+def _digest(trainer: Any) -> str:
+    """sha256 of the adapter's weights and the optimizer's state, bit for bit."""
+    import torch
+
+    h = hashlib.sha256()
+    state = trainer.optimizer.state_dict()["state"]
+    tensors = [*trainer.params]
+    for idx in sorted(state):
+        tensors += [v for _, v in sorted(state[idx].items()) if isinstance(v, torch.Tensor)]
+    for t in tensors:
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _portable(exc: BaseException) -> tuple[BaseException | None, str]:
+    """The exception itself when it survives pickling, and its traceback as text."""
+    import pickle
+
+    text = "".join(traceback.format_exception(exc)).rstrip()
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return None, text
+    return exc, text
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Exit as soon as the parent is gone (this process is then re-parented)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()

@@ -1,0 +1,235 @@
+"""The data-parallel trainer on the tiny model (gloo, CPU): W=2 ranks against one process.
+
+Two ranks must make the single-process update: the same loss, grad norm and metrics, and
+adapter weights equal within MAX_WEIGHT_DIFF after two steps (the first moves only the
+LoRA B matrices, which start at zero; the second moves A too). A rank killed mid-step
+fails the step whole, leaves no process, and a new trainer from the last checkpoint trains
+on. The sharding is checked without processes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from safetensors.torch import load_file
+
+import art_langgraph as art
+from art_langgraph.errors import TrainerRankError, UsageError
+from art_langgraph.training.config import ModelConfig, TrainConfig
+from art_langgraph.training.distributed import DistributedTrainer, shard
+from art_langgraph.training.protocol import Trainer
+from art_langgraph.training.tensorize import TrainSequence
+from art_langgraph.training.trainer import LoRATrainer
+from tests.training.test_trainer import LR, make_sequences
+
+MAX_WEIGHT_DIFF = 1e-5
+"""Largest |W=2 - W=1| allowed over the adapter's weights after two steps at lr 1e-3 (the
+update moves weights by up to 2e-3). Measured on a 2-core CPU: 5.0e-6 (token mean) and
+3.1e-6 (sequence mean with KL), where one process against itself with another micro-batch
+layout differs by 2.0e-6 and 1.3e-6: only the order of float sums differs (per-rank
+packing, the all-reduce), and AdamW's first steps (about lr * sign(g)) magnify that
+rounding on the gradient entries near zero."""
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, exited but not reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def seqs_for(single: LoRATrainer, seed: int) -> list[TrainSequence]:
+    """Six sequences of different lengths, off-policy (some ratios clip), varied advantages."""
+    seqs = make_sequences(
+        single, [14, 9, 12, 7, 16, 10], [1.0, -1.0, 0.5, 2.0, -0.3, -1.5], seed=seed, offset=-0.1
+    )
+    seqs[2].sampler_logprobs = [x + 0.4 for x in seqs[2].sampler_logprobs]
+    return seqs
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_path: Path) -> Iterator[DistributedTrainer]:
+    trainer = DistributedTrainer(str(tiny_path), ModelConfig(), ranks=2, device="cpu")
+    yield trainer
+    pids = trainer.pids
+    trainer.close()
+    assert not [p for p in pids if alive(p)]  # no rank outlives close()
+
+
+def fresh(tiny_path: Path, pair: DistributedTrainer, folder: Path) -> LoRATrainer:
+    """A new single-process trainer, and the pair reset to its exact state."""
+    single = LoRATrainer(str(tiny_path), ModelConfig(), device="cpu")
+    folder.mkdir()
+    single.save(folder)
+    pair.load(folder)
+    return single
+
+
+def test_shards_balance_tokens_and_are_deterministic() -> None:
+    lengths = [50, 10, 40, 30, 20, 20, 5]
+    seqs = [TrainSequence([1] * n, [True] * n, [0.0] * n, 0.0) for n in lengths]
+    shares = shard(seqs, 2)
+    assert [[len(s) for s in share] for share in shares] == [[50, 20, 20], [10, 40, 30, 5]]
+    assert [sum(map(len, share)) for share in shares] == [90, 85]
+    assert shard(seqs, 2) == shares
+    assert sorted(id(s) for share in shard(seqs, 3) for s in share) == sorted(map(id, seqs))
+    assert shard(seqs[:1], 3) == [seqs[:1], [], []]  # more ranks than sequences: some idle
+
+
+def test_both_trainers_are_the_protocol() -> None:
+    assert issubclass(LoRATrainer, Trainer) and issubclass(DistributedTrainer, Trainer)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"loss_normalization": "sequence_mean", "beta": 0.1, "micro_batch_tokens": 16}],
+    ids=["token_mean", "sequence_mean-kl-small_batches"],
+)
+def test_two_ranks_make_the_single_process_update(
+    tiny_path: Path, pair: DistributedTrainer, tmp_path: Path, kwargs: dict[str, Any]
+) -> None:
+    single = fresh(tiny_path, pair, tmp_path / "start")
+    config = TrainConfig(learning_rate=LR, **kwargs)
+    events: list[tuple[str, dict[str, Any]]] = []
+    for step in range(2):
+        seqs = seqs_for(single, seed=step)
+        one = single.rl_step(seqs, config)
+        two = pair.rl_step(seqs, config, lambda stage, info: events.append((stage, info)))
+        for key in ("trainable_tokens", "sequences"):
+            assert two[key] == one[key], key
+        for key in ("loss", "policy_loss", "kl", "clip_fraction", "shared_prefix_tokens"):
+            assert two[key] == pytest.approx(one[key], abs=1e-6), key
+        assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5)
+        for key in ("abs_diff_mean", "abs_diff_max", "kl_k3", "ratio_mean"):
+            assert two[f"mismatch/{key}"] == pytest.approx(one[f"mismatch/{key}"], abs=1e-6), key
+        assert two["trainer_ranks"] == 2
+    assert 0 < one["clip_fraction"] < 1  # the clipped branch is exercised
+    # Progress: both ranks' micro-batches (their tokens add up to the step's), one optimizer step.
+    last = events[len(events) // 2 :]
+    assert {info["rank"] for stage, info in last if stage == "micro_batch"} == {0, 1}
+    assert sum(i["tokens"] for s, i in last if s == "micro_batch") == two["trainable_tokens"]
+    assert [s for s, _ in last].count("optimizer_step") == 1
+
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    single.save(tmp_path / "one")
+    pair.save(tmp_path / "two")  # checks that both ranks hold the same state first
+    for name in ("adapter_model.safetensors", "optimizer.safetensors"):
+        a, b = load_file(str(tmp_path / "one" / name)), load_file(str(tmp_path / "two" / name))
+        assert a.keys() == b.keys() and a
+        diff = max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+        print(f"{kwargs or 'token_mean'} {name}: max |W=2 - W=1| = {diff:.3g}")
+        if name.startswith("adapter"):
+            moved = max(float(b[k].abs().max()) for k in b if "lora_A" not in k)
+            assert moved > 100 * MAX_WEIGHT_DIFF  # the steps did move the weights
+            assert diff <= MAX_WEIGHT_DIFF
+
+
+@pytest.mark.slow
+def test_two_ranks_make_the_single_process_sft_step(
+    tiny_path: Path, pair: DistributedTrainer, tmp_path: Path
+) -> None:
+    single = fresh(tiny_path, pair, tmp_path / "start")
+    seqs = seqs_for(single, seed=5)
+    config = TrainConfig(learning_rate=LR)
+    one, two = single.sft_step(seqs, config), pair.sft_step(seqs, config)
+    assert two["loss"] == pytest.approx(one["loss"], abs=1e-6)
+    assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5)
+    assert two["trainable_tokens"] == one["trainable_tokens"]
+
+
+@pytest.mark.slow
+def test_a_killed_rank_fails_the_step_whole_and_a_new_trainer_goes_on(
+    tiny_path: Path, tmp_path: Path
+) -> None:
+    trainer = DistributedTrainer(str(tiny_path), ModelConfig(), ranks=2, device="cpu")
+    single = LoRATrainer(str(tiny_path), ModelConfig(), device="cpu")
+    config = TrainConfig(learning_rate=LR)
+    trainer.rl_step(seqs_for(single, seed=0), config)
+    saved = tmp_path / "step1"
+    saved.mkdir()
+    trainer.save(saved)
+    pids = trainer.pids
+
+    def kill_rank_1(stage: str, info: dict[str, Any]) -> None:
+        if stage == "micro_batch" and alive(pids[1]):
+            os.kill(pids[1], signal.SIGKILL)
+            while alive(pids[1]):  # dead before the parent reads on (it may have finished)
+                time.sleep(0.01)
+
+    t0 = time.monotonic()
+    with pytest.raises(TrainerRankError, match=r"rank 1 exited with code -9 during rl_step") as e:
+        trainer.rl_step(seqs_for(single, seed=1), config, kill_rank_1)
+    assert e.value.rank == 1 and e.value.exit_code == -signal.SIGKILL
+    assert time.monotonic() - t0 < 30  # found at once, not at a collective's timeout
+    assert not [p for p in pids if alive(p)]  # rank 0 too: it may hold half a step
+    with pytest.raises(UsageError, match="closed"):
+        trainer.rl_step(seqs_for(single, seed=1), config)
+
+    # What a backend does next: a new trainer from the last checkpoint, and the step again.
+    again = DistributedTrainer(str(tiny_path), ModelConfig(), ranks=2, device="cpu")
+    try:
+        again.load(saved)
+        single.load(saved)
+        seqs = seqs_for(single, seed=1)
+        m = again.rl_step(seqs, config)
+        assert m["grad_norm"] == pytest.approx(single.rl_step(seqs, config)["grad_norm"], rel=1e-5)
+    finally:
+        again.close()
+
+
+@pytest.mark.slow
+def test_ranks_exit_when_their_parent_is_killed(tiny_path: Path) -> None:
+    code = (
+        "import sys, time\n"
+        "from art_langgraph.training.config import ModelConfig\n"
+        "from art_langgraph.training.distributed import DistributedTrainer\n"
+        f"t = DistributedTrainer({str(tiny_path)!r}, ModelConfig(), ranks=2, device='cpu')\n"
+        "print(*t.pids, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 2 and all(alive(p) for p in pids)
+        parent.kill()  # SIGKILL: no atexit, no finalizer runs
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in pids if alive(p)]
+    finally:
+        parent.kill()
+
+
+@pytest.mark.slow
+async def test_local_backend_trains_on_two_ranks(tmp_path: Path) -> None:
+    from tests.backend.test_local_backend import _groups, _model
+
+    async with art.LocalBackend(path=tmp_path, trainer_ranks=2) as backend:
+        model = await _model(backend, "dp")
+        result = await model.train(await _groups(model), art.TrainConfig(learning_rate=2e-3))
+        assert result.step == 1 and result.metrics["trainer_ranks"] == 2
+        assert result.metrics["grad_norm"] > 0
+        run = backend._runs["dp"]
+        assert isinstance(run.trainer, DistributedTrainer)
+        pids = run.trainer.pids
+    assert not [p for p in pids if alive(p)]  # close() stopped the ranks
+    assert (tmp_path / "tests" / "models" / "dp" / "checkpoints" / "0001").is_dir()
+
+
+def test_more_ranks_than_cuda_devices_is_refused(tiny_path: Path) -> None:
+    with pytest.raises(UsageError, match="need 64 CUDA devices"):
+        DistributedTrainer(str(tiny_path), ModelConfig(), ranks=64, device="cuda")
