@@ -2,6 +2,7 @@
 
     art-langgraph serve --base-model tiny [--host 127.0.0.1] [--port 8000] [--api-key K]
     art-langgraph backend [--path .art] [--host 127.0.0.1] [--port 8090] [--api-key K]
+                          [--trainer-ranks W]
     art-langgraph report MODEL_DIR [--out FILE]
     art-langgraph promote NAME|MODEL_DIR STEP [--path .art] [--project P]
     art-langgraph rollback NAME|MODEL_DIR [--path .art] [--project P]
@@ -96,6 +97,12 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="inference replicas, each a process of its own behind the one /v1 (default 1)",
+    )
+    b.add_argument(
+        "--trainer-ranks",
+        type=int,
+        default=1,
+        help="data-parallel trainer ranks, each a process of its own (default 1: in-process)",
     )
     r = sub.add_parser("report", help="write a self-contained HTML review page of a model folder")
     r.add_argument("folder", help="a model's folder ({path}/{project}/models/{name})")
@@ -362,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                 log_level=args.log_level,
                 engine_config=engine_config,
                 engine=args.engine,
+                trainer_ranks=args.trainer_ranks,
                 replicas=args.replicas,
             )
         except UsageError as exc:

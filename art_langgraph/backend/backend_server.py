@@ -368,6 +368,7 @@ def serve_backend(
     engine_config: Any = None,
     device: str | None = None,
     engine: Literal["auto", "torch", "vllm"] = "auto",
+    trainer_ranks: int = 1,
     replicas: int = 1,
 ) -> None:
     """Serve the training API and the OpenAI endpoint in the foreground until SIGINT/SIGTERM.
@@ -387,6 +388,7 @@ def serve_backend(
         server_config=limits,
         http=False,
         engine=engine,
+        trainer_ranks=trainer_ranks,
         replicas=replicas,
     )
     app = create_backend_app(backend, api_key=api_key, config=config)

@@ -19,7 +19,8 @@ With `ModelConfig.promote_on_evaluation`, the bare name serves the promoted step
 (`promotion.py`: `record_evaluation` decides, `promotion.jsonl` in the folder remembers)
 and never waits; `name@latest` is the latest step.
 
-One backend serves one base model. Left out: a child-process trainer and vLLM (next).
+One backend serves one base model. With `trainer_ranks` > 1 the trainer is data-parallel
+ranks in worker processes (`training/distributed.py`) behind the same `Trainer` protocol.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from art_langgraph.memory import release_free_memory
 from art_langgraph.names import check_path_name, inference_name
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.prepare import prepare_step
+from art_langgraph.training.protocol import Trainer
 from art_langgraph.training.sft import sft_sequences
 from art_langgraph.training.tensorize import TrainSequence
 from art_langgraph.training.trainer import LoRATrainer, ProgressFn
@@ -64,7 +66,7 @@ class _Run:
     model: Model
     store: CheckpointStore
     step: int = 0
-    trainer: LoRATrainer | None = None
+    trainer: Trainer | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     loaded: list[int] = field(default_factory=list)
     """Steps whose adapter the engine holds now, oldest first."""
@@ -89,6 +91,7 @@ class LocalBackend:
         http: bool = True,
         engine: Literal["auto", "torch", "vllm"] = "auto",
         loggers: list[TrajectoryLogger] | None = None,
+        trainer_ranks: int = 1,
         replicas: int = 1,
     ) -> None:
         """`path`: where models live on disk. `max_loaded_adapters`: steps kept in the engine's
@@ -97,7 +100,9 @@ class LocalBackend:
         the OpenAI app is left in `self.app` for a server that mounts it (the backend server).
         `engine`: "torch" (our engine, in this process), "vllm" (a managed vLLM server from
         `.venv-vllm`; `engine_config` is then a `VLLMEngineConfig`), or "auto": vLLM when it
-        is installed and a GPU is present, else torch. `loggers`: where trajectories and
+        is installed and a GPU is present, else torch. `trainer_ranks`: 1 (default) trains in
+        this process; W > 1 on W data-parallel ranks in worker processes (gloo on the CPU,
+        NCCL on W GPUs; `DistributedTrainer`). `loggers`: where trajectories and
         metrics also go (`LangfuseLogger`, `WandbLogger`); None: a `LangfuseLogger` when
         `LANGFUSE_PUBLIC_KEY`/`LANGFUSE_SECRET_KEY` are set, else none. `replicas`: inference
         replicas (>= 1); above 1, each engine runs in a process of its own behind one
@@ -112,6 +117,9 @@ class LocalBackend:
         self.host, self.port, self.api_key = host, port, api_key
         self.engine_config, self.device = engine_config, device
         self.max_loaded_adapters = max_loaded_adapters
+        if not isinstance(trainer_ranks, int) or trainer_ranks < 1:
+            raise UsageError(f"trainer_ranks must be an integer >= 1, got {trainer_ranks!r}")
+        self.trainer_ranks = trainer_ranks
         self.server_config = server_config
         self.engine: Any = None
         self.registry: ModelRegistry | None = None
@@ -133,6 +141,10 @@ class LocalBackend:
     async def close(self) -> None:
         """Stop the server and the engine, flush the loggers. Checkpoints are already on disk."""
         await asyncio.to_thread(self.loggers.close)
+        for run in self._runs.values():  # a distributed trainer's processes
+            if run.trainer is not None:
+                await asyncio.to_thread(run.trainer.close)
+                run.trainer = None
         if self.server is not None:
             await asyncio.to_thread(self.server.stop)
             self.server = None
@@ -284,9 +296,22 @@ class LocalBackend:
             old = run.loaded.pop(0)
             await self.engine.unload_adapter(_adapter(name, old))
 
-    def _build_trainer(self, run: _Run) -> LoRATrainer:
+    def _build_trainer(self, run: _Run) -> Trainer:
         """A trainer holding exactly the latest checkpoint (adapter and optimizer)."""
         assert self._base_path is not None and run.model.trainable
+        trainer: Trainer
+        if self.trainer_ranks > 1:
+            from art_langgraph.training.distributed import DistributedTrainer
+
+            trainer = DistributedTrainer(
+                self._base_path,
+                run.model.training,  # type: ignore[attr-defined]
+                self.trainer_ranks,
+                self.device,
+            )
+            if run.step > 0:
+                trainer.load(run.store.path(run.step))  # a failure stops its ranks
+            return trainer
         trainer = LoRATrainer(
             self._base_path,
             run.model.training,  # type: ignore[attr-defined]
@@ -297,7 +322,7 @@ class LocalBackend:
             trainer.load(run.store.path(run.step))
         return trainer
 
-    async def _trainer(self, run: _Run) -> LoRATrainer:
+    async def _trainer(self, run: _Run) -> Trainer:
         """The run's trainer, built on first use. A latest checkpoint whose trainer state does
         not load (a corrupt optimizer file) is set aside like one that does not serve, and
         training goes on from the one before it, never from a fresh optimizer."""
@@ -404,6 +429,7 @@ class LocalBackend:
             except BaseException:
                 # All or nothing: the trainer may hold an update that no checkpoint has; drop
                 # it, so the next step starts again from the latest checkpoint on disk.
+                trainer.close()  # a distributed trainer's ranks (stopped already if one failed)
                 run.trainer = None
                 raise
             finally:
@@ -448,7 +474,7 @@ class LocalBackend:
                 raise UsageError("train_sft got nothing to train on")
             metrics: dict[str, float] = {f"tensorize/{k}": float(v) for k, v in vars(stats).items()}
 
-            def work(trainer: LoRATrainer) -> dict[str, float]:
+            def work(trainer: Trainer) -> dict[str, float]:
                 losses = []
                 for _ in range(epochs):
                     for i in range(0, len(seqs), batch_size):
@@ -537,7 +563,7 @@ class LocalBackend:
 
 
 def _rl(
-    trainer: LoRATrainer,
+    trainer: Trainer,
     seqs: list[TrainSequence],
     config: TrainConfig,
     progress: ProgressFn | None,
