@@ -69,10 +69,11 @@ async def _step(
             "model": model.name,
             "messages": [{"role": "user", "content": prompt}],
             "max_tokens": tokens,
-            "extra_body": {"ignore_eos": True},
+            "logprobs": True,
+            "extra_body": {"ignore_eos": True, "return_token_ids": True},
         }
         r = await client.chat.completions.create(**kw)
-        call = art.LLMCall.from_openai({**kw, "logprobs": True, "return_token_ids": True}, r)
+        call = art.LLMCall.from_openai(kw, r)
         text = r.choices[0].message.content or ""
         reward = sum(ch.isdigit() for ch in text) / max(len(text), 1) + 0.01 * (i % 2)
         return art.Trajectory(messages=call.to_messages(), calls=[call], reward=reward)
