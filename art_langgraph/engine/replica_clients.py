@@ -34,7 +34,7 @@ from art_langgraph.engine.replica_server import (
     result_from_wire,
     sampling_to_wire,
 )
-from art_langgraph.engine.watchdog import WATCH_FDS
+from art_langgraph.engine.watchdog import WATCH_FDS, spawn_watched
 from art_langgraph.errors import InfrastructureError
 from art_langgraph.loops import PerLoop
 
@@ -134,25 +134,9 @@ class TorchReplica:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             p for p in (root, os.environ.get("PYTHONPATH", "")) if p
         )}  # fmt: skip
-        read_fd, write_fd = os.pipe()
-        try:
-            with open(self.log_path, "ab") as out:
-                out.write(f"\n--- {time.ctime()}: replica {self.index}\n".encode())
-                self._proc = subprocess.Popen(
-                    [*cmd, "--watch", str(read_fd)],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,  # a Ctrl-C in the terminal is the parent's to handle
-                    pass_fds=(read_fd,),
-                )
-        except BaseException:
-            os.close(write_fd)
-            raise
-        finally:
-            os.close(read_fd)
-        self._watch_fd = write_fd
-        WATCH_FDS.add(write_fd)
+        self._proc, self._watch_fd = spawn_watched(
+            lambda fd: [*cmd, "--watch", str(fd)], self.log_path, env, f"replica {self.index}"
+        )
         deadline = time.monotonic() + self.startup_timeout_s
         while not ready.exists():
             if self._proc.poll() is not None:

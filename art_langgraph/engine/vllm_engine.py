@@ -57,7 +57,7 @@ from typing import Any
 import httpx
 
 from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
-from art_langgraph.engine.watchdog import WATCH_FDS, WATCHDOG
+from art_langgraph.engine.watchdog import WATCH_FDS, WATCHDOG, spawn_watched
 from art_langgraph.errors import ContextLengthError, InfrastructureError, UsageError
 from art_langgraph.loops import PerLoop
 
@@ -279,25 +279,9 @@ class VLLMEngine:
         port = _free_port()
         cmd, env = self._command(port)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        read_fd, write_fd = os.pipe()  # both close on exec; pass_fds hands the read end on
-        try:
-            with open(self.log_path, "ab") as out:
-                out.write(f"\n--- {time.ctime()}: {' '.join(cmd)}\n".encode())
-                self._proc = subprocess.Popen(
-                    [cmd[0], "-c", WATCHDOG, str(read_fd), *cmd],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,  # the watchdog leads vLLM's process group
-                    pass_fds=(read_fd,),
-                )
-        except BaseException:
-            os.close(write_fd)
-            raise
-        finally:
-            os.close(read_fd)
-        self._watch_fd = write_fd
-        WATCH_FDS.add(write_fd)
+        self._proc, self._watch_fd = spawn_watched(
+            lambda fd: [cmd[0], "-c", WATCHDOG, str(fd), *cmd], self.log_path, env, " ".join(cmd)
+        )
         self._url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + self.config.startup_timeout_s
         while True:

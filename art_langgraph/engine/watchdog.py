@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
-__all__ = ["WATCHDOG", "WATCH_FDS"]
+__all__ = ["WATCHDOG", "WATCH_FDS", "spawn_watched"]
 
 WATCHDOG = r"""
 import os, signal, subprocess, sys, threading, time
@@ -81,3 +85,35 @@ def _close_watch_fds() -> None:
 
 
 os.register_at_fork(after_in_child=_close_watch_fds)
+
+
+def spawn_watched(
+    argv: Callable[[int], list[str]],
+    log_path: Path,
+    env: Mapping[str, str],
+    header: str,
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start `argv(read_fd)` in a session of its own, its output appended to `log_path`
+    after a `header` line, holding the read end of a pipe whose write end only this
+    process keeps (in `WATCH_FDS`): the child watches it (`WATCHDOG`, or its own loop) and
+    ends when it reads EOF, however this process died. Returns the process and our write
+    end (close it, or let this process exit, to stop the child)."""
+    read_fd, write_fd = os.pipe()  # both close on exec; pass_fds hands the read end on
+    try:
+        with open(log_path, "ab") as out:
+            out.write(f"\n--- {time.ctime()}: {header}\n".encode())
+            proc = subprocess.Popen(
+                argv(read_fd),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(env),
+                start_new_session=True,  # a Ctrl-C in the terminal is the parent's to handle
+                pass_fds=(read_fd,),
+            )
+    except BaseException:
+        os.close(write_fd)
+        raise
+    finally:
+        os.close(read_fd)
+    WATCH_FDS.add(write_fd)
+    return proc, write_fd
