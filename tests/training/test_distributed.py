@@ -30,13 +30,16 @@ from art_langgraph.training.tensorize import TrainSequence
 from art_langgraph.training.trainer import LoRATrainer
 from tests.training.test_trainer import LR, make_sequences
 
-MAX_WEIGHT_DIFF = 1e-5
+MAX_WEIGHT_DIFF = 5e-5
 """Largest |W=2 - W=1| allowed over the adapter's weights after two steps at lr 1e-3 (the
 update moves weights by up to 2e-3). Measured on a 2-core CPU: 5.0e-6 (token mean) and
 3.1e-6 (sequence mean with KL), where one process against itself with another micro-batch
 layout differs by 2.0e-6 and 1.3e-6: only the order of float sums differs (per-rank
 packing, the all-reduce), and AdamW's first steps (about lr * sign(g)) magnify that
-rounding on the gradient entries near zero."""
+rounding on the gradient entries near zero. The bound is 10x the worst measured, since
+another CPU or a GPU sums in another order, and still 40x below the update: ranks that
+skip the all-reduce differ by about lr. A gradient scaled wrongly (a mean where the sum
+belongs) barely moves AdamW's first steps; the grad-norm checks catch that one."""
 
 
 def alive(pid: int) -> bool:
