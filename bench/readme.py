@@ -1,9 +1,12 @@
-"""Put a benchmark's latest table into README.md, between its two marker comments.
+"""Put a benchmark's latest table into the docs, between its two marker comments.
 
     <!-- bench:NAME:start --> ... <!-- bench:NAME:end -->
 
-Every benchmark calls `update_readme(NAME, text)` after saving its JSON, so the README
-always shows the last measured table. Left out: anything but the text between markers.
+Every benchmark calls `update_readme(NAME, text)` after saving its JSON, so the docs
+always show the last measured table. The markers live in `docs/benchmarks.md` (and the
+config tables' markers, `kind="config"`, in `docs/configuration.md`, which
+`scripts/docs.py` fills); the first page that holds a block's markers gets the text.
+Left out: anything but the text between markers.
 """
 
 from __future__ import annotations
@@ -13,9 +16,14 @@ from pathlib import Path
 
 from art_langgraph.utils import atomic_write
 
-__all__ = ["update_readme", "write_results"]
+__all__ = ["PAGES", "update_docs", "update_readme", "write_results"]
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+BENCHMARKS = ROOT / "docs" / "benchmarks.md"
+CONFIGURATION = ROOT / "docs" / "configuration.md"
+PAGES = (BENCHMARKS, CONFIGURATION, README)
+"""Where marker blocks are looked for, in this order."""
 
 
 def write_results(path: Path, data: dict) -> None:
@@ -26,15 +34,23 @@ def write_results(path: Path, data: dict) -> None:
         f.write("\n")
 
 
-def update_readme(name: str, text: str, readme: Path = README, kind: str = "bench") -> bool:
-    """Replace the block for `name`; returns False when the README has no markers for it."""
+def update_docs(name: str, text: str, page: Path | None = None, kind: str = "bench") -> bool:
+    """Replace the block for `name` in `page` (None: the first of `PAGES` that has its
+    markers); returns False when no page has markers for it."""
     start, end = f"<!-- {kind}:{name}:start -->", f"<!-- {kind}:{name}:end -->"
-    body = readme.read_text()
-    if start not in body or end not in body:
-        return False
-    head, rest = body.split(start, 1)
-    _, tail = rest.split(end, 1)
-    new = f"{head}{start}\n{text.strip()}\n{end}{tail}"
-    with atomic_write(readme) as f:
-        f.write(new)
-    return True
+    for candidate in (page,) if page is not None else PAGES:
+        body = candidate.read_text() if candidate.exists() else ""
+        if start not in body or end not in body:
+            continue
+        head, rest = body.split(start, 1)
+        _, tail = rest.split(end, 1)
+        with atomic_write(candidate) as f:
+            f.write(f"{head}{start}\n{text.strip()}\n{end}{tail}")
+        return True
+    return False
+
+
+def update_readme(name: str, text: str, readme: Path | None = None, kind: str = "bench") -> bool:
+    """The name every benchmark calls: `update_docs` (the tables moved from the README to
+    the docs pages; the README keeps only headline numbers)."""
+    return update_docs(name, text, readme, kind)

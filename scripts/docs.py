@@ -1,7 +1,10 @@
-"""Regenerate the README's config tables from the config classes (the one source of the docs).
+"""Regenerate the config tables of docs/configuration.md from the config classes (the one
+source of the docs, the CLI flags and validation).
 
 .venv/bin/python scripts/docs.py          # rewrite the tables
-.venv/bin/python scripts/docs.py --check  # exit 1 if the README is stale (the tests run this)
+.venv/bin/python scripts/docs.py --check  # exit 1 if the page is stale (the tests run this)
+
+Left out: the benchmark tables, which each benchmark writes itself (bench/readme.py).
 """
 
 from __future__ import annotations
@@ -11,14 +14,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from art_langgraph import ModelConfig, TrainConfig
+from art_langgraph.backend import ServerConfig
 from art_langgraph.backend.backend_server import BackendServerConfig
-from art_langgraph.backend.server_config import ServerConfig
-from art_langgraph.engine.torch_engine import TorchEngineConfig
+from art_langgraph.engine import TorchEngineConfig
 from art_langgraph.engine.vllm_engine import VLLMEngineConfig
 from art_langgraph.integrations.langfuse import LangfuseConfig
-from art_langgraph.training.config import ModelConfig, TrainConfig, config_table
-from art_mcp.harness import HarnessConfig
-from bench.readme import README, update_readme
+from art_langgraph.training.config import config_table
+from art_mcp import HarnessConfig
+from bench.readme import CONFIGURATION, update_docs
 
 
 def tables() -> dict[str, str]:
@@ -64,14 +68,15 @@ def _attr_doc(cls: type, name: str) -> str:
 
 def main() -> int:
     check = "--check" in sys.argv
-    before = README.read_text()
+    page = CONFIGURATION
+    before = page.read_text()
     for name, text in tables().items():
-        if not update_readme(name, text, kind="config"):
-            print(f"README has no markers for {name}", file=sys.stderr)
+        if not update_docs(name, text, page, kind="config"):
+            print(f"{page.name} has no markers for {name}", file=sys.stderr)
             return 1
-    if check and README.read_text() != before:
-        README.write_text(before)
-        print("README config tables are stale: run scripts/docs.py", file=sys.stderr)
+    if check and page.read_text() != before:
+        page.write_text(before)
+        print(f"{page} config tables are stale: run scripts/docs.py", file=sys.stderr)
         return 1
     return 0
 

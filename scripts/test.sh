@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test command: sets up .venv, then runs lint, format check, the type checker and
-# the whole test suite (slow tests included). Extra arguments go to pytest.
+# The test command: sets up .venv, then runs lint, format check, the type checker, the
+# docs build and the whole test suite (slow tests included). Extra arguments go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
@@ -30,6 +30,9 @@ cd "$root"
 "$venv/bin/ruff" check .
 "$venv/bin/ruff" format --check .
 "$venv/bin/mypy"
+# The docs site (mkdocs.yml): strict, so a broken link, anchor or API reference fails the
+# run. Not -q: mkdocs then drops the warnings before strict mode counts them.
+NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict
 set +e
 "$venv/bin/python" -m pytest "$@"
 rc=$?

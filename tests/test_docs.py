@@ -1,7 +1,12 @@
-"""The README's config tables are generated from the config classes and must be current."""
+"""The docs: the config tables of docs/configuration.md are generated from the config classes
+and must be current; the API reference covers every public name; the README's links resolve.
+
+The site itself (every page, link and anchor) is checked by `mkdocs build --strict` in
+scripts/test.sh."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_config_tables_are_current() -> None:
+def test_config_tables_are_current() -> None:
     out = subprocess.run(
         [sys.executable, "scripts/docs.py", "--check"], cwd=ROOT, capture_output=True, text=True
     )
@@ -22,3 +27,34 @@ def test_every_config_field_is_documented() -> None:
     for cls in (TrainConfig, ModelConfig):
         for name, field in cls.model_fields.items():
             assert field.description and len(field.description) > 10, f"{cls.__name__}.{name}"
+
+
+def test_the_api_reference_names_every_public_name() -> None:
+    """A name added to `__all__` gets a place in the API reference, or this fails."""
+    import art_langgraph
+    import art_mcp
+
+    pages = {
+        art_langgraph: (ROOT / "docs/api/art_langgraph.md").read_text(),
+        art_mcp: (ROOT / "docs/api/art_mcp.md").read_text(),
+    }
+    for package, page in pages.items():
+        if re.search(
+            rf"^::: {package.__name__}\n(?!    options:\n(      .*\n)*      members: false)",
+            page,
+            re.M,
+        ):
+            continue  # the whole package is rendered, so all of __all__ is
+        documented = set(re.findall(rf"^::: {package.__name__}\.(?:\w+\.)*?(\w+)$", page, re.M))
+        special = {"__version__", "rewards"}  # a string; a module with a page of its own
+        missing = set(package.__all__) - documented - special
+        assert not missing, f"docs/api/{package.__name__}.md lacks {sorted(missing)}"
+
+
+def test_the_readme_links_resolve() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for target in re.findall(r"\]\(([^)\s]+)\)", readme):
+        if target.startswith(("http://", "https://", "#")):
+            continue
+        path = target.split("#", 1)[0]
+        assert (ROOT / path).exists(), f"README links to {target}, which does not exist"
