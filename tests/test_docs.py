@@ -58,3 +58,20 @@ def test_the_readme_links_resolve() -> None:
             continue
         path = target.split("#", 1)[0]
         assert (ROOT / path).exists(), f"README links to {target}, which does not exist"
+
+
+def test_every_marker_block_rewrites_in_place(tmp_path: Path) -> None:
+    """Writing each block's own text back leaves its page unchanged: markers come in
+    well-formed pairs, and none hides in the prose (where a benchmark would overwrite it)."""
+    from bench.readme import PAGES, update_docs
+
+    for page in PAGES:
+        copy = tmp_path / page.name
+        body = page.read_text()
+        copy.write_text(body)
+        for kind, name in re.findall(r"<!-- (bench|config):([\w.-]+):start -->", body):
+            start, end = f"<!-- {kind}:{name}:start -->", f"<!-- {kind}:{name}:end -->"
+            assert body.count(start) == 1 and body.count(end) == 1, f"{page.name}: {name}"
+            block = body.split(start, 1)[1].split(end, 1)[0]
+            assert update_docs(name, block, copy, kind=kind)
+        assert copy.read_text() == body, f"{page.name}: a marker block is malformed"
