@@ -104,6 +104,14 @@ def _parser() -> argparse.ArgumentParser:
         default=1,
         help="data-parallel trainer ranks, each a process of its own (default 1: in-process)",
     )
+    b.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS",
+        help="place the replicas and trainer ranks as Ray actors on the cluster at ADDRESS "
+        "('auto': this machine's cluster; 'local': a Ray instance in this process; "
+        "needs the ray extra); default: local processes",
+    )
     r = sub.add_parser("report", help="write a self-contained HTML review page of a model folder")
     r.add_argument("folder", help="a model's folder ({path}/{project}/models/{name})")
     r.add_argument("--out", default=None, help="where to write it (default FOLDER/review.html)")
@@ -371,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                 engine=args.engine,
                 trainer_ranks=args.trainer_ranks,
                 replicas=args.replicas,
+                ray=args.ray,
             )
         except UsageError as exc:
             print(f"art-langgraph: error: {exc}", file=sys.stderr)

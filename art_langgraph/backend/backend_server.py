@@ -370,9 +370,10 @@ def serve_backend(
     engine: Literal["auto", "torch", "vllm"] = "auto",
     trainer_ranks: int = 1,
     replicas: int = 1,
+    ray: str | None = None,
 ) -> None:
     """Serve the training API and the OpenAI endpoint in the foreground until SIGINT/SIGTERM.
-    `replicas`: inference replicas, each in a process of its own (`LocalBackend`'s)."""
+    `replicas`, `trainer_ranks`, `ray`: as `LocalBackend`'s."""
     import uvicorn
 
     from art_langgraph.backend.runner import _config, check_bind
@@ -390,6 +391,7 @@ def serve_backend(
         engine=engine,
         trainer_ranks=trainer_ranks,
         replicas=replicas,
+        ray=ray,
     )
     app = create_backend_app(backend, api_key=api_key, config=config)
     server = uvicorn.Server(_config(app, host, port, log_level, limits, access_log=False))

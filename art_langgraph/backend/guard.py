@@ -47,8 +47,9 @@ def _host_name(header: str) -> str:
     return header.rpartition(":")[0] if header.count(":") == 1 else header
 
 
-_KEYED_PATHS = ("/v1", "/art", "/metrics")
-"""Path prefixes that need the API key when the server has one (all but `/health`)."""
+_KEYED_PATHS = ("/v1", "/art", "/metrics", "/engine")
+"""Path prefixes that need the API key when the server has one (all but `/health`;
+`/engine` is a replica's token-level routes, `engine/replica_server.py`)."""
 
 
 class Guard:

@@ -21,6 +21,7 @@ and never waits; `name@latest` is the latest step.
 
 One backend serves one base model. With `trainer_ranks` > 1 the trainer is data-parallel
 ranks in worker processes (`training/distributed.py`) behind the same `Trainer` protocol.
+With `ray`, the replicas and the ranks are Ray actors (`ray_cluster.py`).
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ class LocalBackend:
         loggers: list[TrajectoryLogger] | None = None,
         trainer_ranks: int = 1,
         replicas: int = 1,
+        ray: str | None = None,
     ) -> None:
         """`path`: where models live on disk. `max_loaded_adapters`: steps kept in the engine's
         memory per model; older pinned steps are loaded from disk on demand. `server_config`:
@@ -106,7 +108,11 @@ class LocalBackend:
         metrics also go (`LangfuseLogger`, `WandbLogger`); None: a `LangfuseLogger` when
         `LANGFUSE_PUBLIC_KEY`/`LANGFUSE_SECRET_KEY` are set, else none. `replicas`: inference
         replicas (>= 1); above 1, each engine runs in a process of its own behind one
-        `ReplicaEngine` (engine/replicas.py: routing, all-or-nothing adapter loads, restarts)."""
+        `ReplicaEngine` (engine/replicas.py: routing, all-or-nothing adapter loads, restarts).
+        `ray`: a Ray address, "auto" (this machine's cluster) or "local" (a Ray instance in
+        this process): the `replicas` torch engines and the `trainer_ranks` ranks then run as
+        Ray actors placed on the cluster (ray_cluster.py; needs the `ray` extra, and `path`
+        on a filesystem every node reads); None (default): local processes, no Ray."""
         if not isinstance(replicas, int) or replicas < 1:
             raise UsageError(f"replicas must be an integer >= 1, got {replicas!r}")
         self.replicas = replicas
@@ -120,6 +126,15 @@ class LocalBackend:
         if not isinstance(trainer_ranks, int) or trainer_ranks < 1:
             raise UsageError(f"trainer_ranks must be an integer >= 1, got {trainer_ranks!r}")
         self.trainer_ranks = trainer_ranks
+        if ray is not None and engine == "vllm":
+            raise UsageError(
+                "vLLM replicas are not placed on Ray (only torch ones are): use engine='torch' "
+                "with ray, or vLLM without ray"
+            )
+        self.ray_address = ray
+        self._ray: Any = None
+        self._ray_started: bool | None = None
+        self._share: Any = None
         self.server_config = server_config
         self.engine: Any = None
         self.registry: ModelRegistry | None = None
@@ -151,6 +166,9 @@ class LocalBackend:
         if self.engine is not None:
             await self.engine.close()
             self.engine = None
+        if self._ray_started:  # the Ray instance "local" started in this process ends with us
+            self._ray.shutdown()
+            self._ray = self._ray_started = None
 
     # ---------------------------------------------------------------- register
     async def register(self, model: Model) -> None:
@@ -240,7 +258,22 @@ class LocalBackend:
         from art_langgraph.presets import resolve_preset
 
         self._base_path = resolve_preset(base_model)
-        if self.replicas > 1:
+        if self.ray_address is not None:
+            from art_langgraph.engine.replicas import ReplicaEngine
+            from art_langgraph.engine.torch_engine import TorchEngineConfig
+            from art_langgraph.ray_cluster import connect, ray_module, shares
+
+            self._ray_started = not ray_module().is_initialized() and self.ray_address == "local"
+            self._ray = connect(self.ray_address)
+            self._share = shares(self._ray, self.replicas, self.trainer_ranks)
+            self.engine = ReplicaEngine.start_ray(
+                self._ray,
+                self._base_path,
+                self.replicas,
+                self.engine_config or TorchEngineConfig(device=self.device),
+                self._share,
+            )
+        elif self.replicas > 1:
             from art_langgraph.engine.replicas import ReplicaEngine
 
             self.engine = ReplicaEngine.start(
@@ -300,7 +333,7 @@ class LocalBackend:
         """A trainer holding exactly the latest checkpoint (adapter and optimizer)."""
         assert self._base_path is not None and run.model.trainable
         trainer: Trainer
-        if self.trainer_ranks > 1:
+        if self.trainer_ranks > 1 or self._ray is not None:
             from art_langgraph.training.distributed import DistributedTrainer
 
             trainer = DistributedTrainer(
@@ -308,6 +341,8 @@ class LocalBackend:
                 run.model.training,  # type: ignore[attr-defined]
                 self.trainer_ranks,
                 self.device,
+                ray=self._ray,
+                share=self._share,
             )
             if run.step > 0:
                 trainer.load(run.store.path(run.step))  # a failure stops its ranks

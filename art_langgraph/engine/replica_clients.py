@@ -96,10 +96,14 @@ class TorchReplica:
         self.info: dict[str, Any] = {}
         """What the child reported when ready: port, pid, context_length, vocab_size."""
         self.url = ""
+        self.headers: dict[str, str] = {}
+        """Sent with every request (a Ray replica's API key)."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._watch_fd: int | None = None
         self._clients: PerLoop[httpx.AsyncClient] = PerLoop(
-            lambda: httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
+            lambda: httpx.AsyncClient(
+                timeout=httpx.Timeout(None, connect=10.0), headers=self.headers
+            )
         )
         self._lock = threading.Lock()
         self._last = EngineMetrics()  # the child's last reading
@@ -177,14 +181,21 @@ class TorchReplica:
 
     def restart_sync(self) -> None:
         """Start the child again and reload the adapters it held (blocking)."""
-        last = self._last
-        with self._lock:
-            for name in _COUNTERS:
-                setattr(self._carried, name, getattr(self._carried, name) + getattr(last, name))
-            self._last = EngineMetrics()
+        self._carry_counters()
         self.stop()
         self.spawn()
-        with httpx.Client(timeout=httpx.Timeout(None, connect=10.0)) as http:
+        self._reload_adapters()
+
+    def _carry_counters(self) -> None:
+        """Keep the counters of the life that ended (a new one starts from zero)."""
+        with self._lock:
+            for name in _COUNTERS:
+                total = getattr(self._carried, name) + getattr(self._last, name)
+                setattr(self._carried, name, total)
+            self._last = EngineMetrics()
+
+    def _reload_adapters(self) -> None:
+        with httpx.Client(timeout=httpx.Timeout(None, connect=10.0), headers=self.headers) as http:
             for name, path in list(self.adapters.items()):
                 r = http.post(self.url + "/engine/load_adapter", json={"name": name, "path": path})
                 if r.status_code != 200:
@@ -264,7 +275,11 @@ class TorchReplica:
     def _read_metrics(self) -> None:
         reading = None
         try:
-            data = httpx.get(self.url + "/engine/metrics", timeout=5).raise_for_status().json()
+            data = (
+                httpx.get(self.url + "/engine/metrics", timeout=5, headers=self.headers)
+                .raise_for_status()
+                .json()
+            )
             reading = EngineMetrics(**data)
         except (httpx.HTTPError, TypeError, ValueError) as exc:
             log.debug("could not read %s's metrics: %r", self.label, exc)

@@ -47,6 +47,7 @@ __all__ = [
     "result_to_wire",
     "sampling_from_wire",
     "sampling_to_wire",
+    "serve",
 ]
 
 
@@ -182,6 +183,40 @@ def _exit_when_orphaned(fd: int) -> None:
     os._exit(0)
 
 
+def serve(
+    base: str,
+    config: dict[str, Any],
+    threads: int,
+    name: str = "base",
+    host: str = "127.0.0.1",
+    api_key: str | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """Load a `TorchEngine` and serve it (the `/v1` app plus the engine routes) in a
+    background thread; the server handle and {host, port, pid, context_length, vocab_size}.
+    A `host` other than loopback needs `api_key` (it then guards `/engine` too)."""
+    import torch
+
+    from art_langgraph.backend.registry import ModelRegistry
+    from art_langgraph.backend.runner import start_app_server
+    from art_langgraph.backend.server import create_app
+    from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    engine = TorchEngine.from_pretrained(base, TorchEngineConfig(**config))
+    app = create_app(engine, ModelRegistry(name), api_key=api_key)
+    _add_engine_routes(app, engine)
+    handle = start_app_server(app, host=host, port=0, api_key=api_key)
+    info = {
+        "host": host,
+        "port": handle.port,
+        "pid": os.getpid(),
+        "context_length": engine.context_length,
+        "vocab_size": engine.vocab_size,
+    }
+    return handle, info
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="art_langgraph.engine.replica_server")
     ap.add_argument("--base", required=True, help="the base model's folder")
@@ -195,26 +230,8 @@ def main(argv: list[str] | None = None) -> None:
         target=_exit_when_orphaned, args=(args.watch,), name="orphan-watch", daemon=True
     ).start()
 
-    import torch
-
-    from art_langgraph.backend.registry import ModelRegistry
-    from art_langgraph.backend.runner import start_app_server
-    from art_langgraph.backend.server import create_app
-    from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
-
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    engine = TorchEngine.from_pretrained(args.base, TorchEngineConfig(**json.loads(args.config)))
-    app = create_app(engine, ModelRegistry(args.name))
-    _add_engine_routes(app, engine)
-    handle = start_app_server(app, host="127.0.0.1", port=0)
+    _, info = serve(args.base, json.loads(args.config), args.threads, args.name)
     ready = Path(args.ready)
-    info = {
-        "port": handle.port,
-        "pid": os.getpid(),
-        "context_length": engine.context_length,
-        "vocab_size": engine.vocab_size,
-    }
     tmp = ready.with_suffix(".tmp")
     tmp.write_text(json.dumps(info))
     tmp.replace(ready)

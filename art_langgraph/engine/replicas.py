@@ -28,8 +28,11 @@ token was sent yet (resuming mid-stream would need the grammar's and stop string
 state). Children never outlive this process: each holds the read end of a pipe only we
 write, and exits on EOF (a vLLM server runs under `engine/watchdog.py` for the same).
 
-Left out: placing replicas on other machines (Ray's job, docs/scale-out.md), replicas
-of different sizes, and moving a conversation off an overloaded replica.
+- **Ray replicas** (`ReplicaEngine.start_ray`): the torch replica as a Ray actor on any
+  node of a cluster (`engine/ray_replica.py`), restarted by Ray when it dies.
+
+Left out: vLLM replicas on Ray, replicas of different sizes, and moving a conversation
+off an overloaded replica.
 """
 
 from __future__ import annotations
@@ -143,8 +146,6 @@ class ReplicaEngine:
         """R `TorchEngine`s in child processes. `config`: a `TorchEngineConfig` for each (its
         `device` None: replica i on CUDA device i mod the count when there is CUDA, else the
         CPU). `threads`: torch threads per replica; None: the CPU cores / R (at least 1)."""
-        from transformers import AutoTokenizer
-
         from art_langgraph.engine.torch_engine import TorchEngineConfig
 
         _check_count(replicas)
@@ -164,6 +165,48 @@ class ReplicaEngine:
             for i in range(replicas)
         ]
         _start_all([m.spawn for m in members], members)
+        return cls._over_torch(members, base_path, config, check_interval_s, startup_timeout_s)
+
+    @classmethod
+    def start_ray(
+        cls,
+        ray: Any,
+        base_path: str,
+        replicas: int,
+        config: Any = None,
+        share: Any = None,
+        *,
+        startup_timeout_s: float = 300.0,
+        check_interval_s: float = 0.5,
+    ) -> ReplicaEngine:
+        """R `TorchEngine`s as Ray actors (`engine/ray_replica.py`), each asking the cluster
+        for `share` (a `ray_cluster.ActorShare`; None: `shares(ray, replicas, 0)`); Ray
+        restarts one that dies. `ray`: the connected module (`ray_cluster.connect`)."""
+        from art_langgraph.engine.ray_replica import RayReplica
+        from art_langgraph.engine.torch_engine import TorchEngineConfig
+        from art_langgraph.ray_cluster import shares
+
+        _check_count(replicas)
+        config = config or TorchEngineConfig()
+        share = share or shares(ray, replicas, 0)
+        members = [
+            RayReplica(i, ray, base_path, config, share, startup_timeout_s) for i in range(replicas)
+        ]
+        _start_all([m.spawn for m in members], members)
+        return cls._over_torch(members, base_path, config, check_interval_s, startup_timeout_s)
+
+    @classmethod
+    def _over_torch(
+        cls,
+        members: Sequence[Any],
+        base_path: str,
+        config: Any,
+        check_interval_s: float,
+        startup_timeout_s: float,
+    ) -> ReplicaEngine:
+        """The engine over started torch replicas, with the tokenizer they use."""
+        from transformers import AutoTokenizer
+
         tokenizer = AutoTokenizer.from_pretrained(base_path)
         if config.chat_template is not None:
             from art_langgraph.engine.templates import load_chat_template

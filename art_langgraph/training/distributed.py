@@ -25,8 +25,14 @@ own exception, or `TrainerRankError`); the backend then builds a new trainer fro
 latest checkpoint, as after any failed step. Ranks never outlive the parent: each exits
 when its parent's pid changes (orphaned), and the parent kills them at exit.
 
-Left out: FSDP (every rank holds the whole base model), several machines (Ray would place
-and restart ranks), sharing the engine's weights (each rank loads its own copy), and
+Launchers (`RankLauncher`): `LocalLauncher` starts the ranks as child processes;
+`training/ray_ranks.RayLauncher` as Ray actors on any node of a cluster (then the
+rendezvous and the command connections use this node's address, and the connections are
+authenticated). A rank actor that dies is not restarted alone: a torch process group
+cannot take a new member mid-life, so the step fails whole and the backend starts a new
+set of ranks from the latest checkpoint, as torchrun's elastic agent restarts all workers.
+
+Left out: FSDP (every rank holds the whole base model), sharing the engine's weights (each rank loads its own copy), and
 Windows (the ranks' sockets are passed as inherited file descriptors). NCCL is untested.
 """
 
@@ -45,7 +51,7 @@ import weakref
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from art_langgraph.devices import pick_device
 from art_langgraph.errors import TrainerRankError, UsageError
@@ -53,7 +59,16 @@ from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.tensorize import TrainSequence
 from art_langgraph.training.trainer import ProgressFn
 
-__all__ = ["DistributedTrainer", "shard"]
+__all__ = [
+    "DistributedTrainer",
+    "LocalLauncher",
+    "RankLauncher",
+    "RankProcess",
+    "join_group",
+    "portable_error",
+    "rank_loop",
+    "shard",
+]
 
 _ENTRY = "import sys; from art_langgraph.training.distributed import _rank_main; _rank_main(int(sys.argv[1]))"
 
@@ -83,53 +98,59 @@ class DistributedTrainer:
         device: str | None = None,
         *,
         start_timeout_s: float = 600.0,
+        ray: Any = None,
+        share: Any = None,
     ) -> None:
         """`ranks`: worker processes (W >= 1). `device`: as for `LoRATrainer`; "cuda" puts
         rank r on cuda:r (W CUDA devices needed), the CPU splits its cores between ranks.
-        `start_timeout_s`: how long the ranks may take to load the model and meet."""
+        `start_timeout_s`: how long the ranks may take to load the model and meet. `ray`:
+        the connected `ray` module (`ray_cluster.connect`) to run the ranks as Ray actors
+        (`training/ray_ranks.py`), each asking for `share` (a `ray_cluster.ActorShare`;
+        None: `shares(ray, 0, ranks)`); `device` is then the share's."""
         import torch.distributed as dist
 
         if ranks < 1:
             raise UsageError(f"ranks must be >= 1, got {ranks}")
         self.ranks = ranks
-        self.devices, self.backend = _placement(pick_device(device), ranks)
-        self._procs: list[subprocess.Popen[bytes]] = []
+        launcher: RankLauncher
+        if ray is None:
+            self.devices, self.backend = _placement(pick_device(device), ranks)
+            launcher = LocalLauncher(ranks, self.backend)
+        else:
+            from art_langgraph.training.ray_ranks import RayLauncher
+
+            launcher = RayLauncher(ray, ranks, share, start_timeout_s)
+            self.devices = [launcher.device] * ranks
+            self.backend = "nccl" if launcher.device.startswith("cuda") else "gloo"
+        self._procs: list[RankProcess] = []
         self._conns: list[Connection] = []
         self._closed = False
         # Killed at exit or when this object goes, whichever comes first.
         self._finalizer = weakref.finalize(self, _kill, self._procs)
-        store = dist.TCPStore(
-            "127.0.0.1",
-            0,
-            is_master=True,
-            wait_for_workers=False,
-            timeout=timedelta(seconds=start_timeout_s),
-        )
-        self._store: Any = store  # the rendezvous lives as long as the ranks
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        threads = max(1, (cores or os.cpu_count() or 1) // ranks)
         try:
+            store = dist.TCPStore(
+                launcher.host,
+                0,
+                is_master=True,
+                wait_for_workers=False,
+                timeout=timedelta(seconds=start_timeout_s),
+            )
+            self._store: Any = store  # the rendezvous lives as long as the ranks
             for rank in range(ranks):
-                ours, theirs = socket.socketpair()
-                with theirs:
-                    proc = subprocess.Popen(
-                        [sys.executable, "-c", _ENTRY, str(theirs.fileno())],
-                        pass_fds=(theirs.fileno(),),
-                        env=_rank_env(threads if self.backend == "gloo" else None),
-                        stdin=subprocess.DEVNULL,
-                    )
+                proc, conn = launcher.launch(rank)
                 self._procs.append(proc)
-                self._conns.append(Connection(ours.detach()))
-                self._conns[rank].send(
+                self._conns.append(conn)
+                conn.send(
                     {
                         "rank": rank,
                         "world": ranks,
+                        "host": launcher.host,
                         "port": store.port,
                         "backend": self.backend,
                         "device": self.devices[rank],
                         "base_path": base_path,
                         "config": config,
-                        "threads": threads,
+                        "threads": launcher.threads,
                         "parent_pid": os.getpid(),
                         "timeout_s": start_timeout_s,
                     }
@@ -141,7 +162,7 @@ class DistributedTrainer:
 
     @property
     def pids(self) -> list[int]:
-        """The ranks' process ids, rank order."""
+        """The ranks' process ids, rank order (Ray actors: on their nodes)."""
         return [p.pid for p in self._procs]
 
     # ------------------------------------------------------------------ Trainer
@@ -296,12 +317,61 @@ class DistributedTrainer:
         self._store = None
 
 
-def _kill(procs: list[subprocess.Popen[bytes]]) -> None:
+class RankProcess(Protocol):
+    """What the trainer needs of a rank's process: `subprocess.Popen`, or a Ray actor's
+    handle (`training/ray_ranks.py`)."""
+
+    @property
+    def pid(self) -> int: ...
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def kill(self) -> None: ...
+
+
+class RankLauncher(Protocol):
+    """Starts rank processes and connects to them: `LocalLauncher` (child processes) or
+    `ray_ranks.RayLauncher` (Ray actors)."""
+
+    host: str
+    """The address the ranks reach this process's rendezvous store at."""
+    threads: int
+    """torch threads per rank."""
+
+    def launch(self, rank: int) -> tuple[RankProcess, Connection]:
+        """Start rank `rank`: its process, and a connection on which it reads its spec."""
+        ...
+
+
+class LocalLauncher:
+    """Ranks as child processes of this one (`python -c`, a socket pair each)."""
+
+    host = "127.0.0.1"
+
+    def __init__(self, ranks: int, backend: str) -> None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        self.threads = max(1, (cores or os.cpu_count() or 1) // ranks)
+        self._env = _rank_env(self.threads if backend == "gloo" else None)
+
+    def launch(self, rank: int) -> tuple[RankProcess, Connection]:
+        ours, theirs = socket.socketpair()
+        with theirs:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _ENTRY, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+            )
+        return proc, Connection(ours.detach())
+
+
+def _kill(procs: list[RankProcess]) -> None:
     for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
+        with contextlib.suppress(Exception):
+            if proc.poll() is None:
+                proc.kill()
     for proc in procs:
-        proc.wait()
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=30)
 
 
 def _placement(device: str, ranks: int) -> tuple[list[str], str]:
@@ -343,16 +413,16 @@ def _rank_main(fd: int) -> None:
     spec = conn.recv()
     _exit_with_parent(spec["parent_pid"])
     try:
-        trainer = _join(spec)
+        trainer = join_group(spec)
     except BaseException as exc:
-        conn.send(("error", _portable(exc)))
+        conn.send(("error", portable_error(exc)))
         return
     conn.send(("ok", None))
-    _rank_loop(conn, trainer, spec["rank"])
+    rank_loop(conn, trainer, spec["rank"])
 
 
-def _join(spec: dict[str, Any]) -> Any:
-    """Join the process group and build this rank's trainer."""
+def join_group(spec: dict[str, Any]) -> Any:
+    """Join the process group and build this rank's trainer (in the rank's process)."""
     import torch
     import torch.distributed as dist
 
@@ -363,7 +433,7 @@ def _join(spec: dict[str, Any]) -> Any:
     if spec["device"].startswith("cuda"):
         torch.cuda.set_device(spec["device"])
     timeout = timedelta(seconds=spec["timeout_s"])
-    store = dist.TCPStore("127.0.0.1", spec["port"], is_master=False, timeout=timeout)
+    store = dist.TCPStore(spec["host"], spec["port"], is_master=False, timeout=timeout)
     dist.init_process_group(
         spec["backend"], store=store, rank=spec["rank"], world_size=spec["world"]
     )
@@ -373,7 +443,8 @@ def _join(spec: dict[str, Any]) -> Any:
     return trainer
 
 
-def _rank_loop(conn: Connection, trainer: Any, rank: int) -> None:
+def rank_loop(conn: Connection, trainer: Any, rank: int) -> None:
+    """Serve the parent's commands on `conn` until "close" or the connection ends."""
     import torch.distributed as dist
 
     while True:
@@ -392,7 +463,7 @@ def _rank_loop(conn: Connection, trainer: Any, rank: int) -> None:
             else:  # sft_step, save, load
                 result = getattr(trainer, op)(*args)
         except BaseException as exc:
-            conn.send(("error", _portable(exc)))
+            conn.send(("error", portable_error(exc)))
             continue
         conn.send(("ok", result))
     with contextlib.suppress(Exception):
@@ -422,7 +493,7 @@ def _digest(trainer: Any) -> str:
     return h.hexdigest()
 
 
-def _portable(exc: BaseException) -> tuple[BaseException | None, str]:
+def portable_error(exc: BaseException) -> tuple[BaseException | None, str]:
     """The exception itself when it survives pickling, and its traceback as text."""
     import pickle
 
