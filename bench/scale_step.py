@@ -1,4 +1,5 @@
-"""One RL step with inference replicas and trainer ranks: R=1/W=1, R=2/W=1, R=1/W=2.
+"""One RL step with inference replicas and trainer ranks: R=1/W=1, R=2/W=1, R=1/W=2 (and,
+with --ray, R=2/W=2 as local processes and as Ray actors).
 
 Three embedded backends run side by side, one per layout (`LocalBackend(replicas=R,
 trainer_ranks=W)`), each with its own model on the same preset. Each step is P prompts
@@ -16,7 +17,7 @@ On a machine of 2 CPU cores, replicas and ranks share the same cores: this measu
 the layouts cost here (processes, all-reduce, routing), not what they gain on several
 devices; docs/scale-out.md says what is measured and what is arithmetic.
 
-    .venv/bin/python -m bench.scale_step [--preset tiny|smollm2-135m] [--steps 5]
+    .venv/bin/python -m bench.scale_step [--preset tiny|smollm2-135m] [--steps 5] [--ray]
 """
 
 from __future__ import annotations
@@ -36,7 +37,13 @@ import art_langgraph as art
 from bench.readme import update_readme, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
-LAYOUTS = [(1, 1), (2, 1), (1, 2)]
+LAYOUTS = [(1, 1, False), (2, 1, False), (1, 2, False)]
+RAY_LAYOUTS = [(2, 2, False), (2, 2, True)]
+"""With --ray: R=2/W=2 as local processes, and the same as actors on a local Ray instance."""
+
+
+def _name(r: int, w: int, ray: bool) -> str:
+    return f"R={r} W={w}" + (" on Ray" if ray else "")
 
 
 async def _step(
@@ -81,20 +88,26 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     prompts = [
         f"Task {i}: tell a story about " + "word " * (6 + 5 * i) for i in range(args.prompts)
     ]
-    steps: dict[str, list[dict[str, float]]] = {f"R={r} W={w}": [] for r, w in LAYOUTS}
+    layouts = LAYOUTS + (RAY_LAYOUTS if args.ray else [])
+    steps: dict[str, list[dict[str, float]]] = {_name(*lay): [] for lay in layouts}
     with tempfile.TemporaryDirectory() as d:
         backends = []
         try:
             models = {}
-            for r, w in LAYOUTS:
-                backend = art.LocalBackend(Path(d) / f"r{r}w{w}", replicas=r, trainer_ranks=w)
+            for r, w, ray in layouts:
+                tag = f"r{r}w{w}" + ("ray" if ray else "")
+                backend = art.LocalBackend(
+                    Path(d) / tag,
+                    replicas=r,
+                    trainer_ranks=w,
+                    ray="local" if ray else None,
+                    engine="torch" if ray else "auto",
+                )
                 await backend.__aenter__()
                 backends.append(backend)
-                model = art.TrainableModel(
-                    name=f"r{r}w{w}", project="scale", base_model=args.preset
-                )
+                model = art.TrainableModel(name=tag, project="scale", base_model=args.preset)
                 await model.register(backend)
-                models[f"R={r} W={w}"] = model
+                models[_name(r, w, ray)] = model
             names = list(models)
             for i in range(args.warmup + args.steps):
                 order = names[i % len(names) :] + names[: i % len(names)]
@@ -135,8 +148,10 @@ def report(args: argparse.Namespace, res: dict[str, Any]) -> dict[str, Any]:
     lines += [
         "",
         "R: inference replicas (each a process with its own weights), W: trainer ranks (gloo "
-        "all-reduce). Every layout runs on the same cores: one gains here only by keeping "
-        "cores busy that a single process leaves idle; it says nothing of several devices.",
+        "all-reduce); on Ray: the same as Ray actors on a local Ray instance (its own "
+        "processes, placement and health checks included). Every layout runs on the same "
+        "cores: one gains here only by keeping cores busy that a single process leaves "
+        "idle; it says nothing of several devices.",
     ]
     return {
         "benchmark": "scale_step",
@@ -157,6 +172,7 @@ def main() -> None:
     p.add_argument("--completion-tokens", type=int, default=32)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--ray", action="store_true", help="add R=2/W=2, locally and on Ray")
     a = p.parse_args()
     r = report(a, asyncio.run(run(a)))
     print(r["markdown"])
