@@ -134,7 +134,7 @@ async def _rollouts(
     import art_langgraph as art
     from art_langgraph.training.tensorize import build_sequences
     from art_mcp import MCPToolset
-    from art_mcp.harness import SYSTEM, _complete_task_tool, _force_tool_calls, final_answer
+    from art_mcp.agent import SYSTEM, complete_task_tool, final_answer, force_tool_calls
     from art_mcp.scenarios import load_scenarios
 
     scenarios = load_scenarios(ROOT / "examples/mcp_server/scenarios.jsonl")[:groups]
@@ -145,12 +145,12 @@ async def _rollouts(
     try:
         from langchain.agents import create_agent
 
-        tools = [*toolset.langchain_tools(), _complete_task_tool()]
+        tools = [*toolset.langchain_tools(), complete_task_tool()]
         agent = create_agent(
             model.chat_model(max_tokens=96, temperature=0.8),
             tools=tools,
             system_prompt=SYSTEM,
-            middleware=[_force_tool_calls()],
+            middleware=[force_tool_calls()],
         )
 
         async def rollout(s: Any) -> art.Trajectory:

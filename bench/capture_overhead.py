@@ -194,7 +194,7 @@ def main() -> None:
     print(r["markdown"])
     write_results(a.out, r)
     if a.out == RESULTS and update_readme("capture_overhead", r["markdown"]):
-        print("updated README.md")
+        print("updated docs/benchmarks.md")
 
 
 if __name__ == "__main__":

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
         {"benchmark": "merge_latest", "settings": vars(args), "rows": rows, "markdown": text},
     )
     if update_readme("merge_latest", text):
-        print("updated README.md")
+        print("updated docs/benchmarks.md")
 
 
 if __name__ == "__main__":

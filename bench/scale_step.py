@@ -179,7 +179,7 @@ def main() -> None:
     name = "scale_step" if a.preset == "tiny" else f"scale_step_{a.preset}"
     write_results(RESULTS / f"{name}.json", r)
     if update_readme(name, r["markdown"]):
-        print("updated README.md")
+        print("updated docs/benchmarks.md")
 
 
 if __name__ == "__main__":

@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.out == RESULTS.with_name(f"{block}.json"):
         text = "\n".join([result["header"], "", result["markdown"], "", *result["target_lines"]])
         if update_readme(block, text):
-            print("updated README.md")
+            print("updated docs/benchmarks.md")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 # every 5 steps, and a report (JSON, markdown, PNG) in .art-demo/mcp/models/demo/ (or
 # $ART_DEMO_PATH/...). A second run continues from the last checkpoint; delete the folder
 # to start over. Extra arguments go to `art-mcp train`; `--real` first trains the real
-# SmolLM2-135M-Instruct instead (see below and the README).
+# SmolLM2-135M-Instruct instead (see below and docs/mcp.md).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
@@ -16,7 +16,7 @@ out="${ART_DEMO_PATH:-.art-demo}"
 # `./scripts/demo.sh --real`: the same job on the real SmolLM2-135M-Instruct, RL alone (no
 # warm start: the untrained model already calls the right tool, and RL teaches it to finish
 # with complete_task), a bf16 engine and bf16 autocast in the trainer. Experimental (see
-# the README for its time, memory and spread).
+# docs/mcp.md for its time, memory and spread).
 name=demo
 args=(--sft-epochs 28 --steps 30 --eval-every 5 --eval-samples 0)
 if [ "${1:-}" = "--real" ]; then

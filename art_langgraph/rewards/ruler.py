@@ -37,7 +37,6 @@ from pydantic import BaseModel, ConfigDict
 
 from art_langgraph.errors import (
     InfrastructureError,
-    MissingExtraError,
     ModelBehaviorError,
     UsageError,
 )
@@ -261,7 +260,10 @@ def _import_litellm() -> Any:
     try:
         import litellm
     except ImportError as exc:
-        raise MissingExtraError("litellm", "ruler") from exc
+        raise ImportError(
+            "litellm, a dependency of art-langgraph that RULER calls judges through, is "
+            "missing: reinstall art-langgraph (pip install art-langgraph)"
+        ) from exc
     return litellm
 
 
@@ -349,7 +351,7 @@ async def ruler(
         InfrastructureError: the judge could not be reached, after the retries.
         UsageError: bad arguments, or the provider refused the request (key, model name,
             context length).
-        MissingExtraError: litellm is not installed.
+        ImportError: litellm (a dependency) is missing from this environment.
     """
     _check_params(extra_params, max_retries)
     base = build_judge_messages(message_lists, rubric)

@@ -1,7 +1,7 @@
 """Training settings: `TrainConfig` (one RL step) and `ModelConfig` (the LoRA adapter and its run).
 
 Every field is documented in place with its unit, default, range and, for a choice, all
-its options; the CLI and the README read these descriptions. Contradictory settings
+its options; the CLI and the docs' configuration page read these descriptions. Contradictory settings
 are rejected at construction with a message that shows the values and the fix.
 
 Left out: vLLM engine settings (they belong to the vLLM backend) and schedules for
@@ -102,8 +102,8 @@ class TrainConfig(BaseModel):
         "token) start alike for more than 16 tokens form a prefix tree in one row: the part all "
         "share (an agent's system prompt and tool specs) once, then each group's task once, then "
         "each sequence's rest attending to the parts above it; logprobs and gradients are "
-        "unchanged. Trees grow to min(micro_batch_tokens, 8192) tokens (the README's attention "
-        "benchmark: 1.28x a step on an 8x4 agent batch at 4096-token micro-batches).",
+        "unchanged. Trees grow to min(micro_batch_tokens, 8192) tokens (the attention benchmark "
+        "in docs/benchmarks.md: 1.28x a step on an 8x4 agent batch at 4096-token micro-batches).",
     )
     micro_batch_tokens: int = Field(
         16384,
@@ -197,7 +197,7 @@ class ModelConfig(BaseModel):
             "Dtype of the transformer's matmuls, through torch.autocast over the weights dtype "
             "(the head and log-softmax stay in the weights dtype). auto: the weights dtype (no "
             "autocast). bfloat16 over float32 weights: faster on CPUs with AMX/AVX-512-bf16, at "
-            "the cost of a larger sampler/trainer logprob mismatch (see the README's benchmark)."
+            "the cost of a larger sampler/trainer logprob mismatch (see docs/benchmarks.md)."
         ),
     )
     serve_during_training: bool = Field(
