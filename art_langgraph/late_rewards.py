@@ -22,7 +22,7 @@ The rule, in three parts:
    and counts it in `stale_groups`.
 
 `langfuse_fetcher(...)` is a `fetch` that reads Langfuse scores (through
-`integrations.langfuse.fetch_scores`) for the pending trajectories' traces.
+`integrations.langfuse.review.fetch_scores`) for the pending trajectories' traces.
 
 Left out: pushing rewards to a waiting trainer (polling is what Langfuse's API offers),
 and partial credit for groups whose rewards arrive at different steps.
@@ -162,7 +162,8 @@ def langfuse_fetcher(
     """A `fetch` reading Langfuse scores (by name / source / queue) for the pending
     trajectories' traces; needs the `langfuse` extra. Non-numeric values go through
     `value_map` (e.g. {"approve": 1.0, "reject": 0.0}); others are not rewards yet."""
-    from art_langgraph.integrations.langfuse import fetch_scores, trace_id_for
+    from art_langgraph.integrations.langfuse.review import fetch_scores
+    from art_langgraph.integrations.langfuse.traces import trace_id_for
 
     def fetch(pending: list[Trajectory]) -> dict[str, float]:
         by_trace = {str(t.metadata.get("langfuse_trace_id") or trace_id_for(t)): t for t in pending}

@@ -13,6 +13,10 @@ trajectories JSONL stays the source of truth. `loggers_from_env()` is the defaul
 backend is given no `loggers`: a `LangfuseLogger` when `LANGFUSE_PUBLIC_KEY` and
 `LANGFUSE_SECRET_KEY` are set and the `langfuse` extra is installed.
 
+`RunInfo` and `TrajectoryLogger` are defined in `art_langgraph.logger_protocol` (re-exported
+here), which the loggers import instead of this module: `loggers_from_env` imports the
+Langfuse logger, so the Langfuse logger importing this module would close a circle.
+
 Left out: what each logger does (the modules under `art_langgraph.integrations`).
 """
 
@@ -21,49 +25,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol, runtime_checkable
 
+from art_langgraph.logger_protocol import RunInfo, TrajectoryLogger
 from art_langgraph.trajectory import TrajectoryGroup
 
 __all__ = ["LoggerSet", "RunInfo", "TrajectoryLogger", "loggers_from_env"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """Which model a logged batch belongs to."""
-
-    name: str
-    """The model's name (served as `name@step`)."""
-    project: str
-    """The model's project."""
-    base_model: str | None
-    """The base model it trains (a preset, a HF id or a path); None when not known."""
-    folder: Path | None = None
-    """The model's folder on this machine (LocalBackend); None for a remote backend."""
-
-
-@runtime_checkable
-class TrajectoryLogger(Protocol):
-    """What a backend calls; implementations must not block for long and may raise (guarded)."""
-
-    def log_trajectories(
-        self, run: RunInfo, step: int, split: str, groups: list[TrajectoryGroup]
-    ) -> None:
-        """A batch of groups at `step` ("train": the step they train; else the step that sampled
-        them). Called before the batch is saved: writing to `trajectory.metadata` is kept."""
-        ...
-
-    def log_metrics(self, run: RunInfo, step: int, split: str, metrics: dict[str, float]) -> None:
-        """The metrics of a committed step (train) or of a logged split."""
-        ...
-
-    def close(self) -> None:
-        """Flush what is queued (bounded in time) and release resources."""
-        ...
 
 
 class LoggerSet:

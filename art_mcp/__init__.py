@@ -5,7 +5,9 @@
 `art-mcp train` CLI) runs the whole loop: scenarios, warm start, GRPO, evaluation, report.
 """
 
-from art_mcp.harness import HarnessConfig, Report, train
+from art_mcp.config import HarnessConfig
+from art_mcp.harness import train
+from art_mcp.report import Report
 from art_mcp.scenarios import (
     Scenario,
     generate_scenarios,

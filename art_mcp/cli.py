@@ -19,7 +19,9 @@ import sys
 from typing import Any
 
 from art_langgraph.errors import ArtError, UsageError
-from art_mcp.harness import HarnessConfig, train, write_scenarios
+from art_mcp.config import HarnessConfig
+from art_mcp.harness import train
+from art_mcp.scenario_source import write_scenarios
 
 __all__ = ["main"]
 
@@ -149,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         except KeyboardInterrupt:  # train() said where it stopped and how to resume
             return 130
-        from art_mcp.harness import summary_lines
+        from art_mcp.report import summary_lines
 
         print("\n".join(summary_lines(report)))
     return 0

@@ -11,21 +11,40 @@ the share of episodes whose first tool call named the right tool (the scenario's
 `metadata["tool"]`, else any tool but `complete_task`) and ran without error — reported
 apart from correctness, because a small model's early gains are mostly format.
 
-Left out: confidence intervals beyond the paired standard error.
+Which scenarios an evaluation runs: all held-out ones, or a fixed seeded sample of them
+(`eval_sample`), the same before and after training. With Langfuse configured, each
+evaluation is also a Langfuse dataset run (`log_to_langfuse`).
+
+Left out: running the episodes (harness.py); confidence intervals beyond the paired
+standard error.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import os
+import random
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 import art_langgraph as art
+from art_mcp.config import HarnessConfig
 from art_mcp.scenarios import Scenario
 
-__all__ = ["Evaluation", "changed_examples", "episode_format", "paired_rise", "transcript"]
+__all__ = [
+    "Evaluation",
+    "changed_examples",
+    "episode_format",
+    "eval_sample",
+    "log_to_langfuse",
+    "paired_rise",
+    "transcript",
+]
 
 
 class Evaluation(BaseModel):
@@ -168,3 +187,48 @@ def changed_examples(
             }
         )
     return out
+
+
+def eval_sample(val_set: list[Scenario], n: int | None, seed: int) -> list[Scenario]:
+    """The held-out scenarios an evaluation runs: all, or a fixed sample of `n` drawn with
+    `seed` (in their original order), so every evaluation of a run pairs the same ones."""
+    if n is None or n >= len(val_set):
+        return val_set
+    keep = set(random.Random(f"{seed}/eval").sample(range(len(val_set)), n))
+    return [s for i, s in enumerate(val_set) if i in keep]
+
+
+async def log_to_langfuse(
+    name: str,
+    cfg: HarnessConfig,
+    step: int,
+    rl_step: int,
+    folder: Path,
+    jobs: list[tuple[Scenario, bool]],
+    trajs: list[art.Trajectory],
+    log: Callable[[str], None],
+) -> None:
+    """When Langfuse is configured (`LANGFUSE_PUBLIC_KEY`/`LANGFUSE_SECRET_KEY`, not
+    `ART_LANGFUSE=0`): the evaluation as the run `name@step` of the dataset
+    `{project}-{name}-held-out` (art_langgraph/integrations/langfuse/datasets.py). Fail-soft;
+    a dataset or score-config name clash stops the run with its error."""
+    env = os.environ.get
+    if env("ART_LANGFUSE", "1") == "0" or not (
+        env("LANGFUSE_PUBLIC_KEY") and env("LANGFUSE_SECRET_KEY")
+    ):
+        return
+    try:
+        from art_langgraph.integrations.langfuse.datasets import log_evaluation
+    except ImportError:
+        return  # the backend's logger already said the extra is missing
+    res = await asyncio.to_thread(
+        log_evaluation,
+        dataset=f"{cfg.project}-{name}-held-out",
+        run_name=f"{name}@{step}",
+        items=[(s, t) for (s, _), t in zip(jobs, trajs, strict=True)],
+        success_reward=cfg.success_reward,
+        metadata={"model": name, "step": step, "rl_step": rl_step},
+        folder=folder,
+    )
+    if res.sent:
+        log(f"Langfuse: held-out evaluation at step {step} is dataset run {name}@{step}")

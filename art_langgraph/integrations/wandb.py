@@ -28,7 +28,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from art_langgraph.loggers import RunInfo
+from art_langgraph.logger_protocol import RunInfo
 from art_langgraph.trajectory import Trajectory, TrajectoryGroup
 
 __all__ = ["WandbLogger"]

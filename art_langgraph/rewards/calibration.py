@@ -2,7 +2,7 @@
 
 `judge_calibration(groups, human)` compares `trajectory.metrics["ruler_score"]` (what
 `ruler_score_group` leaves) with a human score per trajectory id (a Langfuse review, see
-`art_langgraph.integrations.langfuse_review.calibrate`) and returns a `JudgeCalibration`:
+`art_langgraph.integrations.langfuse.review.calibrate`) and returns a `JudgeCalibration`:
 
 - Spearman's rank correlation over every trajectory that has both scores (ties get their
   average rank, so it is Pearson's correlation of the ranks). The judge's scores are

@@ -28,7 +28,7 @@ import art_langgraph as art
 from art_langgraph.backend import ServerHandle
 from art_langgraph.chat_model import build_chat_model
 from art_langgraph.engine import TorchEngine
-from art_mcp.harness import _force_tool_calls
+from art_mcp.agent import force_tool_calls
 from tests.langgraph.test_drift import check_no_drift
 
 pytestmark = pytest.mark.slow
@@ -61,7 +61,7 @@ async def test_real_tokenizer_runs_have_zero_drift(
     agent = create_agent(
         llm,
         tools=[add, weather],
-        middleware=[_force_tool_calls()],
+        middleware=[force_tool_calls()],
     )
     questions = [
         f'What is {i} plus {i * 37 % 1000}? Reply in JSON like {{"n": {i}}}.'

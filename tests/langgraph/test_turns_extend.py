@@ -19,7 +19,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 import art_langgraph as art
 from art_langgraph.training import build_sequences
-from art_mcp.harness import _force_tool_calls
+from art_mcp.agent import force_tool_calls
 from tests.langgraph.tools import TOOLS
 
 
@@ -67,7 +67,7 @@ async def test_an_agents_forced_tool_turns_extend_token_for_token(
     agent: Any = create_agent(
         fresh_model.chat_model(max_tokens=60, temperature=1.0, streaming=streaming),
         tools=TOOLS,
-        middleware=[_force_tool_calls()],
+        middleware=[force_tool_calls()],
     )
     # A random model's call may run past max_tokens (the run ends there); about half the
     # runs go on to the recursion limit (4 calls). Sampling is unseeded, so rollouts go on

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import art_langgraph as art
-from art_mcp.harness import final_answer
+from art_mcp.agent import final_answer
 from art_mcp.scenarios import Scenario
 
 

@@ -14,8 +14,8 @@ from art_mcp.evaluation import (
     paired_rise,
     transcript,
 )
-from art_mcp.harness import _shuffle_rewards
 from art_mcp.scenarios import Scenario
+from art_mcp.scoring import shuffle_rewards
 
 
 def _ev(greedy: dict[str, float], sampled: dict[str, list[float]], step: int = 0) -> Evaluation:
@@ -105,12 +105,12 @@ def test_the_control_arm_permutes_a_step_s_rewards() -> None:
         art.TrajectoryGroup([art.Trajectory(reward=float(g * 4 + i)) for i in range(4)])
         for g in range(3)
     ]
-    _shuffle_rewards(groups, random.Random("0/1"))
+    shuffle_rewards(groups, random.Random("0/1"))
     got = [t.reward for g in groups for t in g.trajectories]
     assert sorted(got) == [float(i) for i in range(12)] and got != sorted(got)
     again = [
         art.TrajectoryGroup([art.Trajectory(reward=float(g * 4 + i)) for i in range(4)])
         for g in range(3)
     ]
-    _shuffle_rewards(again, random.Random("0/1"))
+    shuffle_rewards(again, random.Random("0/1"))
     assert [t.reward for g in again for t in g.trajectories] == got  # seeded

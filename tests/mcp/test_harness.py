@@ -9,20 +9,22 @@ import pytest
 
 import art_langgraph as art
 from art_langgraph.errors import UsageError
-from art_mcp.harness import SYSTEM, _complete_task_tool, _demonstrations, eval_sample, load_reward
+from art_mcp.agent import SYSTEM, complete_task_tool, demonstrations
+from art_mcp.evaluation import eval_sample
 from art_mcp.scenarios import load_scenarios
+from art_mcp.scoring import load_reward
 from examples.mcp_server import tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bare_conversations_get_the_agents_system_prompt_and_tools(tmp_path: Path) -> None:
-    tools = [_complete_task_tool()]
+    tools = [complete_task_tool()]
     convo = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
     full = {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}
     f = tmp_path / "sft.jsonl"
     f.write_text("\n".join(json.dumps(x) for x in [convo, {"messages": convo}, full]) + "\n")
-    items = _demonstrations(f, [], tools)
+    items = demonstrations(f, [], tools)
     for item in items[:2]:
         assert item["messages"][0] == {"role": "system", "content": SYSTEM}
         assert item["messages"][1:] == convo
@@ -30,7 +32,7 @@ def test_bare_conversations_get_the_agents_system_prompt_and_tools(tmp_path: Pat
     assert items[2] is not full and items[2] == full  # a full item is used as it is
     f.write_text("{not json\n")
     with pytest.raises(UsageError, match="not JSONL"):
-        _demonstrations(f, [], tools)
+        demonstrations(f, [], tools)
 
 
 def test_bundled_scenarios_are_current_and_score_as_documented() -> None:

@@ -79,7 +79,7 @@ def test_help_documents_every_flag() -> None:
         capture_output=True,
         text=True,
     )
-    from art_mcp.harness import HarnessConfig
+    from art_mcp.config import HarnessConfig
 
     for name in HarnessConfig.model_fields:
         assert "--" + name.replace("_", "-") in out.stdout

@@ -16,7 +16,7 @@ import pytest
 
 import art_langgraph as art
 from art_mcp import HarnessConfig, Scenario, load_scenarios, train
-from art_mcp.harness import default_name, recipe_of
+from art_mcp.recipe import default_name, recipe_of
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = "python -m examples.mcp_server.server"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from art_mcp import MCPToolset
-from art_mcp.harness import _WorkdirCopies
+from art_mcp.servers import WorkdirCopies
 
 ROOT = Path(__file__).resolve().parents[2]
 FS_SERVER = (
@@ -50,7 +50,7 @@ def _fingerprint(folder: Path) -> dict[str, str]:
 async def test_a_rollout_s_writes_land_in_its_own_copy(tmp_path: Path) -> None:
     folder = _world(tmp_path)
     before = _fingerprint(folder)
-    copies = _WorkdirCopies(str(folder))
+    copies = WorkdirCopies(str(folder))
     main = MCPToolset(copies.command(COMMAND))
     await main.start()
     try:

@@ -24,7 +24,7 @@ from art_langgraph.backend import ServerHandle
 from art_langgraph.chat_model import build_chat_model
 from art_langgraph.engine import TorchEngine
 from art_mcp import MCPToolset
-from art_mcp.harness import SYSTEM, _complete_task_tool, _force_tool_calls
+from art_mcp.agent import SYSTEM, complete_task_tool, force_tool_calls
 from art_mcp.scenarios import Scenario, load_scenarios
 from examples.mcp_server.server import server as mcp_server
 from tests.langgraph.test_turns_extend import assert_turns_extend
@@ -48,9 +48,9 @@ async def _rollouts(
     """The harness's rollout: its agent over the server's tools, 3 turns at most."""
     agent: Any = create_agent(
         llm,
-        tools=[*toolset.langchain_tools(), _complete_task_tool()],
+        tools=[*toolset.langchain_tools(), complete_task_tool()],
         system_prompt=SYSTEM,
-        middleware=[_force_tool_calls()],
+        middleware=[force_tool_calls()],
     )
 
     async def rollout(s: Scenario) -> art.Trajectory:

@@ -2,7 +2,7 @@
 
 The sample rule and the calibration numbers are checked on hand-made trajectories against
 hand-computed values; queues, completed reviews, corrections and the fail-soft path run the
-real `langfuse` SDK against the local receiver (`langfuse_receiver.py`); the corrections
+real `langfuse` SDK against the local receiver (`receiver.py`); the corrections
 train a real SFT step on the tiny model.
 """
 
@@ -21,25 +21,24 @@ from art_langgraph.cli import main as cli_main
 from art_langgraph.integrations.langfuse import (
     LangfuseConfig,
     LangfuseLogger,
-    _Sender,
     export_folder,
     import_scores,
     trace_id_for,
 )
-from art_langgraph.integrations.langfuse_review import (
-    CALIBRATION_FILE,
+from art_langgraph.integrations.langfuse.annotation import (
     REVIEW_FILE,
     ReviewQueueClashError,
-    calibrate,
-    corrections_sft_file,
     queue_id_for,
     review_sample,
     send_to_review,
 )
-from art_langgraph.integrations.langfuse_scoring import REVIEW_DECISION, REVIEW_SCORE
+from art_langgraph.integrations.langfuse.review import CALIBRATION_FILE, calibrate
+from art_langgraph.integrations.langfuse.scoring import REVIEW_DECISION, REVIEW_SCORE
+from art_langgraph.integrations.langfuse.sender import Sender
+from art_langgraph.integrations.langfuse.sft import corrections_sft_file
 from art_langgraph.rewards.calibration import judge_calibration
 from art_mcp.report import Report, summary_lines
-from tests.integrations.langfuse_receiver import Receiver
+from tests.integrations.langfuse.receiver import Receiver
 
 
 def _config(handle: ServerHandle) -> LangfuseConfig:
@@ -190,7 +189,7 @@ def test_a_queue_is_made_once_gets_each_pick_once_and_a_clash_is_refused(
     assert len(rec.queue_items) == len(again.picks)
 
     # a queue of that name tied to other score configs: a clear error, nothing added
-    sender = _Sender(config.resolved())
+    sender = Sender(config.resolved())
     other = sender.api.score_configs.create(name="helpfulness", data_type="NUMERIC")
     sender.api.annotation_queues.create_queue(name="taken", score_config_ids=[other.id])
     sender.close()
@@ -225,7 +224,7 @@ def test_completed_queue_reviews_become_rewards_and_calibrate_the_judge(
             rec.annotate(ids[tid], REVIEW_SCORE, value, queue_id=qid)
     rec.annotate(ids["p1"], REVIEW_DECISION, "reject", queue_id=qid)  # overruled by its grade
     rec.correct(ids["p2"], "a better answer", queue_id=qid)  # not a reward
-    sender = _Sender(config.resolved())
+    sender = Sender(config.resolved())
     for item in list(rec.queue_items.values())[:6]:
         done = sender.api.annotation_queues.update_queue_item(qid, item["id"], status="COMPLETED")
         assert done.status == "COMPLETED" and done.completed_at is not None
@@ -353,7 +352,7 @@ async def test_corrections_become_sft_examples_that_train(
 
 def test_art_mcp_train_takes_the_review_flags() -> None:
     from art_mcp.cli import _parser
-    from art_mcp.harness import HarnessConfig
+    from art_mcp.config import HarnessConfig
 
     args = _parser().parse_args(
         ["train", "--server", "x", "--review-queue", "rl-review", "--review-fraction", "0.2"]
@@ -376,7 +375,7 @@ async def test_an_art_mcp_run_sends_rollouts_to_review_and_reports_the_judge(
         "LANGFUSE_BASE_URL": f"http://127.0.0.1:{handle.port}",
     }.items():
         monkeypatch.setenv(k, v)
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     cfg = HarnessConfig(
         path=str(tmp_path),
         steps=1,

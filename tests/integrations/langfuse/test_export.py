@@ -1,6 +1,6 @@
 """Langfuse export and review, against a local receiver of Langfuse's public API.
 
-The receiver (`langfuse_receiver.py`) stands in for a Langfuse server: the OTLP traces
+The receiver (`receiver.py`) stands in for a Langfuse server: the OTLP traces
 endpoint (protobuf decoded with opentelemetry-proto), score create and list, projects.
 What a Langfuse server would store is asserted on it: observation types and nesting,
 `name@step` as the model, usage, recorded times, scores with comments, idempotent
@@ -25,18 +25,18 @@ from langchain.agents import create_agent
 import art_langgraph as art
 from art_langgraph.backend.runner import ServerHandle, start_app_server
 from art_langgraph.integrations.langfuse import (
-    EXPORTS_FILE,
     LangfuseLogger,
     approved_sft_file,
     export_folder,
     import_scores,
     trace_id_for,
 )
+from art_langgraph.integrations.langfuse.folder import EXPORTS_FILE
 from tests.backend.rollouts import rollout
-from tests.integrations.langfuse_receiver import PROJECT_ID, Receiver, base_url
+from tests.integrations.langfuse.receiver import PROJECT_ID, Receiver, base_url
 from tests.langgraph.tools import TOOLS, explode, one_tool_call_graph
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _logger(handle: ServerHandle, **kw: object) -> LangfuseLogger:

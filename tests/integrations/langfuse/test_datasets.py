@@ -1,5 +1,5 @@
 """Score configs and held-out evaluations as Langfuse dataset runs, against the local
-receiver of Langfuse's public API (`langfuse_receiver.py`).
+receiver of Langfuse's public API (`receiver.py`).
 
 What a Langfuse server would hold is asserted through the same public API a user reads
 (`GET /api/public/datasets/{name}/runs/{run}`, the SDK's dataset-item and score-config
@@ -22,13 +22,13 @@ from langfuse.api import LangfuseAPI
 import art_langgraph as art
 from art_langgraph.backend.runner import ServerHandle
 from art_langgraph.integrations.langfuse import LangfuseConfig, export_folder, trace_id_for
-from art_langgraph.integrations.langfuse_datasets import (
+from art_langgraph.integrations.langfuse.datasets import (
     EVALUATIONS_FILE,
     DatasetClashError,
     item_id,
     log_evaluation,
 )
-from art_langgraph.integrations.langfuse_scoring import (
+from art_langgraph.integrations.langfuse.scoring import (
     REVIEW_DECISION,
     REVIEW_SCORE,
     REWARD,
@@ -40,9 +40,9 @@ from art_langgraph.integrations.langfuse_scoring import (
     ensure_score_configs,
 )
 from art_mcp.report import journal_evaluations
-from tests.integrations.langfuse_receiver import Receiver, base_url
+from tests.integrations.langfuse.receiver import Receiver, base_url
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _config(handle: ServerHandle) -> LangfuseConfig:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from art_langgraph.backend.runner import ServerHandle, start_app_server
-from tests.integrations.langfuse_receiver import Receiver
+from tests.integrations.langfuse.receiver import Receiver
 
 
 @pytest.fixture

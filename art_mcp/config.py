@@ -1,0 +1,256 @@
+"""`HarnessConfig`: every knob of `art_mcp.train`, and the `art-mcp train` flags.
+
+One source: the CLI builds its flags from these fields (art_mcp/cli.py) and the README's
+table is generated from them (scripts/docs.py), so a field's description is its help text.
+
+Left out: what the knobs do (harness.py runs the loop); the model's own training config
+(`art.ModelConfig`, `art.TrainConfig`), of which only the fields a harness user tunes are
+repeated here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+__all__ = ["HarnessConfig"]
+
+
+class HarnessConfig(BaseModel):
+    """Every knob of `art_mcp.train` (and the `art-mcp train` flags)."""
+
+    base_model: str = Field(
+        "tiny",
+        description=(
+            "A preset ('tiny': random, for tests; 'smollm2-135m': SmolLM2-135M-Instruct), a HF "
+            "id, a local folder or a .gguf file."
+        ),
+    )
+    chat_template: str | None = Field(
+        None,
+        description=(
+            "A Jinja chat template file replacing the model's own; None: the model's (tools in "
+            "the generic format where it ignores them)."
+        ),
+    )
+    name: str | None = Field(
+        None,
+        description=(
+            "Model name; default: 'agent-' + a hash of the server command, base model, "
+            "scenarios, reward and judge, the same in every process, so running the same "
+            "command again resumes and changing the recipe starts another model."
+        ),
+    )
+    project: str = Field("mcp", description="Project folder under --path.")
+    path: str = Field(".art", description="Where models live on disk.")
+    steps: int = Field(
+        10, ge=0, description="GRPO steps to reach (a resumed run continues to this step count)."
+    )
+    group_size: int = Field(4, ge=2, description="Rollouts per scenario in a group.")
+    groups_per_step: int = Field(8, ge=1, description="Scenarios (groups) per step.")
+    max_turns: int = Field(4, ge=1, description="Most model turns in one rollout.")
+    max_tokens: int = Field(96, ge=1, description="Most tokens per model turn.")
+    temperature: float = Field(0.8, ge=0, description="Sampling temperature of the rollouts.")
+    tool_choice: Literal["auto", "required"] = Field(
+        "auto",
+        description=(
+            "'required': every model turn is one tool call, constrained to the tools' JSON "
+            "schemas (the run ends at complete_task); helps small models. 'auto': the model may "
+            "also answer in text."
+        ),
+    )
+    eval_samples: int = Field(
+        4,
+        ge=0,
+        description=(
+            "Held-out evaluation: besides one greedy episode per scenario, this many sampled "
+            "at temperature 1 (success is then the mean over scenarios of the solved share)."
+        ),
+    )
+    eval_scenarios: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Evaluate on this many held-out scenarios, a fixed sample drawn with --seed (the "
+            "same one before and after training, and after a restart); None: all of them. "
+            "An evaluation runs (1 + eval_samples) episodes per scenario."
+        ),
+    )
+    success_reward: float = Field(
+        1.0, description="The reward at or above which an episode counts as solved (reports)."
+    )
+    shuffle_rewards: bool = Field(
+        False,
+        description=(
+            "Control arm: shuffle the rewards across all of a step's rollouts before training, "
+            "so updates keep their size and shape but lose the signal. Whatever such a run "
+            "gains is not learning from the reward; subtract it."
+        ),
+    )
+    learning_rate: float = Field(
+        5e-4, gt=0, description="GRPO learning rate (the tiny preset: 5e-4; 7B: ~1e-5)."
+    )
+    eval_every: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Also evaluate on the held-out scenarios every this many steps; 0: only before RL "
+            "and after the last step."
+        ),
+    )
+    val_fraction: float = Field(
+        0.25, ge=0, lt=1, description="Share of scenarios held out for evaluation."
+    )
+    n_scenarios: int = Field(24, ge=2, description="Scenarios to generate when none are given.")
+    generator: str | None = Field(
+        None,
+        description=(
+            "litellm model for scenario generation; 'local' = the model being trained; None: "
+            "'local' when no scenarios are given."
+        ),
+    )
+    scenario_tool_words: bool = Field(
+        True,
+        description=(
+            "Drop generated tasks that name nothing the tools can reach (no word of a tool's "
+            "name, description, parameters or enum values); the check is by words, so a "
+            "task that reaches a tool through a synonym is dropped too: turn it off then."
+        ),
+    )
+    instructions: str = Field(
+        "",
+        description=(
+            "Steers the scenario generator: what the tasks should be about, their style, what "
+            "to avoid (added to its prompt)."
+        ),
+    )
+    judge: str | None = Field(
+        None,
+        description="litellm model for RULER; 'local' = the model being trained; None = no judge.",
+    )
+    rubric: str | None = Field(None, description="RULER rubric; None = the default rubric.")
+    sft_epochs: int = Field(
+        3,
+        ge=0,
+        description="Epochs of the SFT warm start (when demonstrations exist); 0: no warm start.",
+    )
+    sft_learning_rate: float = Field(
+        3e-3, gt=0, description="Learning rate of the SFT warm start (the tiny preset: 3e-3)."
+    )
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description=(
+            "The trainer's matmul dtype (ModelConfig.compute_dtype): 'bfloat16' autocast halves "
+            "a real model's step time and activation memory on CPUs with AMX, at a larger "
+            "sampler/trainer logprob mismatch."
+        ),
+    )
+    engine_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description=(
+            "The inference engine's weights and KV-cache dtype (TorchEngineConfig.dtype); auto: "
+            "bfloat16 on CUDA, float32 on the CPU. 'bfloat16' halves the engine's memory and "
+            "speeds it up on CPUs with AMX; pair it with compute_dtype='bfloat16' so sampler "
+            "and trainer round alike."
+        ),
+    )
+    micro_batch_tokens: int = Field(
+        16384,
+        ge=1,
+        description=(
+            "Tokens per forward/backward pass of the trainer (TrainConfig.micro_batch_tokens); "
+            "on SmolLM2-135M activations take ~1.8 MB per token in fp32 without activation "
+            "checkpointing, a small fraction of that with it (the default)."
+        ),
+    )
+    seed: int = Field(0, description="Seed for the split and the step order.")
+    engine: Literal["auto", "torch", "vllm"] = Field(
+        "auto",
+        description=(
+            "The embedded backend's inference engine: torch (ours), vllm (a managed vLLM "
+            "server; scripts/setup-vllm.sh installs it), auto (vLLM with a GPU, else torch)."
+        ),
+    )
+    backend: str | None = Field(
+        None,
+        description=(
+            "URL of an `art-langgraph backend` server to train on (RemoteBackend; its key from "
+            "$ART_API_KEY); default: an embedded LocalBackend. chat_template and engine_dtype "
+            "are then the server's."
+        ),
+    )
+    allow_tools: list[str] | None = Field(
+        None,
+        description=(
+            "Offer the agent only these tools of the server (comma-separated on the command "
+            "line); None: all of them. A name the server does not list is an error."
+        ),
+    )
+    deny_tools: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Never offer these tools (comma-separated): a live server's write or delete tools, "
+            "say. A name the server does not list is an error."
+        ),
+    )
+    server_per: Literal["run", "rollout"] = Field(
+        "run",
+        description=(
+            "'run': one server process for the whole run; tools that change its state act on "
+            "the live server, and later rollouts and the held-out evaluation see the changes. "
+            "'rollout': a fresh server process for every rollout and held-out episode (one "
+            "start-up each), so each starts from the same world; needs a server command."
+        ),
+    )
+    max_servers: int = Field(
+        16,
+        ge=1,
+        description=(
+            "With server_per='rollout': the most server processes alive at once; rollouts "
+            "beyond it wait for one to end (each process costs its own memory)."
+        ),
+    )
+    workdir: str | None = Field(
+        None,
+        description=(
+            "A folder the server works on: '{workdir}' in the server command becomes a fresh "
+            "copy of it for every server started (the run's, or each rollout's with "
+            "server_per='rollout'), so the folder itself is never changed."
+        ),
+    )
+    allow_recipe_change: bool = Field(
+        False,
+        description=(
+            "Resume a model whose saved recipe (server, base model, scenarios, reward, judge) "
+            "differs from this run's; by default such a run stops and says what changed."
+        ),
+    )
+    promote_on_evaluation: bool = Field(
+        False,
+        description=(
+            "Gate the model's bare name on the held-out evaluations: it serves the last step "
+            "whose greedy held-out reward was at least the promoted step's minus "
+            "ModelConfig.promotion_tolerance (each evaluation is recorded with "
+            "model.record_evaluation); rollouts use the latest step."
+        ),
+    )
+    review_queue: str | None = Field(
+        None,
+        description=(
+            "Langfuse annotation queue (made if missing; LANGFUSE_* keys) that gets a sample "
+            "of every RL step's rollouts for human review (langfuse_review.py: a seeded "
+            "--review-fraction, the judge-vs-reward disagreements, the borderline ones); "
+            "the report then gives the judge's agreement with the reviews. None: no review."
+        ),
+    )
+    review_fraction: float = Field(
+        0.1, ge=0, le=1, description="Share of each step's rollouts sent to --review-queue."
+    )
+
+    @field_validator("allow_tools", "deny_tools", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [n.strip() for n in value.split(",") if n.strip()]
+        return value

@@ -1,0 +1,76 @@
+"""What `art_mcp.train` shows while it runs: log lines, progress bars, a step's note.
+
+`say` is the default log (stdout, flushed per line); progress bars draw only on a terminal
+(`terminal`); `TrainingProgress` is the trainer's `progress` callback (trained tokens,
+as a bar); `trained_note` says what a step trained on when it is not every group, or why
+it trained on nothing.
+
+Left out: the report (report.py), which is rebuilt from the saved journal, not from these
+lines.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+__all__ = ["TrainingProgress", "say", "terminal", "trained_note"]
+
+
+def say(line: str) -> None:
+    """The default log: stdout, flushed line by line (a pipe or a file sees each line)."""
+    print(line, flush=True)
+
+
+def trained_note(m: dict[str, float], judge_params: dict[str, Any] | None) -> str:
+    """What a step trained on, when it is not every group: "(2 of 8 groups had one reward
+    for all their rollouts)", or why it trained on nothing."""
+    groups = int(m.get("groups", 0))
+    zv = int(m.get("zero_variance_groups", 0))
+    if m.get("nothing_trainable"):
+        if groups and zv == groups:
+            who = "the judge" if judge_params is not None else "the reward function"
+            why = f"in every group, {who} gave all rollouts the same score"
+        elif m.get("stale_groups"):
+            why = "its groups were sampled from adapters older than max_staleness allows"
+        else:
+            why = "no rollout had a trainable token (every group empty or without variance)"
+        return f" - TRAINED ON NOTHING: {why}; the step advances with the adapter unchanged"
+    if zv:
+        return f" ({zv} of {groups} groups had one reward for all rollouts: not trained on)"
+    return ""
+
+
+def terminal() -> bool:
+    """Whether progress bars can draw: stderr is a terminal."""
+    return sys.stderr.isatty()
+
+
+class TrainingProgress:
+    """The trainer's `progress` callback (called from its thread): trained tokens so far,
+    as a bar on a terminal; the totals for the line after the step."""
+
+    def __init__(self, desc: str) -> None:
+        self.desc = desc
+        self.micro_batches = self.tokens = 0
+        self.bar: Any = None
+
+    def __enter__(self) -> TrainingProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def __call__(self, stage: str, info: dict[str, Any]) -> None:
+        if stage != "micro_batch":
+            return
+        self.micro_batches += 1
+        self.tokens += int(info.get("tokens", 0))
+        if terminal():
+            if self.bar is None:
+                from tqdm.auto import tqdm
+
+                total = int(info.get("total_tokens", 0)) or None
+                self.bar = tqdm(total=total, desc=self.desc, unit="tok", dynamic_ncols=True)
+            self.bar.update(int(info.get("tokens", 0)))
