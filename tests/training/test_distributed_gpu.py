@@ -1,0 +1,45 @@
+"""Data-parallel ranks on CUDA (marker `gpu`: skipped without two CUDA devices).
+
+W=2 NCCL ranks (one GPU each) against one process on the same steps, fp32 weights so the
+comparison is the CPU test's. Not run on the machines that wrote it (no GPU was lent): it
+records what a GPU run must show.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from art_langgraph.training.config import ModelConfig, TrainConfig
+from art_langgraph.training.distributed import DistributedTrainer
+from art_langgraph.training.trainer import LoRATrainer
+from tests.training.test_distributed import seqs_for
+from tests.training.test_trainer import LR
+
+pytestmark = pytest.mark.gpu
+
+
+def _need(gpus: int) -> None:
+    if torch.cuda.device_count() < gpus:
+        pytest.skip(f"needs {gpus} CUDA devices")
+
+
+def test_two_nccl_ranks_make_the_single_process_update(tiny_path: Path) -> None:
+    _need(2)
+    config = ModelConfig(dtype="float32")
+    single = LoRATrainer(str(tiny_path), config, device="cuda:0")
+    pair = DistributedTrainer(str(tiny_path), config, ranks=2, device="cuda")
+    try:
+        assert pair.backend == "nccl" and pair.devices == ["cuda:0", "cuda:1"]
+        train = TrainConfig(learning_rate=LR)
+        for step in range(2):
+            seqs = seqs_for(single, seed=step)
+            one = single.rl_step(seqs, train)
+            two = pair.rl_step(seqs, train)
+            assert two["trainable_tokens"] == one["trainable_tokens"]
+            assert two["loss"] == pytest.approx(one["loss"], abs=1e-5)
+            assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-4)
+    finally:
+        pair.close()
