@@ -321,7 +321,7 @@ def _promotion(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
-        from art_langgraph.backend.runner import serve
+        from art_langgraph.serving.runner import serve
 
         try:
             serve(
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"art-langgraph: error: {exc}", file=sys.stderr)
             return 2
     elif args.command == "backend":
-        from art_langgraph.backend.backend_server import serve_backend
+        from art_langgraph.backend.api.server import serve_backend
 
         engine_config: object = None
         if args.engine == "vllm":

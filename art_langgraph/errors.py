@@ -6,7 +6,7 @@ model's misbehaviour (`ModelBehaviorError`), and infrastructure failure
 branch on them. A missing optional dependency raises `MissingExtraError`, an
 ImportError that names the extra to install.
 
-Left out: HTTP status mapping, which lives in the server (`backend/server.py`).
+Left out: HTTP status mapping, which lives in the server (`serving/app.py`).
 """
 
 from __future__ import annotations

@@ -45,13 +45,13 @@ from typing import Any, Literal
 
 import httpx
 
-from art_langgraph.backend.responses_protocol import (
+from art_langgraph.capture import TrajectoryCallback, current_handler
+from art_langgraph.serving.responses_protocol import (
     as_chat_completion,
     chat_messages,
     chat_tool_choice,
     chat_tools,
 )
-from art_langgraph.capture import TrajectoryCallback, current_handler
 from art_langgraph.trajectory import LLMCall, ToolEvent
 
 __all__ = ["CapturingTransport", "merge_stream_chunks", "responses_as_chat"]

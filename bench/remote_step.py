@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 
 import art_langgraph as art
-from art_langgraph.backend.wire import ModelSpec, TrainRequest, encode_body
+from art_langgraph.backend.api.wire import ModelSpec, TrainRequest, encode_body
 from bench.readme import update_readme, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "remote_step.json"

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from art_langgraph import ModelConfig, TrainConfig
 from art_langgraph.backend import ServerConfig
-from art_langgraph.backend.backend_server import BackendServerConfig
+from art_langgraph.backend.api.server import BackendServerConfig
 from art_langgraph.engine import TorchEngineConfig
 from art_langgraph.engine.vllm_engine import VLLMEngineConfig
 from art_langgraph.integrations.langfuse import LangfuseConfig

@@ -4,7 +4,10 @@ A `Model` knows only this protocol: `LocalBackend` (engine, server and trainer i
 process) implements it, and so can a backend on another machine. Every method takes
 the model it acts on; a backend keeps one run per registered model name.
 
-`TrainResult` is what a training call returns, whichever backend ran it.
+`TrainResult` is what a training call returns, whichever backend ran it. `ModelRef` and
+`TrainableModelRef` are a model as a backend sees it (its names and settings):
+`art_langgraph.model.Model` and `TrainableModel` satisfy them, and this module never
+imports `art_langgraph.model`, which imports it (no import circle, type-only included).
 
 Left out: the wire format of a remote backend (it carries the same calls).
 """
@@ -17,12 +20,38 @@ from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
     from art_langgraph.backend.promotion import PromotionDecision
-    from art_langgraph.model import Model, TrainableModel
-    from art_langgraph.training.config import TrainConfig
+    from art_langgraph.training.config import ModelConfig, TrainConfig
     from art_langgraph.training.trainer import ProgressFn
     from art_langgraph.trajectory import TrajectoryGroup
 
-__all__ = ["Backend", "TrainResult"]
+__all__ = ["Backend", "ModelRef", "TrainResult", "TrainableModelRef"]
+
+
+class ModelRef(Protocol):
+    """A model as a backend sees it: `art_langgraph.model.Model` is one."""
+
+    name: str
+    """The served name; no '@'."""
+    project: str
+    """Groups models on disk: {path}/{project}/models/{name}."""
+    base_model: str
+    """A preset ('tiny'), a HF id or a local folder."""
+    inference_base_url: str | None
+    """Set by `Backend.register`: the OpenAI base URL."""
+    inference_api_key: str | None
+    """Set by `Backend.register`: the key for that URL."""
+
+    @property
+    def trainable(self) -> bool:
+        """True for a `TrainableModelRef`."""
+        ...
+
+
+class TrainableModelRef(ModelRef, Protocol):
+    """A trainable model as a backend sees it: `art_langgraph.model.TrainableModel` is one."""
+
+    training: ModelConfig
+    """The LoRA and training settings that live with the model."""
 
 
 class TrainResult(BaseModel):
@@ -38,17 +67,17 @@ class TrainResult(BaseModel):
 class Backend(Protocol):
     """Serves models over an OpenAI-compatible endpoint and trains their LoRA adapters."""
 
-    async def register(self, model: Model) -> None:
+    async def register(self, model: ModelRef) -> None:
         """Serve `model` (resuming from its checkpoints); sets its inference URL and key."""
         ...
 
-    async def get_step(self, model: Model) -> int:
+    async def get_step(self, model: ModelRef) -> int:
         """The step served as `model.name` (0 before any training)."""
         ...
 
     async def train(
         self,
-        model: TrainableModel,
+        model: TrainableModelRef,
         groups: list[TrajectoryGroup],
         config: TrainConfig,
         progress: ProgressFn | None = None,
@@ -58,7 +87,7 @@ class Backend(Protocol):
 
     async def train_sft(
         self,
-        model: TrainableModel,
+        model: TrainableModelRef,
         items: list[Any],
         config: TrainConfig,
         epochs: int,
@@ -67,18 +96,18 @@ class Backend(Protocol):
         """A supervised warm start on trajectories or conversations; one new step."""
         ...
 
-    async def log(self, model: Model, items: list[Any], split: str) -> None:
+    async def log(self, model: ModelRef, items: list[Any], split: str) -> None:
         """Save trajectories under `split` at the current step; record their mean reward."""
         ...
 
     async def record_evaluation(
-        self, model: TrainableModel, step: int, score: float
+        self, model: TrainableModelRef, step: int, score: float
     ) -> PromotionDecision:
         """Record `step`'s held-out score and decide whether it is promoted (the bare name
         then serves it); needs `ModelConfig.promote_on_evaluation`."""
         ...
 
-    async def delete_checkpoints(self, model: Model, metric: str, keep_last: int) -> list[int]:
+    async def delete_checkpoints(self, model: ModelRef, metric: str, keep_last: int) -> list[int]:
         """Keep the last `keep_last` steps and the best by `metric`; returns deleted steps."""
         ...
 

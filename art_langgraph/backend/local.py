@@ -33,19 +33,19 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from art_langgraph.backend.base import TrainResult
+from art_langgraph.backend.base import ModelRef, TrainableModelRef, TrainResult
 from art_langgraph.backend.checkpoints import CheckpointStore
 from art_langgraph.backend.promotion import PromotionDecision, PromotionLog
-from art_langgraph.backend.registry import ModelRegistry
-from art_langgraph.backend.runner import ServerHandle, start_app_server
-from art_langgraph.backend.server import create_app
-from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.errors import CheckpointError, UsageError
 from art_langgraph.loggers import LoggerSet, RunInfo, TrajectoryLogger
 from art_langgraph.memory import release_free_memory
 from art_langgraph.names import check_path_name, inference_name
+from art_langgraph.serving.app import create_app
+from art_langgraph.serving.config import ServerConfig
+from art_langgraph.serving.registry import ModelRegistry
+from art_langgraph.serving.runner import ServerHandle, start_app_server
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.prepare import prepare_step
 from art_langgraph.training.protocol import Trainer
@@ -54,9 +54,6 @@ from art_langgraph.training.tensorize import TrainSequence
 from art_langgraph.training.trainer import LoRATrainer, ProgressFn
 from art_langgraph.trajectory import TrajectoryGroup, as_groups, write_jsonl
 
-if TYPE_CHECKING:
-    from art_langgraph.model import Model, TrainableModel
-
 __all__ = ["LocalBackend"]
 
 log = logging.getLogger(__name__)
@@ -64,7 +61,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class _Run:
-    model: Model
+    model: ModelRef
     store: CheckpointStore
     step: int = 0
     trainer: Trainer | None = None
@@ -171,7 +168,7 @@ class LocalBackend:
             self._ray = self._ray_started = None
 
     # ---------------------------------------------------------------- register
-    async def register(self, model: Model) -> None:
+    async def register(self, model: ModelRef) -> None:
         if self._base_model is not None and model.base_model != self._base_model:
             raise UsageError(
                 f"this backend serves {self._base_model!r}; model {model.name!r} wants {model.base_model!r}: "
@@ -311,7 +308,7 @@ class LocalBackend:
             )
         self._base_model = base_model
 
-    def _run(self, model: Model) -> _Run:
+    def _run(self, model: ModelRef) -> _Run:
         run = self._runs.get(model.name)
         if run is None or (run.model is not model and run.model.project != model.project):
             raise UsageError(f"model {model.name!r} is not registered with this backend")
@@ -384,12 +381,12 @@ class LocalBackend:
         return run.trainer
 
     # ------------------------------------------------------------------- train
-    async def get_step(self, model: Model) -> int:
+    async def get_step(self, model: ModelRef) -> int:
         return self._run(model).step
 
     async def train(
         self,
-        model: TrainableModel,
+        model: TrainableModelRef,
         groups: list[TrajectoryGroup],
         config: TrainConfig,
         progress: ProgressFn | None = None,
@@ -489,7 +486,7 @@ class LocalBackend:
 
     async def train_sft(
         self,
-        model: TrainableModel,
+        model: TrainableModelRef,
         items: list[Any],
         config: TrainConfig,
         epochs: int,
@@ -523,7 +520,7 @@ class LocalBackend:
             return await self._commit(run, run.step + 1, metrics, work, request_id)
 
     # --------------------------------------------------------------------- log
-    async def log(self, model: Model, items: list[Any], split: str) -> None:
+    async def log(self, model: ModelRef, items: list[Any], split: str) -> None:
         run = self._run(model)
         groups = as_groups(items)
         self.loggers.trajectories(_info(run), run.step, split, groups)
@@ -547,7 +544,7 @@ class LocalBackend:
 
     # --------------------------------------------------------------- promotion
     async def record_evaluation(
-        self, model: TrainableModel, step: int, score: float
+        self, model: TrainableModelRef, step: int, score: float
     ) -> PromotionDecision:
         run = self._run(model)
         if run.promotion is None:
@@ -565,7 +562,7 @@ class LocalBackend:
         log.info("%s: step %d %s: %s", model.name, step, _verdict(decision), decision.reason)
         return decision
 
-    async def delete_checkpoints(self, model: Model, metric: str, keep_last: int) -> list[int]:
+    async def delete_checkpoints(self, model: ModelRef, metric: str, keep_last: int) -> list[int]:
         run = self._run(model)
         if keep_last < 1:
             raise UsageError(

@@ -1,7 +1,7 @@
 """`RemoteBackend(url)`: the `Backend` contract over HTTP, to a backend server on another machine.
 
 Rollouts run in the user's process; the engine, the trainer and the checkpoints live in
-`art-langgraph backend` (see `backend_server.py`). Changing `LocalBackend()` to
+`art-langgraph backend` (see `backend/api/server.py`). Changing `LocalBackend()` to
 `RemoteBackend(url, api_key=...)` is the whole migration: `model.chat_model()` and
 `model.openai_client()` point at the server's `/v1`, and `model.train(groups)` uploads the
 groups as gzip-compressed JSON and waits for the new step, reporting progress.
@@ -26,9 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 
 from art_langgraph import errors
-from art_langgraph.backend.base import TrainResult
-from art_langgraph.backend.promotion import PromotionDecision
-from art_langgraph.backend.wire import (
+from art_langgraph.backend.api.wire import (
     IDEMPOTENCY_HEADER,
     PREFIX,
     DeleteRequest,
@@ -42,12 +40,13 @@ from art_langgraph.backend.wire import (
     encode_body,
     idempotency_key,
 )
+from art_langgraph.backend.base import ModelRef, TrainableModelRef, TrainResult
+from art_langgraph.backend.promotion import PromotionDecision
 from art_langgraph.errors import InfrastructureError, NotRegisteredError, UsageError
 from art_langgraph.loggers import LoggerSet, RunInfo, TrajectoryLogger
 from art_langgraph.trajectory import TrajectoryGroup, as_groups
 
 if TYPE_CHECKING:
-    from art_langgraph.model import Model, TrainableModel
     from art_langgraph.training.config import TrainConfig
     from art_langgraph.training.trainer import ProgressFn
 
@@ -106,7 +105,7 @@ class RemoteBackend:
             client.headers["authorization"] = f"Bearer {self.api_key}"
         return client
 
-    async def _again(self, model: Model, call: Callable[[], Awaitable[_T]]) -> _T:
+    async def _again(self, model: ModelRef, call: Callable[[], Awaitable[_T]]) -> _T:
         """`call()`, registering `model` again once if the backend does not know it (it was
         restarted): the run resumes from the backend's last checkpoint."""
         try:
@@ -135,32 +134,32 @@ class RemoteBackend:
         )
 
     # --------------------------------------------------------------- protocol
-    async def register(self, model: Model) -> None:
+    async def register(self, model: ModelRef) -> None:
         spec = ModelSpec.of(model)
         answer = await self._post("/register", spec)
         self._steps[(model.project, model.name)] = int(answer["step"])
         model.inference_base_url = self.url + "/v1"
         model.inference_api_key = self.api_key or "local"
 
-    async def get_step(self, model: Model) -> int:
+    async def get_step(self, model: ModelRef) -> int:
         answer = await self._again(model, lambda: self._post("/step", ModelSpec.of(model)))
         step = int(answer["step"])
         self._steps[(model.project, model.name)] = step
         return step
 
-    async def log(self, model: Model, items: list[Any], split: str) -> None:
+    async def log(self, model: ModelRef, items: list[Any], split: str) -> None:
         groups = as_groups(items)
         step = self._steps.get((model.project, model.name), 0)
         self.loggers.trajectories(_info(model), step, split, groups)
         await self._post("/log", LogRequest(model=ModelSpec.of(model), groups=groups, split=split))
 
-    async def delete_checkpoints(self, model: Model, metric: str, keep_last: int) -> list[int]:
+    async def delete_checkpoints(self, model: ModelRef, metric: str, keep_last: int) -> list[int]:
         body = DeleteRequest(model=ModelSpec.of(model), metric=metric, keep_last=keep_last)
         answer = await self._again(model, lambda: self._post("/delete_checkpoints", body))
         return [int(s) for s in answer["deleted"]]
 
     async def record_evaluation(
-        self, model: TrainableModel, step: int, score: float
+        self, model: TrainableModelRef, step: int, score: float
     ) -> PromotionDecision:
         body = EvaluationRequest(model=ModelSpec.of(model), step=step, score=score)
         answer = await self._again(model, lambda: self._post("/record_evaluation", body))
@@ -168,7 +167,7 @@ class RemoteBackend:
 
     async def train(
         self,
-        model: TrainableModel,
+        model: TrainableModelRef,
         groups: list[TrajectoryGroup],
         config: TrainConfig,
         progress: ProgressFn | None = None,
@@ -188,7 +187,7 @@ class RemoteBackend:
 
     async def train_sft(
         self,
-        model: TrainableModel,
+        model: TrainableModelRef,
         items: list[Any],
         config: TrainConfig,
         epochs: int,
@@ -206,7 +205,11 @@ class RemoteBackend:
         return await self._stream(model, "/train_sft", body, None)
 
     async def _stream(
-        self, model: Model, path: str, body: TrainRequest | SFTRequest, progress: ProgressFn | None
+        self,
+        model: ModelRef,
+        path: str,
+        body: TrainRequest | SFTRequest,
+        progress: ProgressFn | None,
     ) -> TrainResult:
         """Post a train call and follow its event lines; retry a lost connection by key."""
         content, headers = encode_body(body)  # serialized once: the key hashes these bytes
@@ -262,7 +265,7 @@ class RemoteBackend:
         raise _StreamCut("the answer ended before the step's result")
 
 
-def _info(model: Model) -> RunInfo:
+def _info(model: ModelRef) -> RunInfo:
     return RunInfo(name=model.name, project=model.project, base_model=model.base_model)
 
 

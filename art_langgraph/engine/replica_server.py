@@ -1,7 +1,7 @@
 """One inference replica in a child process: a `TorchEngine` behind our OpenAI server, with
 the engine's own calls beside `/v1` so the parent's `ReplicaEngine` speaks token ids.
 
-Routes added to the app of `backend/server.py` (`/v1/...`, `/health`, `/metrics` stay):
+Routes added to the app of `serving/app.py` (`/v1/...`, `/health`, `/metrics` stay):
 
 - `POST /engine/generate` {prompt_ids, sampling, adapter} -> a `GenerateResult`
 - `POST /engine/stream` the same -> JSON lines, {"token": ...} per token, {"result": ...} last
@@ -110,7 +110,7 @@ def raise_wire_error(body: Any, where: str) -> None:
 def _add_engine_routes(app: Any, engine: Any) -> None:
     from fastapi.responses import JSONResponse, StreamingResponse
 
-    from art_langgraph.backend.server import _unless_disconnected
+    from art_langgraph.serving.app import _unless_disconnected
 
     def fail(exc: BaseException) -> JSONResponse:
         status, body = error_to_wire(exc)
@@ -196,10 +196,10 @@ def serve(
     A `host` other than loopback needs `api_key` (it then guards `/engine` too)."""
     import torch
 
-    from art_langgraph.backend.registry import ModelRegistry
-    from art_langgraph.backend.runner import start_app_server
-    from art_langgraph.backend.server import create_app
     from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
+    from art_langgraph.serving.app import create_app
+    from art_langgraph.serving.registry import ModelRegistry
+    from art_langgraph.serving.runner import start_app_server
 
     if threads > 0:
         torch.set_num_threads(threads)

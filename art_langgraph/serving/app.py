@@ -42,16 +42,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from art_langgraph.backend.chat_service import ChatService, Plan, ServiceError, validation_message
-from art_langgraph.backend.guard import Guard
-from art_langgraph.backend.metrics import CONTENT_TYPE, ServerMetrics
-from art_langgraph.backend.protocol import ChatCompletionRequest
-from art_langgraph.backend.registry import ModelRegistry
-from art_langgraph.backend.responses import ResponsesService
-from art_langgraph.backend.responses_protocol import ResponsesRequest
-from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.engine.base import InferenceEngine
 from art_langgraph.errors import UsageError
+from art_langgraph.serving.chat_protocol import ChatCompletionRequest
+from art_langgraph.serving.chat_service import ChatService, Plan, ServiceError, validation_message
+from art_langgraph.serving.config import ServerConfig
+from art_langgraph.serving.guard import Guard
+from art_langgraph.serving.metrics import CONTENT_TYPE, ServerMetrics
+from art_langgraph.serving.registry import ModelRegistry
+from art_langgraph.serving.responses import ResponsesService
+from art_langgraph.serving.responses_protocol import ResponsesRequest
 
 __all__ = ["create_app"]
 
@@ -69,7 +69,7 @@ def create_app(
     api_key: str | None = None,
     config: ServerConfig | None = None,
 ) -> FastAPI:
-    """The FastAPI app; run it with uvicorn (see `backend/runner.py`)."""
+    """The FastAPI app; run it with uvicorn (see `serving/runner.py`)."""
     if api_key is not None and not api_key.strip():
         raise UsageError("the API key is empty or whitespace: pass a real key, or none")
     limits = config or ServerConfig()

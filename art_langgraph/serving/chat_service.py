@@ -3,8 +3,8 @@
 It turns a request body into an engine plan (`parse`, then `plan`: model resolution,
 chat template, tool mode, grammar for forced tool calls and `response_format`, limits),
 runs it (`generate`, `stream`), and turns engine results into the typed responses of
-`protocol.py` (text cut at stop strings, tool calls parsed, logprobs per token, token
-ids). The HTTP routes (`server.py`) only move bytes, wait while a step trains, and
+`chat_protocol.py` (text cut at stop strings, tool calls parsed, logprobs per token, token
+ids). The HTTP routes (`app.py`) only move bytes, wait while a step trains, and
 cancel work whose client left; everything here is unit-testable with an engine alone.
 The Responses API (`responses.py`) runs on the same plans, results and typed chunks.
 
@@ -36,7 +36,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from art_langgraph.backend.protocol import (
+from art_langgraph.engine.base import GenerateResult, InferenceEngine, SamplingParams, TokenEvent
+from art_langgraph.engine.chat_format import (
+    ToolCallHoldback,
+    normalize_messages,
+    parse_tool_calls,
+    render_prompt,
+)
+from art_langgraph.errors import (
+    ContextLengthError,
+    InfrastructureError,
+    UnknownModelError,
+    UsageError,
+)
+from art_langgraph.serving.chat_protocol import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -51,21 +64,8 @@ from art_langgraph.backend.protocol import (
     TopLogprob,
     Usage,
 )
-from art_langgraph.backend.registry import ModelRegistry, Served
-from art_langgraph.backend.server_config import ServerConfig
-from art_langgraph.engine.base import GenerateResult, InferenceEngine, SamplingParams, TokenEvent
-from art_langgraph.engine.chat_format import (
-    ToolCallHoldback,
-    normalize_messages,
-    parse_tool_calls,
-    render_prompt,
-)
-from art_langgraph.errors import (
-    ContextLengthError,
-    InfrastructureError,
-    UnknownModelError,
-    UsageError,
-)
+from art_langgraph.serving.config import ServerConfig
+from art_langgraph.serving.registry import ModelRegistry, Served
 
 __all__ = ["ChatService", "Plan", "ServiceError", "parse_json_body", "validation_message"]
 

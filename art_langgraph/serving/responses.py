@@ -33,15 +33,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from art_langgraph.backend.chat_service import (
+from art_langgraph.serving.chat_protocol import ChatCompletionRequest, ResponseMessage, Usage
+from art_langgraph.serving.chat_service import (
     ChatService,
     Plan,
     ServiceError,
     parse_json_body,
     validation_message,
 )
-from art_langgraph.backend.protocol import ChatCompletionRequest, ResponseMessage, Usage
-from art_langgraph.backend.responses_protocol import (
+from art_langgraph.serving.responses_protocol import (
     FunctionCallItem,
     IncompleteDetails,
     InputTokensDetails,

@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from art_langgraph.backend.protocol import (
+from art_langgraph.serving.chat_protocol import (
     _SEED_MAX,
     _SEED_MIN,
     FunctionSpec,

@@ -23,11 +23,11 @@ from typing import Any
 
 import uvicorn
 
-from art_langgraph.backend.registry import ModelRegistry
-from art_langgraph.backend.server import create_app
-from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.engine.base import InferenceEngine
 from art_langgraph.errors import InfrastructureError, UsageError
+from art_langgraph.serving.app import create_app
+from art_langgraph.serving.config import ServerConfig
+from art_langgraph.serving.registry import ModelRegistry
 
 __all__ = ["ServerHandle", "check_bind", "serve", "start_app_server", "start_server"]
 

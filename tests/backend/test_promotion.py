@@ -21,10 +21,10 @@ from openai import AsyncOpenAI
 
 import art_langgraph as art
 from art_langgraph import cli
-from art_langgraph.backend.backend_server import create_backend_app
+from art_langgraph.backend.api.server import create_backend_app
 from art_langgraph.backend.promotion import PromotionDecision, decide
-from art_langgraph.backend.runner import start_app_server
 from art_langgraph.chat_model import async_http_client
+from art_langgraph.serving.runner import start_app_server
 
 ROOT = Path(__file__).resolve().parents[2]
 SFT = [[{"role": "user", "content": "count"}, {"role": "assistant", "content": "one two"}]]

@@ -20,10 +20,10 @@ import httpx
 import pytest
 
 import art_langgraph as art
-from art_langgraph.backend.backend_server import BackendServerConfig, create_backend_app
+from art_langgraph.backend.api.server import BackendServerConfig, create_backend_app
+from art_langgraph.backend.api.wire import ModelSpec, TrainRequest, encode_body, idempotency_key
 from art_langgraph.backend.remote import BackendUnavailableError
-from art_langgraph.backend.runner import start_app_server
-from art_langgraph.backend.wire import ModelSpec, TrainRequest, encode_body, idempotency_key
+from art_langgraph.serving.runner import start_app_server
 from tests.backend.rollouts import rollout
 
 ROOT = Path(__file__).resolve().parents[2]

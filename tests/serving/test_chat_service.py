@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from art_langgraph.backend.chat_service import ChatService, ServiceError
-from art_langgraph.backend.protocol import ChatCompletion
-from art_langgraph.backend.registry import ModelRegistry
-from art_langgraph.backend.server_config import ServerConfig
 from art_langgraph.engine.torch_engine import TorchEngine
+from art_langgraph.serving.chat_protocol import ChatCompletion
+from art_langgraph.serving.chat_service import ChatService, ServiceError
+from art_langgraph.serving.config import ServerConfig
+from art_langgraph.serving.registry import ModelRegistry
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from art_langgraph.backend.guard import Guard
+from art_langgraph.serving.guard import Guard
 
 
 def _scope(headers: dict[str, str]) -> dict[str, Any]:

@@ -21,14 +21,14 @@ from openai import AsyncOpenAI
 
 import art_langgraph as art
 from art_langgraph.backend import ModelRegistry, ServerHandle
-from art_langgraph.backend.backend_server import create_backend_app
-from art_langgraph.backend.chat_service import ChatService
-from art_langgraph.backend.metrics import TokenRates
-from art_langgraph.backend.runner import start_app_server
-from art_langgraph.backend.server_config import ServerConfig
+from art_langgraph.backend.api.server import create_backend_app
 from art_langgraph.chat_model import async_http_client
 from art_langgraph.engine import TorchEngine
 from art_langgraph.engine.base import GenerateResult
+from art_langgraph.serving.chat_service import ChatService
+from art_langgraph.serving.config import ServerConfig
+from art_langgraph.serving.metrics import TokenRates
+from art_langgraph.serving.runner import start_app_server
 from tests.conftest import API_KEY
 
 USER: list[Any] = [{"role": "user", "content": "Say something."}]

@@ -13,9 +13,9 @@ import pytest
 from openai import AsyncOpenAI
 
 from art_langgraph.backend import ServerHandle
-from art_langgraph.backend.responses_protocol import chat_messages
 from art_langgraph.chat_model import async_http_client
-from tests.backend.test_server import WEATHER as CHAT_WEATHER
+from art_langgraph.serving.responses_protocol import chat_messages
+from tests.serving.test_server import WEATHER as CHAT_WEATHER
 
 WEATHER = {"type": "function", **CHAT_WEATHER["function"]}  # Responses' flat form
 IDS = {"return_token_ids": True, "return_token_logprobs": True}

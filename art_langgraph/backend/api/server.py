@@ -3,7 +3,7 @@
 One port serves two APIs, in one process and one event loop:
 
 - `/v1/...`, `/health` and `/metrics`: the OpenAI-compatible endpoint of the embedded
-  backend (the same app as `LocalBackend`'s own server, `server.py`), available once a
+  backend (the same app as `LocalBackend`'s own server, `serving/app.py`), available once a
   model is registered (before: `/health` lists no models, the rest answer 503);
 - `/art/v1/...`: the training API (`wire.py` has the bodies): `register`, `step`, `train`,
   `train_sft`, `log`, `delete_checkpoints`, `record_evaluation`, `health`.
@@ -39,12 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from art_langgraph.backend.base import TrainResult
-from art_langgraph.backend.chat_service import validation_message
-from art_langgraph.backend.guard import Guard, error_json
-from art_langgraph.backend.local import LocalBackend
-from art_langgraph.backend.server_config import ServerConfig
-from art_langgraph.backend.wire import (
+from art_langgraph.backend.api.wire import (
     IDEMPOTENCY_HEADER,
     PREFIX,
     BodyTooLarge,
@@ -58,7 +53,12 @@ from art_langgraph.backend.wire import (
     check_idempotency_key,
     decode_body,
 )
+from art_langgraph.backend.base import TrainResult
+from art_langgraph.backend.local import LocalBackend
 from art_langgraph.errors import ArtError, NotRegisteredError, UsageError
+from art_langgraph.serving.chat_service import validation_message
+from art_langgraph.serving.config import ServerConfig
+from art_langgraph.serving.guard import Guard, error_json
 
 __all__ = ["BackendServerConfig", "create_backend_app"]
 
@@ -376,7 +376,7 @@ def serve_backend(
     `replicas`, `trainer_ranks`, `ray`: as `LocalBackend`'s."""
     import uvicorn
 
-    from art_langgraph.backend.runner import _config, check_bind
+    from art_langgraph.serving.runner import _config, check_bind
 
     check_bind(host, api_key)
     limits = server_config or ServerConfig()

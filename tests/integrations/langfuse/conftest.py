@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from art_langgraph.backend.runner import ServerHandle, start_app_server
+from art_langgraph.serving.runner import ServerHandle, start_app_server
 from tests.integrations.langfuse.receiver import Receiver
 
 

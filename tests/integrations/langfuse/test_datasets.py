@@ -20,7 +20,6 @@ import pytest
 from langfuse.api import LangfuseAPI
 
 import art_langgraph as art
-from art_langgraph.backend.runner import ServerHandle
 from art_langgraph.integrations.langfuse import LangfuseConfig, export_folder, trace_id_for
 from art_langgraph.integrations.langfuse.datasets import (
     EVALUATIONS_FILE,
@@ -39,6 +38,7 @@ from art_langgraph.integrations.langfuse.scoring import (
     ScoreConfigClashError,
     ensure_score_configs,
 )
+from art_langgraph.serving.runner import ServerHandle
 from art_mcp.report import journal_evaluations
 from tests.integrations.langfuse.receiver import Receiver, base_url
 

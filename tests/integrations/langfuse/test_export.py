@@ -23,7 +23,6 @@ import pytest
 from langchain.agents import create_agent
 
 import art_langgraph as art
-from art_langgraph.backend.runner import ServerHandle, start_app_server
 from art_langgraph.integrations.langfuse import (
     LangfuseLogger,
     approved_sft_file,
@@ -32,6 +31,7 @@ from art_langgraph.integrations.langfuse import (
     trace_id_for,
 )
 from art_langgraph.integrations.langfuse.folder import EXPORTS_FILE
+from art_langgraph.serving.runner import ServerHandle, start_app_server
 from tests.backend.rollouts import rollout
 from tests.integrations.langfuse.receiver import PROJECT_ID, Receiver, base_url
 from tests.langgraph.tools import TOOLS, explode, one_tool_call_graph

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 import art_langgraph as art
-from art_langgraph.backend.runner import ServerHandle
 from art_langgraph.cli import main as cli_main
 from art_langgraph.integrations.langfuse import (
     LangfuseConfig,
@@ -37,6 +36,7 @@ from art_langgraph.integrations.langfuse.scoring import REVIEW_DECISION, REVIEW_
 from art_langgraph.integrations.langfuse.sender import Sender
 from art_langgraph.integrations.langfuse.sft import corrections_sft_file
 from art_langgraph.rewards.calibration import judge_calibration
+from art_langgraph.serving.runner import ServerHandle
 from art_mcp.report import Report, summary_lines
 from tests.integrations.langfuse.receiver import Receiver
 

@@ -1,0 +1,30 @@
+"""Deprecated: `art_langgraph.backend.backend_server` (the training API's server) moved to `art_langgraph.backend.api.server`; goes in 0.2.
+
+Importing this module warns (DeprecationWarning) and gives the same objects; any other
+name of the new module (a private helper, say) resolves through `__getattr__`.
+Left out: anything new; import from the new path.
+"""
+
+import importlib
+import warnings
+from typing import Any
+
+from art_langgraph.backend.api.server import (
+    BackendServerConfig,
+    create_backend_app,
+)
+
+__all__ = [
+    "BackendServerConfig",
+    "create_backend_app",
+]
+
+warnings.warn(
+    "art_langgraph.backend.backend_server moved to art_langgraph.backend.api.server; the old path goes in 0.2",
+    DeprecationWarning,
+    stacklevel=2,
+)
+
+
+def __getattr__(name: str) -> Any:
+    return getattr(importlib.import_module("art_langgraph.backend.api.server"), name)

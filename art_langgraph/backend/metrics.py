@@ -1,0 +1,40 @@
+"""Deprecated: `art_langgraph.backend.metrics` (`GET /metrics`) moved to `art_langgraph.serving.metrics`; goes in 0.2.
+
+Importing this module warns (DeprecationWarning) and gives the same objects; any other
+name of the new module (a private helper, say) resolves through `__getattr__`.
+Left out: anything new; import from the new path.
+"""
+
+import importlib
+import warnings
+from typing import Any
+
+from art_langgraph.serving.metrics import (
+    CONTENT_TYPE,
+    PREFIX,
+    TICK_S,
+    WINDOW_S,
+    ServerMetrics,
+    Throughput,
+    TokenRates,
+)
+
+__all__ = [
+    "CONTENT_TYPE",
+    "PREFIX",
+    "TICK_S",
+    "WINDOW_S",
+    "ServerMetrics",
+    "Throughput",
+    "TokenRates",
+]
+
+warnings.warn(
+    "art_langgraph.backend.metrics moved to art_langgraph.serving.metrics; the old path goes in 0.2",
+    DeprecationWarning,
+    stacklevel=2,
+)
+
+
+def __getattr__(name: str) -> Any:
+    return getattr(importlib.import_module("art_langgraph.serving.metrics"), name)

@@ -1,0 +1,28 @@
+"""Deprecated: `art_langgraph.backend.responses` (the Responses API service) moved to `art_langgraph.serving.responses`; goes in 0.2.
+
+Importing this module warns (DeprecationWarning) and gives the same objects; any other
+name of the new module (a private helper, say) resolves through `__getattr__`.
+Left out: anything new; import from the new path.
+"""
+
+import importlib
+import warnings
+from typing import Any
+
+from art_langgraph.serving.responses import (
+    ResponsesService,
+)
+
+__all__ = [
+    "ResponsesService",
+]
+
+warnings.warn(
+    "art_langgraph.backend.responses moved to art_langgraph.serving.responses; the old path goes in 0.2",
+    DeprecationWarning,
+    stacklevel=2,
+)
+
+
+def __getattr__(name: str) -> Any:
+    return getattr(importlib.import_module("art_langgraph.serving.responses"), name)
