@@ -22,7 +22,7 @@ trajectories to Langfuse (those not sent yet; keys from `LANGFUSE_*`), and
 `langfuse import-scores` applies review scores given in Langfuse as rewards (and writes
 reviewers' corrected outputs as SFT examples). `langfuse review` sends a sample of saved
 rollouts to an annotation queue, `langfuse calibrate` compares its reviews with the RULER
-judge (integrations/langfuse_review.py).
+judge (integrations/langfuse/: annotation.py, review.py).
 `promote` makes a model's bare name serve STEP, and `rollback` the step promoted before
 the current one (for a model with `ModelConfig(promote_on_evaluation=True)`): they write
 the model folder's `promotion.jsonl`, which a running server re-reads at its next request.
@@ -202,7 +202,7 @@ def _langfuse(args: argparse.Namespace) -> int:
         return _review(args)
     queue_id = None
     if args.queue:
-        from art_langgraph.integrations.langfuse_review import queue_id_for
+        from art_langgraph.integrations.langfuse.annotation import queue_id_for
 
         queue_id = queue_id_for(args.queue)
     res = lf.import_scores(
@@ -230,7 +230,7 @@ def _langfuse(args: argparse.Namespace) -> int:
         n = lf.approved_sft_file(res, args.approved_sft, min_reward=args.min_reward)
         print(f"{n} approved trajectories -> {args.approved_sft}")
     if args.corrections_sft:
-        from art_langgraph.integrations.langfuse_review import corrections_sft_file
+        from art_langgraph.integrations.langfuse.sft import corrections_sft_file
 
         n = corrections_sft_file(args.source, args.corrections_sft, queue_id=queue_id)
         print(f"{n} corrected outputs -> {args.corrections_sft}")
@@ -238,15 +238,16 @@ def _langfuse(args: argparse.Namespace) -> int:
 
 
 def _review(args: argparse.Namespace) -> int:
-    from art_langgraph.integrations import langfuse_review as lr
+    from art_langgraph.integrations.langfuse.annotation import review_folder
+    from art_langgraph.integrations.langfuse.review import calibrate
 
     if args.langfuse_command == "calibrate":
-        cal = lr.calibrate(args.folder, queue=args.queue, dataset_run_id=args.dataset_run)
+        cal = calibrate(args.folder, queue=args.queue, dataset_run_id=args.dataset_run)
         print(cal.line())
         if cal.warning:
             print(f"warning: {cal.warning}", file=sys.stderr)
         return 0
-    reports = lr.review_folder(
+    reports = review_folder(
         args.folder,
         queue=args.queue,
         split=args.split,

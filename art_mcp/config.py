@@ -239,7 +239,7 @@ class HarnessConfig(BaseModel):
         None,
         description=(
             "Langfuse annotation queue (made if missing; LANGFUSE_* keys) that gets a sample "
-            "of every RL step's rollouts for human review (langfuse_review.py: a seeded "
+            "of every RL step's rollouts for human review (integrations/langfuse/annotation.py: a seeded "
             "--review-fraction, the judge-vs-reward disagreements, the borderline ones); "
             "the report then gives the judge's agreement with the reviews. None: no review."
         ),

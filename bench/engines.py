@@ -95,10 +95,10 @@ async def _load(
 async def _setting(name: str, args: argparse.Namespace, adapter: Path) -> dict[str, Any]:
     from openai import AsyncOpenAI
 
-    from art_langgraph.backend import ModelRegistry, start_server
     from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
     from art_langgraph.engine.vllm_engine import VLLMEngine, VLLMEngineConfig
     from art_langgraph.presets import resolve_preset
+    from art_langgraph.serving import ModelRegistry, start_server
 
     path = resolve_preset("smollm2-135m")
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -223,8 +223,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     import openai
     import transformers
 
-    from art_langgraph.backend import ModelRegistry, start_server
     from art_langgraph.engine import TorchEngine, TorchEngineConfig
+    from art_langgraph.serving import ModelRegistry, start_server
 
     torch.manual_seed(args.seed)
     m, stagger_s = args.max_tokens, args.stagger_ms / 1000

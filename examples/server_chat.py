@@ -22,8 +22,8 @@ from typing import Any
 
 from openai import OpenAI
 
-from art_langgraph.backend import ModelRegistry, start_server
 from art_langgraph.engine import TorchEngine
+from art_langgraph.serving import ModelRegistry, start_server
 
 TOOLS: list[dict[str, Any]] = [
     {

@@ -15,11 +15,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from art_langgraph import ModelConfig, TrainConfig
-from art_langgraph.backend import ServerConfig
 from art_langgraph.backend.api.server import BackendServerConfig
 from art_langgraph.engine import TorchEngineConfig
 from art_langgraph.engine.vllm_engine import VLLMEngineConfig
 from art_langgraph.integrations.langfuse import LangfuseConfig
+from art_langgraph.serving import ServerConfig
 from art_langgraph.training.config import config_table
 from art_mcp import HarnessConfig
 from bench.readme import CONFIGURATION, update_docs

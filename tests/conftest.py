@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import art_langgraph as art
-from art_langgraph.backend import ModelRegistry, ServerHandle, start_server
 from art_langgraph.engine import TorchEngine
 from art_langgraph.presets import build_tiny
+from art_langgraph.serving import ModelRegistry, ServerHandle, start_server
 from tests.langgraph.tools import warm_start
 
 API_KEY = "test-key-123"

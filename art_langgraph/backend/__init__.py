@@ -20,7 +20,7 @@ first use (a client that trains on another machine never imports torch)."""
 from typing import TYPE_CHECKING
 
 from art_langgraph._lazy import lazy_getattr
-from art_langgraph.backend.base import Backend, TrainResult
+from art_langgraph.backend.base import Backend, ModelRef, TrainableModelRef, TrainResult
 from art_langgraph.backend.promotion import PromotionDecision
 from art_langgraph.serving.config import ServerConfig
 
@@ -50,6 +50,7 @@ __getattr__ = lazy_getattr(
 __all__ = [
     "Backend",
     "LocalBackend",
+    "ModelRef",
     "ModelRegistry",
     "PromotionDecision",
     "RemoteBackend",
@@ -57,6 +58,7 @@ __all__ = [
     "ServerConfig",
     "ServerHandle",
     "TrainResult",
+    "TrainableModelRef",
     "check_bind",
     "create_app",
     "serve",

@@ -21,12 +21,12 @@ from typing import Any
 import httpx
 import pytest
 
-from art_langgraph.backend import ModelRegistry, ServerHandle, start_server
 from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
 from art_langgraph.engine.replica_clients import ReplicaUnreachable
 from art_langgraph.engine.replica_router import ReplicaRouter
 from art_langgraph.engine.replicas import ReplicaEngine
 from art_langgraph.errors import InfrastructureError, UsageError
+from art_langgraph.serving import ModelRegistry, ServerHandle, start_server
 
 # ------------------------------------------------------------------ router
 

@@ -16,9 +16,9 @@ import sys
 import pytest
 
 import art_langgraph as art
-from art_langgraph.backend import ServerHandle
 from art_langgraph.engine import TorchEngine
 from art_langgraph.rewards import ruler_score_group
+from art_langgraph.serving import ServerHandle
 from art_mcp import MCPToolset
 from art_mcp.scenarios import generate_scenarios
 

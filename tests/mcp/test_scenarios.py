@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from art_langgraph.backend import ModelRegistry, ServerHandle, start_server
 from art_langgraph.engine import TorchEngine
 from art_langgraph.errors import UsageError
+from art_langgraph.serving import ModelRegistry, ServerHandle, start_server
 from art_mcp import MCPToolset
 from art_mcp.scenarios import (
     Scenario,

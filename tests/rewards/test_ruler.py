@@ -45,7 +45,6 @@ from art_langgraph import (
     UsageError,
     gather_trajectory_groups,
 )
-from art_langgraph.backend import ServerHandle
 from art_langgraph.rewards import (
     DEFAULT_RUBRIC,
     RulerScore,
@@ -54,6 +53,7 @@ from art_langgraph.rewards import (
     ruler,
     ruler_score_group,
 )
+from art_langgraph.serving import ServerHandle
 
 TASK = [
     {"role": "system", "content": "You are a calculator."},

@@ -23,9 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from art_langgraph.backend import ModelRegistry, ServerConfig, ServerHandle, start_server
 from art_langgraph.engine import TorchEngine
 from art_langgraph.errors import UsageError
+from art_langgraph.serving import ModelRegistry, ServerConfig, ServerHandle, start_server
 
 ROOT = Path(__file__).resolve().parents[2]
 USER = [{"role": "user", "content": "Count to ten."}]
