@@ -20,7 +20,20 @@ by the whole step's token and sequence counts (summed over the ranks), and the g
 are summed over the ranks before the one optimizer step: the update is the single-process
 one, up to float rounding.
 
-Left out: FSDP (each rank holds the whole base).
+FSDP (`fsdp=group`): torch's FSDP2 (`fully_shard`) shards the model over the ranks after
+peft wrapped it: each decoder layer is a unit, all-gathered for its forward and backward
+only, and the root (`_TokenLogprobs`: embedding, final norm, head) takes the rest; each
+rank holds 1/W of the frozen base, of the adapter and of AdamW's moments. The base loads
+on the CPU and only the shards move to the device. Gradients accumulate over the micro-
+batches and are reduce-scattered once, as a sum (the loss is already divided by the whole
+step's counts); the norm is the full one; every rank runs as many passes as the rank with
+the most micro-batches (zero-weight passes), since each pass is a collective per layer.
+Checkpoints are gathered and are the same files as without FSDP. Measured on the tiny
+model, gloo on 2 CPU cores, W=2 against one process: the same loss, grad norm and metrics,
+adapters within 2.1e-6 after two steps (`tests/training/test_distributed.py`). Untested:
+NCCL on GPUs, mixed precision (the reduce-scatter runs in the weights' dtype), models
+whose decoder layers `_no_split_modules` does not name (then the root holds everything,
+gathered whole).
 """
 
 from __future__ import annotations
@@ -71,9 +84,13 @@ class LoRATrainer:
         config: ModelConfig,
         device: str | None = None,
         shared: SharedBase | None = None,
+        fsdp: Any = None,
     ) -> None:
         """`shared`: an engine's frozen weights in this process; when dtype and device match,
-        the LoRA wraps them instead of a second copy loaded from `base_path`."""
+        the LoRA wraps them instead of a second copy loaded from `base_path`. `fsdp`: a
+        torch.distributed process group to shard the model over (FSDP2: each rank keeps 1/W
+        of the base, the adapter and its optimizer state; it becomes `group` too); None: this
+        process holds the whole model."""
         from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -100,7 +117,8 @@ class LoRATrainer:
             loaded: Any = AutoModelForCausalLM.from_pretrained(
                 base_path, dtype=self.dtype, attn_implementation=attn
             )
-            base = loaded.to(self.device)
+            # FSDP: loaded on the CPU; `fully_shard` moves only this rank's shards to the device.
+            base = loaded if fsdp is not None else loaded.to(self.device)
         self._checkpointed: list[Any] = []  # the layers whose flag turns checkpointing on
         if config.gradient_checkpointing:
             kwargs = {"use_reentrant": False}
@@ -123,6 +141,13 @@ class LoRATrainer:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
             self.model = get_peft_model(base, lora)
+        self._forward: Any = _TokenLogprobs(base)  # FSDP: the sharded root
+        self._adapter_keys: list[str] = []  # FSDP: each param's key in a saved adapter
+        self.fsdp = fsdp is not None
+        if fsdp is not None:
+            self.group = fsdp
+            self._adapter_keys = _adapter_keys(self.model)
+            self._forward = _fully_shard(self._forward, fsdp, self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.params, lr=5e-6, betas=(0.9, 0.99), weight_decay=0.0
@@ -160,21 +185,16 @@ class LoRATrainer:
             mask = torch.zeros(mask.shape, dtype=self.dtype, device=dev).masked_fill(
                 ~mask, torch.finfo(self.dtype).min
             )
-        base: Any = self.model.get_base_model()
         self._checkpoint_if_large(mb)
-        with self._autocast():
-            hidden = base.model(
-                input_ids=mb.input_ids.to(dev),
-                attention_mask=mask,
-                position_ids=mb.position_ids.to(dev),
-                use_cache=False,
-                **extra,
-            ).last_hidden_state  # (R, L, H)
         assert not bool(target_mask[:, 0].any()), "a target in column 0 has no prefix"
-        before = target_mask[:, 1:]  # (R, L-1): the state at t-1 predicts token t
-        h = hidden[:, :-1][before].to(self.dtype)  # (N, H)
-        targets = mb.input_ids[:, 1:].to(dev)[before]  # (N,)
-        return token_logprobs(h, base.get_output_embeddings(), targets)
+        return self._forward(
+            self._autocast(),
+            mb.input_ids.to(dev),
+            mask,
+            mb.position_ids.to(dev),
+            target_mask[:, 1:],  # (R, L-1): the state at t-1 predicts token t
+            **extra,
+        )
 
     def _checkpoint_if_large(self, mb: MicroBatch) -> None:
         """With gradient_checkpointing="auto": recompute this micro-batch's activations in
@@ -205,14 +225,18 @@ class LoRATrainer:
         mismatch: list[tuple[torch.Tensor, torch.Tensor]] = []
         real = cells = 0
         shared_tokens = 0.0
-        batches = micro_batches(
-            seqs,
-            row_length=_row_length(seqs, config),
-            micro_batch_tokens=config.micro_batch_tokens,
-            pack=config.pack_sequences,
-            share_prefixes=config.share_prefixes,
+        batches = list(
+            micro_batches(
+                seqs,
+                row_length=_row_length(seqs, config),
+                micro_batch_tokens=config.micro_batch_tokens,
+                pack=config.pack_sequences,
+                share_prefixes=config.share_prefixes,
+            )
         )
+        passes = self._passes(len(batches))
         for k, mb in enumerate(batches):
+            self._sync_gradients(last=k == passes - 1)
             dev = self.device
             mask = mb.target_mask.to(dev)
             new_lp = self._logprobs(mb, mask)  # (N,)
@@ -270,6 +294,8 @@ class LoRATrainer:
             shared_tokens += mb.stats["shared_prefix_tokens"]
             if progress:
                 progress("micro_batch", {"index": k, "tokens": n_mb, "total_tokens": n_total})
+        for k in range(len(batches), passes):
+            self._idle_pass(last=k == passes - 1, reference=config.beta > 0)
         grad_norm = self._optimizer_step(config.max_grad_norm)
         if progress:
             progress("optimizer_step", {"grad_norm": grad_norm})
@@ -310,17 +336,24 @@ class LoRATrainer:
         if n_total == 0:
             return {"loss": 0.0, "trainable_tokens": 0.0, "skipped_optimizer_step": 1.0}
         total = 0.0
-        for mb in micro_batches(
-            seqs,
-            row_length=_row_length(seqs, config),
-            micro_batch_tokens=config.micro_batch_tokens,
-            pack=config.pack_sequences,
-            share_prefixes=config.share_prefixes,
-        ):
+        batches = list(
+            micro_batches(
+                seqs,
+                row_length=_row_length(seqs, config),
+                micro_batch_tokens=config.micro_batch_tokens,
+                pack=config.pack_sequences,
+                share_prefixes=config.share_prefixes,
+            )
+        )
+        passes = self._passes(len(batches))
+        for k, mb in enumerate(batches):
+            self._sync_gradients(last=k == passes - 1)
             lp = self._logprobs(mb, mb.target_mask.to(self.device))  # (N,)
             loss = -lp.sum() / n_total
             loss.backward()
             total += float(loss.detach())
+        for k in range(len(batches), passes):
+            self._idle_pass(last=k == passes - 1, reference=False)
         grad_norm = self._optimizer_step(config.max_grad_norm)
         if self.group is not None:
             (total,) = self._sum([total])
@@ -332,18 +365,44 @@ class LoRATrainer:
         }
 
     def _optimizer_step(self, max_norm: float | None) -> float:
-        if self.group is not None:
+        if self.group is not None and not self.fsdp:  # FSDP summed them in its reduce-scatter
             self._sum_gradients()
-        if max_norm is not None:
-            norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
-        else:
-            norm = float(torch.nn.utils.clip_grad_norm_(self.params, math.inf))
+        limit = max_norm if max_norm is not None else math.inf
+        norm = float(_full(torch.nn.utils.clip_grad_norm_(self.params, limit)))
         if math.isfinite(norm):
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 
     # ------------------------------------------------------------ data parallel
+    def _passes(self, batches: int) -> int:
+        """Forward/backward passes this rank runs: its micro-batches, or under FSDP the most
+        any rank has (every pass all-gathers each layer, so all ranks must run as many)."""
+        if not self.fsdp:
+            return batches
+        return int(self._all_reduce(torch.tensor([batches], dtype=torch.int64), "max")[0])
+
+    def _sync_gradients(self, last: bool) -> None:
+        """FSDP: accumulate the passes' gradients on this rank and reduce-scatter them once,
+        after the step's last backward (one sum over the ranks, as `_sum_gradients`)."""
+        if self.fsdp:
+            self._forward.set_requires_gradient_sync(last)
+
+    def _idle_pass(self, last: bool, reference: bool) -> None:
+        """A pass that adds nothing (its loss times 0) on a rank out of micro-batches, so
+        that its collectives meet the other ranks': a forward (and the reference forward,
+        with `reference`) and a backward, as a real micro-batch runs."""
+        self._sync_gradients(last)
+        ids = torch.zeros((1, 2), dtype=torch.long, device=self.device)  # (1, 2)
+        before = torch.ones((1, 1), dtype=torch.bool, device=self.device)  # (1, 1)
+        positions = torch.arange(2, device=self.device).unsqueeze(0)  # (1, 2)
+        args = (ids, torch.ones_like(ids), positions, before)
+        lp = self._forward(self._autocast(), *args)  # (1,)
+        if reference:
+            with torch.no_grad(), self.model.disable_adapter():
+                self._forward(self._autocast(), *args)
+        (lp.sum() * 0.0).backward()
+
     def _totals(self, seqs: list[TrainSequence]) -> tuple[int, int]:
         """The whole step's trainable tokens and sequences: the loss's normalizers."""
         n, s = sum(x.num_trainable for x in seqs), len(seqs)
@@ -379,13 +438,15 @@ class LoRATrainer:
         for p, g, present in zip(self.params, grads, flat[offset:].tolist(), strict=True):
             p.grad = g if present > 0 else None
 
-    def _all_reduce(self, t: torch.Tensor) -> torch.Tensor:
-        """`t` summed over the ranks (a new tensor; on the CPU for gloo)."""
+    def _all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """`t` summed (op "max": its maximum) over the ranks (a new tensor; on the CPU for
+        gloo)."""
         import torch.distributed as dist
 
         on = "cpu" if dist.get_backend(self.group) == "gloo" else self.device
         out = t.detach().to(on).clone()
-        dist.all_reduce(out, op=dist.ReduceOp.SUM, group=self.group)
+        reduce = dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM
+        dist.all_reduce(out, op=reduce, group=self.group)
         return out
 
     def close(self) -> None:
@@ -394,25 +455,49 @@ class LoRATrainer:
     # ------------------------------------------------------------------ state
     def save(self, folder: Path) -> None:
         """Write the adapter and the optimizer state into `folder` (which must exist).
-        Refuses (CheckpointError) to save non-finite adapter weights."""
+        Refuses (CheckpointError) to save non-finite adapter weights. Under FSDP every rank
+        must call it (each gathers the whole state; rank 0 writes it): the files are the
+        same as one process writes."""
+        import torch.distributed as dist
         from safetensors.torch import save_file
 
-        if not all(bool(torch.isfinite(p).all()) for p in self.params):
+        weights = [_full(p.detach()) for p in self.params]
+        sd = self.optimizer.state_dict()
+        tensors = {
+            f"{idx}.{k}": _full(v.detach()).cpu().contiguous()
+            for idx, st in sd["state"].items()
+            for k, v in st.items()
+            if isinstance(v, torch.Tensor)
+        }
+        if self.fsdp and dist.get_rank(self.group) != 0:
+            return
+        if not all(bool(torch.isfinite(w).all()) for w in weights):
             raise CheckpointError(
                 folder,
                 "the step made the adapter weights non-finite; nothing was saved "
                 "(lower the learning rate, or set max_grad_norm)",
             )
-        self.model.save_pretrained(str(folder))
-        sd = self.optimizer.state_dict()
-        tensors = {
-            f"{idx}.{k}": v.detach().cpu().contiguous()
-            for idx, st in sd["state"].items()
-            for k, v in st.items()
-            if isinstance(v, torch.Tensor)
-        }
+        if self.fsdp:  # the gathered tensors, under the names peft gives the parameters
+            names = [n for n, p in self.model.named_parameters() if p.requires_grad]
+            full = {n: w.cpu().contiguous() for n, w in zip(names, weights, strict=True)}
+            self.model.save_pretrained(str(folder), state_dict=full)
+        else:
+            self.model.save_pretrained(str(folder))
         save_file(tensors, str(folder / "optimizer.safetensors"))
         (folder / "optimizer.json").write_text(json.dumps({"param_groups": sd["param_groups"]}))
+
+    def param_numel(self) -> dict[str, int]:
+        """Parameters this process holds ("*_local": under FSDP its shards) and the model's
+        ("*_full"), for the frozen base and the trainable adapter."""
+        from torch.distributed.tensor import DTensor
+
+        out = dict.fromkeys(("base_local", "base_full", "lora_local", "lora_full"), 0)
+        for p in self._forward.parameters():
+            kind = "lora" if p.requires_grad else "base"
+            local = p.to_local() if isinstance(p, DTensor) else p
+            out[f"{kind}_local"] += local.numel()
+            out[f"{kind}_full"] += p.numel()
+        return out
 
     def load(self, folder: Path) -> None:
         """Restore the adapter weights and the optimizer state saved by `save`. Any failure
@@ -429,12 +514,20 @@ class LoRATrainer:
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
-        weights = load_file(str(folder / "adapter_model.safetensors"), device=str(self.device))
+        on = "cpu" if self.fsdp else str(self.device)
+        weights = load_file(str(folder / "adapter_model.safetensors"), device=on)
         if not all(bool(torch.isfinite(w).all()) for w in weights.values()):
             raise CheckpointError(folder, "the adapter weights are not all finite")
-        result: Any = set_peft_model_state_dict(self.model, weights)
-        if unexpected := list(getattr(result, "unexpected_keys", ())):
-            raise CheckpointError(folder, f"unexpected adapter tensors {unexpected[:3]}")
+        if self.fsdp:  # each rank keeps its shard of every tensor
+            if unexpected := sorted(set(weights) - set(self._adapter_keys)):
+                raise CheckpointError(folder, f"unexpected adapter tensors {unexpected[:3]}")
+            with torch.no_grad():
+                for p, key in zip(self.params, self._adapter_keys, strict=True):
+                    _local(p).copy_(_local(_shard_like(weights[key].to(p.dtype), p)))
+        else:
+            result: Any = set_peft_model_state_dict(self.model, weights)
+            if unexpected := list(getattr(result, "unexpected_keys", ())):
+                raise CheckpointError(folder, f"unexpected adapter tensors {unexpected[:3]}")
         opt_file = folder / "optimizer.safetensors"
         if opt_file.exists():
             flat = load_file(str(opt_file))
@@ -443,11 +536,108 @@ class LoRATrainer:
                 idx, name = key.split(".", 1)
                 if not bool(torch.isfinite(v).all()):
                     raise CheckpointError(folder, f"optimizer tensor {key} is not finite")
-                state.setdefault(int(idx), {})[name] = v.to(self.device) if name != "step" else v
+                if name != "step":  # a moment: under FSDP this rank's shard, as its param's
+                    p = self.params[int(idx)]
+                    v = _shard_like(v, p) if self.fsdp else v.to(self.device)
+                state.setdefault(int(idx), {})[name] = v
             groups = json.loads((folder / "optimizer.json").read_text())["param_groups"]
             for g in groups:
                 g["betas"] = tuple(g["betas"])
             self.optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+class _TokenLogprobs(torch.nn.Module):
+    """The transformer, then the head on the hidden states before each target token: the
+    module `LoRATrainer` calls for log-probabilities. Under FSDP it is the root that
+    `fully_shard` wraps (its forward all-gathers what the layers do not own: the embedding,
+    the final norm, the head), since the trainer never calls the causal LM's own forward."""
+
+    def __init__(self, base: torch.nn.Module) -> None:
+        super().__init__()
+        self.base = base
+
+    def forward(
+        self,
+        autocast: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor,
+        before: torch.Tensor,
+        **extra: Any,
+    ) -> torch.Tensor:
+        """input_ids, position_ids (R, L); before (R, L-1) bool: the positions whose state
+        predicts a trained token. Returns (N,) log-probabilities, row-major over `before`.
+        `autocast` covers the transformer only (the head stays in the weights dtype)."""
+        base: Any = self.base
+        with autocast:
+            hidden = base.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=False,
+                **extra,
+            ).last_hidden_state  # (R, L, H)
+        head = base.get_output_embeddings()
+        h = hidden[:, :-1][before].to(head.weight.dtype)  # (N, H)
+        targets = input_ids[:, 1:][before]  # (N,)
+        return token_logprobs(h, head, targets)
+
+
+def _fully_shard(root: torch.nn.Module, group: Any, device: torch.device) -> Any:
+    """FSDP2 over `group`: each decoder layer (the model's `_no_split_modules`) is its own
+    unit, all-gathered for its forward and backward only; `root` takes the rest. Gradients
+    are summed over the ranks, not averaged: each rank's loss is already divided by the
+    whole step's counts."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    mesh = DeviceMesh.from_group(group, device.type)
+    kinds = set(getattr(getattr(root, "base", root), "_no_split_modules", None) or ())
+    for layer in [m for m in root.modules() if type(m).__name__ in kinds]:
+        fully_shard(layer, mesh=mesh)
+    sharded: Any = fully_shard(root, mesh=mesh)
+    for module in sharded.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
+    return sharded
+
+
+def _adapter_keys(model: Any) -> list[str]:
+    """The key each trainable parameter has in a saved adapter (peft drops the adapter's
+    name), in `model.parameters()` order."""
+    from peft import get_peft_model_state_dict
+
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    index = {n: torch.tensor(i) for i, n in enumerate(names)}
+    saved = get_peft_model_state_dict(model, state_dict=index, save_embedding_layers=False)
+    keys = {int(i): k for k, i in saved.items()}
+    assert sorted(keys) == list(range(len(names))), "an adapter tensor peft would not save"
+    return [keys[i] for i in range(len(names))]
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: all-gathered when it is a shard (a DTensor), else `t`."""
+    from torch.distributed.tensor import DTensor
+
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of `t` (a DTensor's local shard, else `t`)."""
+    from torch.distributed.tensor import DTensor
+
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _shard_like(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """`full` cut as `like` is (a DTensor: this rank's shard of it), on `like`'s device."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    full = full.to(like.device)
+    if not isinstance(like, DTensor):
+        return full
+    return distribute_tensor(full, like.device_mesh, like.placements)
 
 
 def token_logprobs(
