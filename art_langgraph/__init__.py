@@ -1,8 +1,9 @@
 """art_langgraph: train the LLM inside a LangGraph app with GRPO on a LoRA adapter.
 
 The public surface, in ART's vocabulary. Subpackages hold the rest:
-`art_langgraph.engine` (token-in/token-out inference), `art_langgraph.backend` (the
-`Backend` contract, the OpenAI-compatible server), `art_langgraph.presets` (the offline
+`art_langgraph.engine` (token-in/token-out inference), `art_langgraph.serving` (the
+OpenAI-compatible server), `art_langgraph.backend` (the `Backend` contract, `LocalBackend`,
+`RemoteBackend`), `art_langgraph.training` (GRPO), `art_langgraph.presets` (the offline
 models), `art_langgraph.utils` (helpers the examples use). `import art_langgraph` does not
 import torch: `LocalBackend` loads it on first use, `RemoteBackend` never does.
 """

@@ -75,3 +75,39 @@ def test_every_marker_block_rewrites_in_place(tmp_path: Path) -> None:
             block = body.split(start, 1)[1].split(end, 1)[0]
             assert update_docs(name, block, copy, kind=kind)
         assert copy.read_text() == body, f"{page.name}: a marker block is malformed"
+
+
+def _packages() -> set[str]:
+    """Every package folder of art_langgraph and art_mcp, as `art_langgraph/backend/api/`."""
+    return {
+        f"{init.parent.relative_to(ROOT).as_posix()}/"
+        for pkg in ("art_langgraph", "art_mcp")
+        for init in (ROOT / pkg).rglob("__init__.py")
+    }
+
+
+def test_the_package_diagram_matches_the_code() -> None:
+    """docs/concepts.md draws every package once, and only modules that exist in it."""
+    page = (ROOT / "docs/concepts.md").read_text()
+    [diagram] = re.findall(r"```mermaid\n(.*?)```", page, re.S)
+    # A node: id["art_langgraph/serving/<br/>app.py, chat_service.py"]
+    nodes = re.findall(
+        r'^\s*\w+\["((?:art_langgraph|art_mcp)/(?:\w+/)*)(?:<br/>)?([^"]*)"\]', diagram, re.M
+    )
+    drawn = [folder for folder, _ in nodes]
+    assert len(drawn) == len(set(drawn)), f"a package drawn twice: {sorted(drawn)}"
+    real = _packages()
+    assert not set(drawn) - real, (
+        f"the diagram draws packages that do not exist: {sorted(set(drawn) - real)}"
+    )
+    assert not real - set(drawn), f"the diagram misses packages: {sorted(real - set(drawn))}"
+    for folder, label in nodes:
+        for module in re.findall(r"(\w+)\.py", label):
+            assert (ROOT / folder / f"{module}.py").is_file(), (
+                f"{folder}{module}.py is not a module"
+            )
+
+
+def test_the_package_diagram_test_sees_its_nodes() -> None:
+    assert "art_langgraph/serving/" in _packages()
+    assert "art_langgraph/backend/api/" in _packages()
