@@ -19,9 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("art_langgraph", "art_mcp")
 
-# Being untangled in another change (the Ray trainer ranks and the distributed trainer
-# import each other); remove this line when it lands, and the test holds the line.
-ALLOWED = {frozenset({"art_langgraph.training.distributed", "art_langgraph.training.ray_ranks"})}
+ALLOWED: set[frozenset[str]] = set()
+"""Pairs of modules allowed to import each other: none."""
 
 
 def _module_name(path: Path) -> str:

@@ -17,7 +17,7 @@ re-imports the user's `__main__`, which a training script without an `if __name_
 "__main__"` guard would run again in every rank. Not torchrun: the backend is a
 long-lived server that starts, watches and stops its ranks with the model. A rank needs
 only (rank, world size, store), so a torchrun entry point would be a few lines over
-`_rank_loop`.
+`rank.rank_loop` (`training/rank.py`).
 
 Failure: a rank that dies or raises fails the whole step. The parent kills every rank (a
 survivor may hold an update the others lack), closes the trainer and raises (the rank's
@@ -49,15 +49,11 @@ untested.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import math
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
-import traceback
 import weakref
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
@@ -75,13 +71,10 @@ __all__ = [
     "LocalLauncher",
     "RankLauncher",
     "RankProcess",
-    "join_group",
-    "portable_error",
-    "rank_loop",
     "shard",
 ]
 
-_ENTRY = "import sys; from art_langgraph.training.distributed import _rank_main; _rank_main(int(sys.argv[1]))"
+_ENTRY = "import sys; from art_langgraph.training.rank import main; main(int(sys.argv[1]))"
 
 
 def shard(seqs: list[TrainSequence], ranks: int) -> list[list[TrainSequence]]:
@@ -123,7 +116,7 @@ class DistributedTrainer:
         (`training/ray_ranks.py`), each asking for `share` (a `ray_cluster.ActorShare`;
         None: `shares(ray, 0, ranks)`); `device` is then the share's. `fsdp`: shard the
         base model, the adapter and its optimizer state over the ranks (FSDP2, each rank
-        holds 1/W); None: when the base's weights take more than FSDP_AUTO_FRACTION of a
+        holds 1/W); None: when the base's weights take more than rank.FSDP_AUTO_FRACTION of a
         rank's CUDA device (never on the CPU), True/False: always/never."""
         import torch.distributed as dist
 
@@ -432,156 +425,3 @@ def _rank_env(threads: int | None) -> dict[str, str]:
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     return env
-
-
-# ---------------------------------------------------------------------- the rank side
-def _rank_main(fd: int) -> None:
-    """A rank's process: read its settings, join the group, then serve the parent's
-    commands until "close" or the parent goes."""
-    conn = Connection(fd)
-    spec = conn.recv()
-    _exit_with_parent(spec["parent_pid"])
-    try:
-        trainer = join_group(spec)
-    except BaseException as exc:
-        conn.send(("error", portable_error(exc)))
-        return
-    conn.send(("ok", None))
-    rank_loop(conn, trainer, spec["rank"])
-
-
-def join_group(spec: dict[str, Any]) -> Any:
-    """Join the process group and build this rank's trainer (in the rank's process)."""
-    import torch
-    import torch.distributed as dist
-
-    from art_langgraph.training.trainer import LoRATrainer
-
-    if spec["backend"] == "gloo":
-        torch.set_num_threads(spec["threads"])
-    if spec["device"].startswith("cuda"):
-        torch.cuda.set_device(spec["device"])
-    timeout = timedelta(seconds=spec["timeout_s"])
-    store = dist.TCPStore(spec["host"], spec["port"], is_master=False, timeout=timeout)
-    dist.init_process_group(
-        spec["backend"], store=store, rank=spec["rank"], world_size=spec["world"]
-    )
-    fsdp = spec.get("fsdp")
-    if fsdp is None:
-        fsdp = _fsdp_needed(spec["base_path"], spec["config"], spec["device"])
-        # Every rank must agree (they shard together): any rank short of memory decides.
-        flag = torch.tensor([int(fsdp)], device=spec["device"])
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        fsdp = bool(flag.item())
-    world = dist.group.WORLD
-    trainer = LoRATrainer(
-        spec["base_path"], spec["config"], spec["device"], fsdp=world if fsdp else None
-    )
-    trainer.group = world
-    torch.manual_seed(spec["config"].seed + spec["rank"])  # each rank's own dropout noise
-    return trainer
-
-
-def rank_loop(conn: Connection, trainer: Any, rank: int) -> None:
-    """Serve the parent's commands on `conn` until "close" or the connection ends."""
-    import torch.distributed as dist
-
-    while True:
-        try:
-            op, args = conn.recv()
-        except (EOFError, OSError):
-            break
-        if op == "close":
-            break
-        try:
-            if op == "rl_step":
-                seqs, config, relay = args
-                result: Any = trainer.rl_step(seqs, config, _relay(conn, rank) if relay else None)
-            elif op == "digest":
-                result = _digest(trainer)
-            elif op == "describe":
-                result = {"fsdp": trainer.fsdp, "params": trainer.param_numel()}
-            else:  # sft_step, save, load
-                result = getattr(trainer, op)(*args)
-        except BaseException as exc:
-            conn.send(("error", portable_error(exc)))
-            continue
-        conn.send(("ok", result))
-    with contextlib.suppress(Exception):
-        dist.destroy_process_group()
-
-
-def _relay(conn: Connection, rank: int) -> ProgressFn:
-    """A progress callback that sends each event, with this rank, to the parent."""
-
-    def send(stage: str, info: dict[str, Any]) -> None:
-        conn.send(("progress", (stage, {**info, "rank": rank})))
-
-    return send
-
-
-def _digest(trainer: Any) -> str:
-    """sha256 of the adapter's weights and the optimizer's state, bit for bit. Under FSDP
-    each rank holds other shards by design (nothing to compare; gathered, they would agree
-    by construction): only the replicated state, the optimizer's step counts, is hashed."""
-    import torch
-    from torch.distributed.tensor import DTensor
-
-    h = hashlib.sha256()
-    state = trainer.optimizer.state_dict()["state"]
-    tensors = [*trainer.params]
-    for idx in sorted(state):
-        tensors += [v for _, v in sorted(state[idx].items()) if isinstance(v, torch.Tensor)]
-    for t in tensors:
-        if isinstance(t, DTensor):
-            continue
-        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-FSDP_AUTO_FRACTION = 0.4
-"""fsdp=None shards the base when its weights take more than this share of a rank's CUDA
-device's memory (the rest is for activations, the logits chunks and the adapter's state)."""
-
-
-def _fsdp_needed(base_path: str, config: ModelConfig, device: str) -> bool:
-    """Whether the base's weights (in the trainer's dtype) pass FSDP_AUTO_FRACTION of
-    `device`'s memory. Never on the CPU (its memory is the host's, shared by the ranks)."""
-    import torch
-    from safetensors import safe_open
-
-    from art_langgraph.devices import pick_dtype, torch_dtype
-
-    if not device.startswith("cuda"):
-        return False
-    numel = 0
-    for path in Path(base_path).glob("*.safetensors"):
-        with safe_open(str(path), framework="pt") as f:
-            for key in f.keys():  # noqa: SIM118 (safe_open is no dict)
-                numel += math.prod(f.get_slice(key).get_shape())
-    size = torch.empty((), dtype=torch_dtype(pick_dtype(config.dtype, "cuda"))).element_size()
-    total = torch.cuda.get_device_properties(torch.device(device)).total_memory
-    return numel * size > FSDP_AUTO_FRACTION * total
-
-
-def portable_error(exc: BaseException) -> tuple[BaseException | None, str]:
-    """The exception itself when it survives pickling, and its traceback as text."""
-    import pickle
-
-    text = "".join(traceback.format_exception(exc)).rstrip()
-    try:
-        pickle.loads(pickle.dumps(exc))
-    except Exception:
-        return None, text
-    return exc, text
-
-
-def _exit_with_parent(parent: int) -> None:
-    """Exit as soon as the parent is gone (this process is then re-parented)."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()

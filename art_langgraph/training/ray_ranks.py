@@ -4,7 +4,7 @@ Each rank is a `RankActor` placed by its resources (`ray_cluster.shares`: a GPU 
 the cluster has GPUs, else a share of its CPUs). Its `run` call connects back to this
 process and then is a rank like a local child: it reads its spec, joins the torch process
 group (gloo, or NCCL on GPUs) at this node's rendezvous store, and serves the trainer's
-commands (`distributed.rank_loop`) until told to close.
+commands (`rank.rank_loop`) until told to close.
 
 The connection back: a TCP socket this process listens on at its node's address, one
 per rank, authenticated with a random key (the HMAC challenge of
@@ -43,7 +43,7 @@ class RankActor:
 
     def run(self, address: tuple[str, int], key: bytes) -> None:
         """Connect back, join the group, serve commands; returns when told to close."""
-        from art_langgraph.training.distributed import join_group, portable_error, rank_loop
+        from art_langgraph.training.rank import join_group, portable_error, rank_loop
 
         conn = Client(address, authkey=key)
         spec = conn.recv()

@@ -53,6 +53,13 @@ from art_langgraph.errors import CheckpointError
 from art_langgraph.memory import heap_for_large_blocks
 from art_langgraph.training import loss as L
 from art_langgraph.training.config import ModelConfig, TrainConfig
+from art_langgraph.training.fsdp import (
+    adapter_keys,
+    full_tensor,
+    local_tensor,
+    shard_like,
+    shard_model,
+)
 from art_langgraph.training.segments import register_attention
 from art_langgraph.training.shared_base import SharedBase, model_over
 from art_langgraph.training.tensorize import MicroBatch, TrainSequence, micro_batches
@@ -146,8 +153,8 @@ class LoRATrainer:
         self.fsdp = fsdp is not None
         if fsdp is not None:
             self.group = fsdp
-            self._adapter_keys = _adapter_keys(self.model)
-            self._forward = _fully_shard(self._forward, fsdp, self.device)
+            self._adapter_keys = adapter_keys(self.model)
+            self._forward = shard_model(self._forward, fsdp, self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.params, lr=5e-6, betas=(0.9, 0.99), weight_decay=0.0
@@ -368,7 +375,7 @@ class LoRATrainer:
         if self.group is not None and not self.fsdp:  # FSDP summed them in its reduce-scatter
             self._sum_gradients()
         limit = max_norm if max_norm is not None else math.inf
-        norm = float(_full(torch.nn.utils.clip_grad_norm_(self.params, limit)))
+        norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(self.params, limit)))
         if math.isfinite(norm):
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -461,10 +468,10 @@ class LoRATrainer:
         import torch.distributed as dist
         from safetensors.torch import save_file
 
-        weights = [_full(p.detach()) for p in self.params]
+        weights = [full_tensor(p.detach()) for p in self.params]
         sd = self.optimizer.state_dict()
         tensors = {
-            f"{idx}.{k}": _full(v.detach()).cpu().contiguous()
+            f"{idx}.{k}": full_tensor(v.detach()).cpu().contiguous()
             for idx, st in sd["state"].items()
             for k, v in st.items()
             if isinstance(v, torch.Tensor)
@@ -523,7 +530,7 @@ class LoRATrainer:
                 raise CheckpointError(folder, f"unexpected adapter tensors {unexpected[:3]}")
             with torch.no_grad():
                 for p, key in zip(self.params, self._adapter_keys, strict=True):
-                    _local(p).copy_(_local(_shard_like(weights[key].to(p.dtype), p)))
+                    local_tensor(p).copy_(local_tensor(shard_like(weights[key].to(p.dtype), p)))
         else:
             result: Any = set_peft_model_state_dict(self.model, weights)
             if unexpected := list(getattr(result, "unexpected_keys", ())):
@@ -538,7 +545,7 @@ class LoRATrainer:
                     raise CheckpointError(folder, f"optimizer tensor {key} is not finite")
                 if name != "step":  # a moment: under FSDP this rank's shard, as its param's
                     p = self.params[int(idx)]
-                    v = _shard_like(v, p) if self.fsdp else v.to(self.device)
+                    v = shard_like(v, p) if self.fsdp else v.to(self.device)
                 state.setdefault(int(idx), {})[name] = v
             groups = json.loads((folder / "optimizer.json").read_text())["param_groups"]
             for g in groups:
@@ -581,63 +588,6 @@ class _TokenLogprobs(torch.nn.Module):
         h = hidden[:, :-1][before].to(head.weight.dtype)  # (N, H)
         targets = input_ids[:, 1:][before]  # (N,)
         return token_logprobs(h, head, targets)
-
-
-def _fully_shard(root: torch.nn.Module, group: Any, device: torch.device) -> Any:
-    """FSDP2 over `group`: each decoder layer (the model's `_no_split_modules`) is its own
-    unit, all-gathered for its forward and backward only; `root` takes the rest. Gradients
-    are summed over the ranks, not averaged: each rank's loss is already divided by the
-    whole step's counts."""
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import FSDPModule, fully_shard
-
-    mesh = DeviceMesh.from_group(group, device.type)
-    kinds = set(getattr(getattr(root, "base", root), "_no_split_modules", None) or ())
-    for layer in [m for m in root.modules() if type(m).__name__ in kinds]:
-        fully_shard(layer, mesh=mesh)
-    sharded: Any = fully_shard(root, mesh=mesh)
-    for module in sharded.modules():
-        if isinstance(module, FSDPModule):
-            module.set_gradient_divide_factor(1.0)
-            module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
-    return sharded
-
-
-def _adapter_keys(model: Any) -> list[str]:
-    """The key each trainable parameter has in a saved adapter (peft drops the adapter's
-    name), in `model.parameters()` order."""
-    from peft import get_peft_model_state_dict
-
-    names = [n for n, p in model.named_parameters() if p.requires_grad]
-    index = {n: torch.tensor(i) for i, n in enumerate(names)}
-    saved = get_peft_model_state_dict(model, state_dict=index, save_embedding_layers=False)
-    keys = {int(i): k for k, i in saved.items()}
-    assert sorted(keys) == list(range(len(names))), "an adapter tensor peft would not save"
-    return [keys[i] for i in range(len(names))]
-
-
-def _full(t: torch.Tensor) -> torch.Tensor:
-    """The whole tensor: all-gathered when it is a shard (a DTensor), else `t`."""
-    from torch.distributed.tensor import DTensor
-
-    return t.full_tensor() if isinstance(t, DTensor) else t
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    """This rank's part of `t` (a DTensor's local shard, else `t`)."""
-    from torch.distributed.tensor import DTensor
-
-    return t.to_local() if isinstance(t, DTensor) else t
-
-
-def _shard_like(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """`full` cut as `like` is (a DTensor: this rank's shard of it), on `like`'s device."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
-    full = full.to(like.device)
-    if not isinstance(like, DTensor):
-        return full
-    return distribute_tensor(full, like.device_mesh, like.placements)
 
 
 def token_logprobs(

@@ -334,7 +334,7 @@ def test_fsdp_turns_on_when_the_base_takes_over_40_percent_of_a_cuda_device(
 ) -> None:
     import torch
 
-    from art_langgraph.training.distributed import _fsdp_needed
+    from art_langgraph.training.rank import _fsdp_needed
 
     config = ModelConfig()  # bfloat16 on CUDA: 650k parameters, 1.3 MB
     bytes_ = 2 * LoRATrainer(str(tiny_path), config, device="cpu").param_numel()["base_full"]
