@@ -112,6 +112,13 @@ def _parser() -> argparse.ArgumentParser:
         "('auto': this machine's cluster; 'local': a Ray instance in this process; "
         "needs the ray extra); default: local processes",
     )
+    b.add_argument(
+        "--trainer-fsdp",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="shard the base model over the trainer ranks with FSDP (auto: when it takes more "
+        "than 40%% of a rank's GPU; never on CPUs)",
+    )
     r = sub.add_parser("report", help="write a self-contained HTML review page of a model folder")
     r.add_argument("folder", help="a model's folder ({path}/{project}/models/{name})")
     r.add_argument("--out", default=None, help="where to write it (default FOLDER/review.html)")
@@ -381,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
                 trainer_ranks=args.trainer_ranks,
                 replicas=args.replicas,
                 ray=args.ray,
+                trainer_fsdp={"auto": None, "on": True, "off": False}[args.trainer_fsdp],
             )
         except UsageError as exc:
             print(f"art-langgraph: error: {exc}", file=sys.stderr)

@@ -92,6 +92,7 @@ class LocalBackend:
         trainer_ranks: int = 1,
         replicas: int = 1,
         ray: str | None = None,
+        trainer_fsdp: bool | None = None,
     ) -> None:
         """`path`: where models live on disk. `max_loaded_adapters`: steps kept in the engine's
         memory per model; older pinned steps are loaded from disk on demand. `server_config`:
@@ -109,7 +110,10 @@ class LocalBackend:
         `ray`: a Ray address, "auto" (this machine's cluster) or "local" (a Ray instance in
         this process): the `replicas` torch engines and the `trainer_ranks` ranks then run as
         Ray actors placed on the cluster (ray_cluster.py; needs the `ray` extra, and `path`
-        on a filesystem every node reads); None (default): local processes, no Ray."""
+        on a filesystem every node reads); None (default): local processes, no Ray.
+        `trainer_fsdp` (with several ranks, or with Ray): shard the frozen base, the adapter
+        and its optimizer state over the ranks with FSDP2; None (default): when the base's
+        weights take more than 40% of a rank's CUDA device, never on the CPU."""
         if not isinstance(replicas, int) or replicas < 1:
             raise UsageError(f"replicas must be an integer >= 1, got {replicas!r}")
         self.replicas = replicas
@@ -129,6 +133,7 @@ class LocalBackend:
                 "with ray, or vLLM without ray"
             )
         self.ray_address = ray
+        self.trainer_fsdp = trainer_fsdp
         self._ray: Any = None
         self._ray_started: bool | None = None
         self._share: Any = None
@@ -340,6 +345,7 @@ class LocalBackend:
                 self.device,
                 ray=self._ray,
                 share=self._share,
+                fsdp=self.trainer_fsdp,
             )
             if run.step > 0:
                 trainer.load(run.store.path(run.step))  # a failure stops its ranks

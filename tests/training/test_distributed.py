@@ -32,6 +32,7 @@ from art_langgraph.training.distributed import DistributedTrainer, shard
 from art_langgraph.training.protocol import Trainer
 from art_langgraph.training.tensorize import TrainSequence
 from art_langgraph.training.trainer import LoRATrainer
+from tests.backend.rollouts import rollout
 from tests.training.test_trainer import LR, make_sequences
 
 MAX_WEIGHT_DIFF = 5e-5
@@ -314,16 +315,20 @@ def test_ranks_exit_when_their_parent_is_killed(tiny_path: Path) -> None:
 
 
 @pytest.mark.slow
-async def test_local_backend_trains_on_two_ranks(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fsdp", [None, True], ids=["auto", "fsdp"])
+async def test_local_backend_trains_on_two_ranks(tmp_path: Path, fsdp: bool | None) -> None:
     from tests.backend.test_local_backend import _groups, _model
 
-    async with art.LocalBackend(path=tmp_path, trainer_ranks=2) as backend:
+    async with art.LocalBackend(path=tmp_path, trainer_ranks=2, trainer_fsdp=fsdp) as backend:
         model = await _model(backend, "dp")
         result = await model.train(await _groups(model), art.TrainConfig(learning_rate=2e-3))
         assert result.step == 1 and result.metrics["trainer_ranks"] == 2
         assert result.metrics["grad_norm"] > 0
         run = backend._runs["dp"]
         assert isinstance(run.trainer, DistributedTrainer)
+        assert run.trainer.fsdp is bool(fsdp)  # auto: off on the CPU
+        after = await rollout(model, "hello")  # the gathered checkpoint serves
+        assert after.calls[0].model == "dp@1"
         pids = run.trainer.pids
     assert not [p for p in pids if alive(p)]  # close() stopped the ranks
     assert (tmp_path / "tests" / "models" / "dp" / "checkpoints" / "0001").is_dir()

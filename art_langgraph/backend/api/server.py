@@ -371,9 +371,10 @@ def serve_backend(
     trainer_ranks: int = 1,
     replicas: int = 1,
     ray: str | None = None,
+    trainer_fsdp: bool | None = None,
 ) -> None:
     """Serve the training API and the OpenAI endpoint in the foreground until SIGINT/SIGTERM.
-    `replicas`, `trainer_ranks`, `ray`: as `LocalBackend`'s."""
+    `replicas`, `trainer_ranks`, `ray`, `trainer_fsdp`: as `LocalBackend`'s."""
     import uvicorn
 
     from art_langgraph.serving.runner import _config, check_bind
@@ -392,6 +393,7 @@ def serve_backend(
         trainer_ranks=trainer_ranks,
         replicas=replicas,
         ray=ray,
+        trainer_fsdp=trainer_fsdp,
     )
     app = create_backend_app(backend, api_key=api_key, config=config)
     server = uvicorn.Server(_config(app, host, port, log_level, limits, access_log=False))
