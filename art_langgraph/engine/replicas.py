@@ -232,8 +232,8 @@ class ReplicaEngine:
         lora_rank: int = 8,
     ) -> ReplicaEngine:
         """R managed vLLM servers (`VLLMEngine`); with R or more GPUs, replica i sees only
-        GPU i (CUDA_VISIBLE_DEVICES). Untested here: no GPU or vLLM on the machines that
-        wrote it."""
+        GPU i (CUDA_VISIBLE_DEVICES). Tested with vLLM's CPU build
+        (tests/engine/test_vllm_replicas.py); on GPUs untested (none was lent)."""
         from art_langgraph.engine.vllm_engine import VLLMEngine, VLLMEngineConfig
 
         _check_count(replicas)
