@@ -138,15 +138,28 @@ class DistributedTrainer:
         self._closed = False
         # Killed at exit or when this object goes, whichever comes first.
         self._finalizer = weakref.finalize(self, _kill, self._procs)
+        self._store: Any = None
+        # The rendezvous listens only on the launcher's address (loopback for local ranks):
+        # given no socket, torch's store would listen on every interface. The store owns
+        # the socket from here on (it closes it).
+        listener = socket.create_server((launcher.host, 0))
+        self.rendezvous: tuple[str, int] = listener.getsockname()[:2]
+        """Where the ranks meet (the address the store listens on, and its port)."""
+        fd = listener.detach()
         try:
             store = dist.TCPStore(
                 launcher.host,
-                0,
+                self.rendezvous[1],
                 is_master=True,
                 wait_for_workers=False,
                 timeout=timedelta(seconds=start_timeout_s),
+                master_listen_fd=fd,
             )
-            self._store: Any = store  # the rendezvous lives as long as the ranks
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            self._store = store  # the rendezvous lives as long as the ranks
             for rank in range(ranks):
                 proc, conn = launcher.launch(rank)
                 self._procs.append(proc)
@@ -234,6 +247,7 @@ class DistributedTrainer:
         self._finalizer()
         for conn in self._conns:
             conn.close()
+        self._store = None
 
     # ---------------------------------------------------------------- plumbing
     def _call(

@@ -353,3 +353,16 @@ def test_fsdp_turns_on_when_the_base_takes_over_40_percent_of_a_cuda_device(
 def test_more_ranks_than_cuda_devices_is_refused(tiny_path: Path) -> None:
     with pytest.raises(UsageError, match="need 64 CUDA devices"):
         DistributedTrainer(str(tiny_path), ModelConfig(), ranks=64, device="cuda")
+
+
+def test_the_rendezvous_listens_on_loopback_only(pair: DistributedTrainer) -> None:
+    """torch's store would listen on every interface; ours is given a loopback socket."""
+    host, port = pair.rendezvous
+    assert host == "127.0.0.1"
+    listening = [
+        line.split()
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
+        if line.split()[3] == "0A"  # LISTEN
+    ]
+    ours = [fields[1] for fields in listening if int(fields[1].split(":")[1], 16) == port]
+    assert ours == ["0100007F:" + f"{port:04X}"]  # 127.0.0.1, and no 0.0.0.0 twin
