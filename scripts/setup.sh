@@ -40,3 +40,19 @@ if [ "${ART_SKIP_THIRD_PARTY:-0}" != "1" ] && [ ! -f "$fs_server" ] && command -
   npm install --prefix "$npm_dir" --no-audit --no-fund --silent \
     "@modelcontextprotocol/server-filesystem@2026.8.31" >&2
 fi
+# Mermaid for the docs site, so its diagrams draw offline too (`mkdocs serve`, the built
+# site): one file of the npm package, not its dependencies. Skipped without npm (the site
+# then loads mermaid from its CDN) or when ART_SKIP_THIRD_PARTY=1.
+mermaid="$root/docs/assets/javascripts/mermaid.min.js"
+if [ "${ART_SKIP_THIRD_PARTY:-0}" != "1" ] && [ ! -f "$mermaid" ] && command -v npm >/dev/null; then
+  echo "setup: fetching mermaid 11.17.2 for the docs site" >&2
+  tmp="$(mktemp -d)"
+  if (cd "$tmp" && npm pack --silent mermaid@11.17.2 >/dev/null \
+      && tar -xzf mermaid-11.17.2.tgz package/dist/mermaid.min.js); then
+    mkdir -p "$(dirname "$mermaid")"
+    mv "$tmp/package/dist/mermaid.min.js" "$mermaid"
+  else
+    echo "setup: could not fetch mermaid; the docs site will load it from its CDN" >&2
+  fi
+  rm -rf "$tmp"
+fi
