@@ -48,6 +48,7 @@ from art_langgraph.chat_model import ART_METADATA_KEY
 from art_langgraph.errors import UsageError
 from art_langgraph.threads import ThreadStore, thread_id_of
 from art_langgraph.trajectory import (
+    TRAIN_NODES_KEY,
     ExceptionInfo,
     LLMCall,
     ToolEvent,
@@ -82,6 +83,9 @@ class TrajectoryCallback(BaseCallbackHandler):
     ) -> None:
         self.trajectory = trajectory if trajectory is not None else Trajectory()
         self.train_nodes = _node_filter(train_nodes)
+        if (names := getattr(self.train_nodes, "names", None)) is not None:
+            # kept with the rollout so the trainer can check them over a whole step
+            self.trajectory.metadata[TRAIN_NODES_KEY] = sorted(names)
         self.resumed = False
         """Whether a run in this block was resumed from an interrupt (`Command(resume=...)`)."""
         self._llm: dict[UUID, dict[str, Any]] = {}
@@ -508,17 +512,25 @@ def _node_filter(train_nodes: TrainNodes | None) -> Callable[[LLMCall], bool] | 
 
 
 def _check_train_nodes(handler: TrajectoryCallback) -> None:
-    """Warn when `train_nodes` names left every call of the trainable model out."""
+    """Warn when `train_nodes` (names or a predicate) left every call of the trainable
+    model out. A name that matched nothing while others did is checked over a whole step,
+    at train time (`training.prepare.check_train_nodes`): one run may skip a node."""
+    if handler.train_nodes is None:
+        return
     names = getattr(handler.train_nodes, "names", None)
     calls = handler.trajectory.calls
     excluded = [c for c in calls if c.metadata.get("art_excluded") == "train_nodes"]
-    if names is None or not excluded or any(c.trainable for c in calls):
+    if not excluded or any(c.trainable for c in calls):
         return
     ran = sorted({c.node or "(outside a graph)" for c in excluded})
+    what = (
+        f"train_nodes={sorted(names)} named no node that called the trainable model"
+        if names is not None
+        else "the train_nodes predicate selected no call of the trainable model"
+    )
     _note(
         handler.trajectory,
-        f"train_nodes={sorted(names)} named no node that called the trainable model in this "
-        f"run, so nothing of it trains; the nodes that did: {ran}",
+        f"{what} in this run, so nothing of it trains; the nodes that called it: {ran}",
     )
 
 

@@ -72,6 +72,10 @@ _NOT_SAMPLING = frozenset(
 )
 _ADAPTER_STEP = re.compile(r"^.+@(\d+)$")
 
+TRAIN_NODES_KEY = "art_train_nodes"
+"""`Trajectory.metadata` key holding the node names `capture(train_nodes=[...])` was given
+(absent for a predicate), which the trainer checks against the nodes of a whole step."""
+
 
 def _new_id() -> str:
     return uuid.uuid4().hex

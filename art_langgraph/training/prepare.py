@@ -4,7 +4,9 @@
 what cannot be trained (a non-group, a group with unfinished rollouts, a trajectory
 still waiting for its reward (`late_rewards.py`), token ids outside the vocabulary),
 skips groups that carry no signal (empty, all rewards equal, older than
-`max_staleness`) and counts each kind, computes each group's advantages (per
+`max_staleness`) and counts each kind, warns about rollouts that train but may not be
+meant to (`check_step_rollouts`: a `train_nodes` name no rollout ran, a run still waiting
+at an interrupt), computes each group's advantages (per
 node too, where trajectories carry `node_rewards`: `node_advantages`), and turns every
 trajectory into token-exact sequences (`tensorize.build_sequences`).
 
@@ -14,6 +16,7 @@ Left out: the optimizer step itself (`trainer.py`).
 from __future__ import annotations
 
 import statistics
+import warnings
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -22,9 +25,9 @@ from art_langgraph.late_rewards import check_no_pending
 from art_langgraph.training.advantages import compute_advantages, is_zero_variance
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, build_sequences
-from art_langgraph.trajectory import LLMCall, Trajectory, TrajectoryGroup
+from art_langgraph.trajectory import TRAIN_NODES_KEY, LLMCall, Trajectory, TrajectoryGroup
 
-__all__ = ["node_advantages", "prepare_step", "rewarded_node"]
+__all__ = ["check_step_rollouts", "node_advantages", "prepare_step", "rewarded_node"]
 
 
 def prepare_step(
@@ -50,6 +53,7 @@ def prepare_step(
         "node_advantage_calls": 0,
     }
     check_no_pending([g for g in groups if isinstance(g, TrajectoryGroup)])
+    counts.update(check_step_rollouts([g for g in groups if isinstance(g, TrajectoryGroup)]))
     stats = TensorizeStats()
     seqs: list[TrainSequence] = []
     rewards: list[float] = []
@@ -96,6 +100,38 @@ def prepare_step(
     metrics["trajectories"] = float(len(rewards))
     metrics["nothing_trainable"] = float(not seqs)
     return seqs, metrics
+
+
+def check_step_rollouts(groups: Sequence[TrajectoryGroup]) -> dict[str, int]:
+    """Warn, once per step, about rollouts that train but may not be what the user meant,
+    and count them for the step's metrics:
+
+    - a `capture(train_nodes=[...])` name that matched no call of any rollout in the step
+      (a typo, or a node that never calls the model), with the nodes that did;
+    - trajectories still waiting at a LangGraph `interrupt()` (`interrupted`): they train
+      as they stand, the calls up to the interrupt, rewarded as they are.
+    """
+    trajs = [t for g in groups for t in g]
+    asked = {n for t in trajs for n in t.metadata.get(TRAIN_NODES_KEY) or ()}
+    ran = {n for t in trajs for c in t.calls for n in (c.node, *c.namespace) if n}
+    unmatched = sorted(asked - ran)
+    if unmatched:
+        warnings.warn(
+            f"train_nodes names {unmatched}, which matched no call of the trainable model in "
+            f"any rollout of this step; the nodes that called it: {sorted(ran)}",
+            UserWarning,
+            stacklevel=3,
+        )
+    waiting = sum(t.interrupted for t in trajs)
+    if waiting:
+        warnings.warn(
+            f"{waiting} of this step's {len(trajs)} trajectories still wait at an interrupt() "
+            "(trajectory.interrupted): they train on the calls made before it. Resume them "
+            "under capture(thread=..., store=...) first to train the whole run",
+            UserWarning,
+            stacklevel=3,
+        )
+    return {"train_nodes_unmatched": len(unmatched), "interrupted_trajectories": waiting}
 
 
 def rewarded_node(call: LLMCall, nodes: Collection[str]) -> str | None:

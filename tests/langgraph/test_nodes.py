@@ -68,6 +68,24 @@ async def test_train_nodes_naming_no_node_that_ran_warns_with_the_nodes_that_did
     assert not any(c.trainable for c in traj.calls) and "named no node" in traj.logs[-1]
 
 
+async def test_a_predicate_that_selects_no_call_warns_with_the_nodes_that_ran(
+    fresh_model: art.TrainableModel,
+) -> None:
+    with pytest.warns(UserWarning, match=r"predicate selected no call.*\['agent', 'router'"):
+        group = await _rollouts(fresh_model, 1, train_nodes=lambda call: call.node == "planner")
+    (traj,) = group
+    assert not any(c.trainable for c in traj.calls)
+
+
+async def test_a_misspelt_name_beside_a_right_one_warns_at_train_time(
+    fresh_model: art.TrainableModel,
+) -> None:
+    group = await _rollouts(fresh_model, 2, train_nodes=["agent", "plannr"])
+    with pytest.warns(UserWarning, match=r"names \['plannr'\].*called it: \['agent'"):
+        seqs, metrics = prepare_step([group], art.TrainConfig(), 1)
+    assert metrics["train_nodes_unmatched"] == 1.0 and seqs  # the agent's calls still train
+
+
 async def test_node_rewards_train_router_and_agent_in_one_step(
     fresh_model: art.TrainableModel,
 ) -> None:

@@ -11,7 +11,7 @@ from art_langgraph.errors import NonFiniteRewardError
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.prepare import node_advantages, prepare_step, rewarded_node
 from art_langgraph.training.tensorize import micro_batches
-from art_langgraph.trajectory import LLMCall, Trajectory, TrajectoryGroup
+from art_langgraph.trajectory import TRAIN_NODES_KEY, LLMCall, Trajectory, TrajectoryGroup
 
 # Hand-computed: rewards r, mean m, population std s, advantage (r - m) / s.
 # router [1, 0, 0.5]: m 0.5, s sqrt(1/6) -> [+1.2247, -1.2247, 0]
@@ -131,3 +131,28 @@ def test_a_non_finite_node_reward_is_refused() -> None:
     traj = Trajectory()
     with pytest.raises(NonFiniteRewardError):
         traj.node_rewards = {"router": math.inf}
+
+
+def test_a_train_nodes_name_no_rollout_ran_warns_at_train_time() -> None:
+    group = _group()
+    for traj in group:  # as capture(train_nodes=["agent", "plannr"]) leaves them
+        traj.metadata[TRAIN_NODES_KEY] = ["agent", "plannr"]
+    with pytest.warns(UserWarning, match=r"\['plannr'\].*\['agent', 'research', 'router'"):
+        _, metrics = prepare_step([group], TrainConfig(), 1)
+    assert metrics["train_nodes_unmatched"] == 1.0
+
+
+def test_names_that_matched_in_some_rollout_do_not_warn(recwarn: pytest.WarningsRecorder) -> None:
+    group = _group()  # the third rollout never ran the agent: the step as a whole did
+    for traj in group:
+        traj.metadata[TRAIN_NODES_KEY] = ["agent", "research"]
+    _, metrics = prepare_step([group], TrainConfig(), 1)
+    assert metrics["train_nodes_unmatched"] == 0.0 and not recwarn.list
+
+
+def test_a_run_still_waiting_at_an_interrupt_warns_and_is_counted() -> None:
+    group = _group()
+    list(group)[1].interrupted = True
+    with pytest.warns(UserWarning, match=r"1 of this step's 3 trajectories still wait"):
+        seqs, metrics = prepare_step([group], TrainConfig(), 1)
+    assert metrics["interrupted_trajectories"] == 1.0 and seqs  # it trains as it stands
