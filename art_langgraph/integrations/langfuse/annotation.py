@@ -49,6 +49,7 @@ from art_langgraph.integrations.langfuse.folder import trajectory_files
 from art_langgraph.integrations.langfuse.scoring import (
     REVIEW_DECISION,
     REVIEW_SCORE,
+    SCORE_CONFIGS,
     ScoreConfigClashError,
     ensure_score_configs,
 )
@@ -76,6 +77,9 @@ REVIEW_FILE = "langfuse_review.jsonl"
 """In the model's folder: one line per rollout picked for review, status sent or unsent."""
 _NO_RETRY: Any = {"max_retries": 0}
 _warned: set[str] = set()
+_REVIEW_CONFIGS = tuple(c for c in SCORE_CONFIGS if c.name in (REVIEW_DECISION, REVIEW_SCORE))
+"""The configs a queue is tied to; only these are made here, so a queue never checks the
+`reward` config against a range it does not know (`LangfuseConfig.reward_range`)."""
 
 
 class ReviewQueueClashError(UsageError):
@@ -213,7 +217,7 @@ def ensure_queue(api: Any, name: str, *, description: str | None = None) -> str:
     """The id of annotation queue `name`, made (tied to the review score configs, which are
     made too) when missing. `api`: a `langfuse.api.LangfuseAPI`. Raises
     `ReviewQueueClashError` when the queue exists without those configs."""
-    ids = ensure_score_configs(api)
+    ids = ensure_score_configs(api, _REVIEW_CONFIGS)
     wants = [ids[REVIEW_DECISION], ids[REVIEW_SCORE]]
     found = _find_queue(api, name)
     if found is not None:

@@ -10,9 +10,10 @@ client reads from the environment beyond the keys, URL and environment name.
 
 from __future__ import annotations
 
+import math
 import os
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 __all__ = ["EXTRA_MISSING", "LangfuseConfig"]
 
@@ -45,6 +46,19 @@ class LangfuseConfig(BaseModel):
     """Inputs and outputs longer than this (as JSON) are cut, with a note, to keep spans under the server's limits."""
     max_request_bytes: int = 2_000_000
     """Spans per OTLP request, in encoded bytes before gzip (whole trajectories; one larger trajectory goes alone)."""
+    reward_range: tuple[float, float] | None = None
+    """(min, max) of the rewards this model gets, finite, min < max: the range of the `reward` and `independent_reward` score configs, so Langfuse shows them on that scale and rejects a score outside it (that batch is then recorded as not sent). Include RULER's [0, 1] when RULER judges. None: unknown, the configs have no bounds (a custom reward may be negative or above 1). A config of that name already in the project whose range does not contain this one is a `ScoreConfigClashError`; one that contains it (an unbounded one made earlier) is reused as is."""
+
+    @model_validator(mode="after")
+    def _check_reward_range(self) -> LangfuseConfig:
+        r = self.reward_range
+        if r is not None and not (math.isfinite(r[0]) and math.isfinite(r[1]) and r[0] < r[1]):
+            raise ValueError(
+                f"LangfuseConfig.reward_range must be (min, max) with finite min < max; got "
+                f"{r!r}. Give the reward function's range, e.g. (0.0, 1.0), or None when it "
+                "is unknown"
+            )
+        return self
 
     def resolved(self) -> LangfuseConfig:
         """A copy with every unset field filled from the environment (the URL without a

@@ -12,7 +12,8 @@ or a server that errors, one warning is logged and training carries on; the traj
 JSONL stays the source of truth. `export_folder` (`art-langgraph langfuse export
 MODEL_DIR`) re-sends, synchronously, the batches that did not get through
 (`langfuse_exports.jsonl` in the model's folder records those that did, folder.py), and
-the held-out evaluations and review picks recorded as unsent (datasets.py, annotation.py).
+the held-out evaluations, review picks and judge-calibration scores recorded as unsent
+(datasets.py, annotation.py, review.py).
 
 Left out: reading anything back (review.py); step metrics (Langfuse keeps traces and
 scores, not metrics).
@@ -38,6 +39,7 @@ from art_langgraph.integrations.langfuse.folder import (
     run_info,
     trajectory_files,
 )
+from art_langgraph.integrations.langfuse.review import resend_scores
 from art_langgraph.integrations.langfuse.sender import Sender
 from art_langgraph.integrations.langfuse.traces import Batch, trace_id_for
 from art_langgraph.logger_protocol import RunInfo
@@ -66,6 +68,10 @@ class ExportReport:
     """Rollouts picked for review and recorded as unsent, now in their queue (annotation.py)."""
     review_unsent: int = 0
     """Such rollouts that still did not get through."""
+    run_scores: int = 0
+    """Dataset-run scores of the judge calibration recorded as unsent, now sent (review.py)."""
+    run_scores_unsent: int = 0
+    """Such scores that still did not get through."""
 
 
 def _annotate(sender: Sender, groups: Iterable[TrajectoryGroup]) -> int:
@@ -211,9 +217,10 @@ def export_folder(
             report.trajectories += batch.trajectories
             report.spans += spans
             report.scores += scores
-        if not source.is_file():  # what datasets.py and annotation.py recorded as unsent
+        if not source.is_file():  # what datasets.py, annotation.py, review.py recorded as unsent
             report.evaluations, report.failed_evaluations = resend_evaluations(folder, sender)
             report.review_items, report.review_unsent = resend_review_items(folder, config=config)
+            report.run_scores, report.run_scores_unsent = resend_scores(folder, sender)
     finally:
         sender.close()
     return report

@@ -10,7 +10,11 @@ score as reward (the old one kept in `metrics["reward_before_review"]`, the scor
 `calibrate(folder, queue=...)` compares a queue's reviews with the RULER judge's scores
 (art_langgraph/rewards/calibration.py: Spearman's rho, top-pick accuracy, a warning below
 rho 0.5), writes `review_calibration.json` in the folder (the art-mcp report shows it)
-and, given a dataset run id, scores that run.
+and, given a dataset run id, scores that run (`judge_spearman`, `judge_top_pick_accuracy`,
+each referencing its score config). Those scores are fail-soft: with Langfuse down, slow or
+answering an error, a warning is logged and they are recorded as unsent
+(`langfuse_scores.jsonl`), and `art-langgraph langfuse export MODEL_DIR` (`export_folder`)
+sends them again (`resend_scores`).
 
 Left out: sending rollouts to review (annotation.py); SFT files from reviews (sft.py);
 writing scores other than the calibration's.
@@ -18,16 +22,26 @@ writing scores other than the calibration's.
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from art_langgraph.integrations.langfuse.annotation import queue_id_for
 from art_langgraph.integrations.langfuse.config import LangfuseConfig
 from art_langgraph.integrations.langfuse.folder import saved_groups
-from art_langgraph.integrations.langfuse.scoring import REVIEW_DECISION, REVIEW_SCORE, SCORE_CONFIGS
+from art_langgraph.integrations.langfuse.scoring import (
+    JUDGE_SPEARMAN,
+    JUDGE_TOP_PICK_ACCURACY,
+    REVIEW_DECISION,
+    REVIEW_SCORE,
+    SCORE_CONFIGS,
+    ScoreConfigClashError,
+)
 from art_langgraph.integrations.langfuse.sender import Sender
 from art_langgraph.integrations.langfuse.traces import trace_id_for
 from art_langgraph.rewards.calibration import MIN_SPEARMAN, JudgeCalibration, judge_calibration
@@ -35,15 +49,22 @@ from art_langgraph.trajectory import Trajectory, TrajectoryGroup, write_jsonl
 
 __all__ = [
     "CALIBRATION_FILE",
+    "SCORES_FILE",
     "ReviewResult",
     "ReviewedScore",
     "calibrate",
     "fetch_scores",
     "import_scores",
+    "resend_scores",
 ]
+
+log = logging.getLogger(__name__)
 
 CALIBRATION_FILE = "review_calibration.json"
 """In the model's folder: the last `calibrate` result (a `JudgeCalibration`)."""
+SCORES_FILE = "langfuse_scores.jsonl"
+"""In the model's folder: one line per calibration score sent to a dataset run, status
+sent or unsent (with the score's body, which `resend_scores` sends again)."""
 
 
 class ReviewedScore(BaseModel):
@@ -234,12 +255,21 @@ def calibrate(
     threshold: float = MIN_SPEARMAN,
     config: LangfuseConfig | None = None,
     scores: list[ReviewedScore] | None = None,
+    folder: str | Path | None = None,
 ) -> JudgeCalibration:
     """Agreement of the RULER judge with the reviews given in `queue` (a name or an id),
     over the trajectories of `source` (a model folder, a trajectories file, or groups).
     A folder gets the result in `review_calibration.json`. With `dataset_run_id`, the
     numbers are also sent as scores of that dataset run (`judge_spearman`,
-    `judge_top_pick_accuracy`). Logs a warning below `threshold`."""
+    `judge_top_pick_accuracy`, each with its score config's id). Logs a warning below
+    `threshold`.
+
+    Sending those scores is fail-soft: a Langfuse that is down, slow or answers an error
+    is logged, and the scores are recorded as unsent in `folder`'s `langfuse_scores.jsonl`
+    (`folder` defaults to `source` when it is a model folder) for `art-langgraph langfuse
+    export` to send. Raises when the reviews cannot be read (Langfuse down: there is
+    nothing to compare), and `ScoreConfigClashError` for a clashing score config (the
+    scores are recorded first)."""
     groups = source if isinstance(source, list) else saved_groups(source)
     if scores is None:
         qid = queue_id_for(queue, config=config)
@@ -250,18 +280,29 @@ def calibrate(
         t.id: t.reward for g in reviewed.groups for t in g.trajectories if "review" in t.metadata
     }
     result = judge_calibration(reviewed.groups, human, threshold=threshold)
-    if not isinstance(source, list) and Path(source).is_dir():
-        (Path(source) / CALIBRATION_FILE).write_text(result.model_dump_json(indent=2))
+    source_folder = None if isinstance(source, list) or not Path(source).is_dir() else Path(source)
+    if source_folder is not None:
+        (source_folder / CALIBRATION_FILE).write_text(result.model_dump_json(indent=2))
     if dataset_run_id is not None:
-        _score_run(dataset_run_id, result, config)
+        cfg = (config or LangfuseConfig()).resolved()
+        bodies = _run_scores(dataset_run_id, result, cfg.environment)
+        if bodies:
+            target = Path(folder) if folder is not None else source_folder
+            sender = Sender(cfg)
+            try:
+                _send_and_record(bodies, sender, target)
+            finally:
+                sender.close()
     return result
 
 
-def _score_run(run_id: str, cal: JudgeCalibration, config: LangfuseConfig | None) -> None:
-    cfg = (config or LangfuseConfig()).resolved()
-    values = {"judge_spearman": cal.spearman, "judge_top_pick_accuracy": cal.top_pick_accuracy}
+def _run_scores(
+    run_id: str, cal: JudgeCalibration, environment: str | None
+) -> list[dict[str, Any]]:
+    """The calibration's dataset-run scores, without their config ids (added when sent)."""
+    values = {JUDGE_SPEARMAN: cal.spearman, JUDGE_TOP_PICK_ACCURACY: cal.top_pick_accuracy}
     comment = cal.line() + (f"; {cal.warning}" if cal.warning else "")
-    bodies = [
+    return [
         {
             "id": f"{run_id}-{name}",
             "datasetRunId": run_id,
@@ -270,15 +311,77 @@ def _score_run(run_id: str, cal: JudgeCalibration, config: LangfuseConfig | None
             "dataType": "NUMERIC",
             "comment": comment,
             "metadata": {"source": "art_langgraph", "pairs": cal.pairs, "groups": cal.groups},
-            **({"environment": cfg.environment} if cfg.environment else {}),
+            **({"environment": environment} if environment else {}),
         }
         for name, value in values.items()
         if value is not None
     ]
-    if not bodies:
+
+
+def _record(
+    folder: Path | None, bodies: list[dict[str, Any]], status: str, error: str = ""
+) -> None:
+    if folder is None or not bodies:
         return
-    sender = Sender(cfg)
+    now = time.time()
+    with open(folder / SCORES_FILE, "a", encoding="utf-8") as f:
+        for b in bodies:
+            line = {"id": b["id"], "status": status, "score": b, "time": now}
+            f.write(json.dumps({**line, "error": error} if error else line) + "\n")
+
+
+def _send_and_record(
+    bodies: list[dict[str, Any]], sender: Sender, folder: Path | None
+) -> str | None:
+    """Send the scores with their config ids; record them as sent or unsent. Returns why
+    they were not sent, None when they were; raises only for a score config clash."""
     try:
-        sender.api.scores.create(request=bodies, request_options={"max_retries": 0})  # type: ignore[arg-type]
-    finally:
-        sender.close()
+        ids = sender.config_ids()
+        sender.send_scores(
+            [{**b, "configId": ids[b["name"]]} if b["name"] in ids else b for b in bodies]
+        )
+    except ScoreConfigClashError as exc:
+        _record(folder, bodies, "unsent", str(exc))
+        raise
+    except Exception as exc:
+        err = f"{type(exc).__name__}: {exc}"
+        _record(folder, bodies, "unsent", err)
+        where = (
+            f"recorded for `art-langgraph langfuse export {folder}`"
+            if folder is not None
+            else "not recorded (no model folder given)"
+        )
+        log.warning(
+            "Langfuse: %d dataset-run scores (%s) not sent (%s); %s",
+            len(bodies),
+            ", ".join(b["name"] for b in bodies),
+            err,
+            where,
+        )
+        return err
+    _record(folder, bodies, "sent")
+    return None
+
+
+def resend_scores(folder: str | Path, sender: Sender) -> tuple[int, int]:
+    """Send the scores `folder`'s `langfuse_scores.jsonl` records as unsent (the judge
+    calibration's); returns (sent, still unsent). Idempotent: a score's id is stable."""
+    path = Path(folder) / SCORES_FILE
+    if not path.exists():
+        return 0, 0
+    last: dict[str, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+            last[str(rec["id"])] = rec
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line from a kill
+    pending = [r["score"] for r in last.values() if r.get("status") == "unsent" and "score" in r]
+    if not pending:
+        return 0, 0
+    try:
+        err = _send_and_record(pending, sender, Path(folder))
+    except ScoreConfigClashError as exc:
+        log.warning("Langfuse: %d recorded scores not sent: %s", len(pending), exc)
+        return 0, len(pending)
+    return (0, len(pending)) if err else (len(pending), 0)

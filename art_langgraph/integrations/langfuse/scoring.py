@@ -3,25 +3,32 @@
 A score config fixes a score name's type and range in a Langfuse project, so that the UI
 shows it as such, annotators get the right widget, and the server rejects a value out of
 range. `ensure_score_configs(api)` creates the configs below, or reuses those that already
-exist by name, and returns `{name: config id}`; every score the exporter sends
-(`score_bodies` in traces.py) and every dataset-run score (datasets.py) carries its
-config's id as `configId`.
+exist by name, and returns `{name: config id}`; every score art_langgraph sends carries
+its config's id as `configId`: the exporter's (`score_bodies` in traces.py), the dataset
+runs' (datasets.py) and the judge calibration's (review.py).
 
-    reward              NUMERIC, no bounds: a reward is whatever finite float the user's
-                        reward function returns (RULER's is in [0, 1], but a custom
-                        reward may be negative or above 1), so a bounded range would make
-                        the server reject real rewards.
-    independent_reward  NUMERIC, no bounds: the reward before RULER replaced it.
+    reward              NUMERIC, no bounds by default: a reward is whatever finite float
+                        the user's reward function returns (RULER's is in [0, 1], but a
+                        custom reward may be negative or above 1), so a guessed range
+                        would make the server reject real rewards. When the range is
+                        known, `LangfuseConfig.reward_range` gives it (`score_configs`).
+    independent_reward  NUMERIC, the reward before RULER replaced it: the same range.
     ruler_score         NUMERIC [0, 1]: RULER's judge score.
     success             BOOLEAN: reward >= the success threshold (held-out evaluations).
     success_rate        NUMERIC [0, 1]: share of successes over a dataset run.
     review_decision     CATEGORICAL approve=1 / reject=0: a human reviewer's verdict.
     review_score        NUMERIC [0, 1]: a human reviewer's grade.
+    judge_spearman      NUMERIC [-1, 1]: Spearman's rho of the judge against the reviews
+                        (a dataset-run score, review.py's `calibrate`).
+    judge_top_pick_accuracy  NUMERIC [0, 1]: share of groups where the judge's top pick is
+                        the reviewers' (a dataset-run score).
 
 A config that exists by name but would reject or misread our scores (another data type, a
 range that does not contain ours, missing categories, archived) is a name clash:
 `ScoreConfigClashError` says which and how to resolve it. A compatible config made by
-someone else (say, `reward` with no bounds) is reused as is.
+someone else (say, `reward` with no bounds) is reused as is; so is an unbounded `reward`
+config made before a `reward_range` was given, since it contains that range, while a
+bounded one that does not contain the range now given is a clash.
 
 Left out: updating or archiving configs; configs for the user's own score names.
 """
@@ -29,13 +36,15 @@ Left out: updating or archiving configs; configs for the user's own score names.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from art_langgraph.errors import UsageError
 
 __all__ = [
     "INDEPENDENT_REWARD",
+    "JUDGE_SPEARMAN",
+    "JUDGE_TOP_PICK_ACCURACY",
     "REVIEW_DECISION",
     "REVIEW_SCORE",
     "REWARD",
@@ -46,6 +55,7 @@ __all__ = [
     "ScoreConfigClashError",
     "ScoreConfigSpec",
     "ensure_score_configs",
+    "score_configs",
 ]
 
 REWARD = "reward"
@@ -55,6 +65,8 @@ SUCCESS = "success"
 SUCCESS_RATE = "success_rate"
 REVIEW_DECISION = "review_decision"
 REVIEW_SCORE = "review_score"
+JUDGE_SPEARMAN = "judge_spearman"
+JUDGE_TOP_PICK_ACCURACY = "judge_top_pick_accuracy"
 
 DataType = Literal["NUMERIC", "BOOLEAN", "CATEGORICAL"]
 
@@ -121,7 +133,46 @@ SCORE_CONFIGS: tuple[ScoreConfigSpec, ...] = (
         0.0,
         1.0,
     ),
+    ScoreConfigSpec(
+        JUDGE_SPEARMAN,
+        "NUMERIC",
+        "art_langgraph: Spearman's rank correlation of the RULER judge with the human reviews.",
+        -1.0,
+        1.0,
+    ),
+    ScoreConfigSpec(
+        JUDGE_TOP_PICK_ACCURACY,
+        "NUMERIC",
+        "art_langgraph: share of groups where the RULER judge's top pick is the reviewers'.",
+        0.0,
+        1.0,
+    ),
 )
+
+_REWARD_SCORES = (REWARD, INDEPENDENT_REWARD)
+"""The configs `score_configs(reward_range)` bounds."""
+
+
+def score_configs(
+    reward_range: tuple[float, float] | None = None,
+) -> tuple[ScoreConfigSpec, ...]:
+    """`SCORE_CONFIGS`, with `reward` and `independent_reward` bounded to `reward_range`
+    (min, max) when it is given; None: the range is unknown and they keep no bounds."""
+    if reward_range is None:
+        return SCORE_CONFIGS
+    lo, hi = reward_range
+    return tuple(
+        replace(
+            spec,
+            min_value=lo,
+            max_value=hi,
+            description=spec.description.split(";")[0]
+            + f"; range [{lo:g}, {hi:g}] (LangfuseConfig.reward_range).",
+        )
+        if spec.name in _REWARD_SCORES
+        else spec
+        for spec in SCORE_CONFIGS
+    )
 
 
 class ScoreConfigClashError(UsageError):

@@ -8,20 +8,21 @@ No `Langfuse` client is constructed, so a user's own Langfuse client and tracer 
 are untouched. Every module of the package that talks to Langfuse does it through a
 `Sender`.
 
-Left out: retries (a failed request raises; callers record what was not sent and
-`export_folder` re-sends it); building the spans (traces.py).
+Left out: retries (a failed request, or a score Langfuse rejects, raises; callers record
+what was not sent and `export_folder` re-sends it); building the spans (traces.py).
 """
 
 from __future__ import annotations
 
 import base64
 import gzip
+from typing import Any
 
 import httpx
 
 from art_langgraph.errors import UsageError
 from art_langgraph.integrations.langfuse.config import EXTRA_MISSING, LangfuseConfig
-from art_langgraph.integrations.langfuse.scoring import ensure_score_configs
+from art_langgraph.integrations.langfuse.scoring import ensure_score_configs, score_configs
 from art_langgraph.integrations.langfuse.traces import Batch, SpanBuilder, score_bodies
 from art_langgraph.trajectory import Trajectory
 
@@ -70,10 +71,28 @@ class Sender:
         self._config_ids: dict[str, str] | None = None
 
     def config_ids(self) -> dict[str, str]:
-        """Score config ids by name (scoring.py), created or looked up once."""
+        """Score config ids by name (scoring.py), created or looked up once; `reward` and
+        `independent_reward` bounded to the config's `reward_range` when it is set."""
         if self._config_ids is None:
-            self._config_ids = ensure_score_configs(self.api)
+            self._config_ids = ensure_score_configs(
+                self.api, score_configs(self.config.reward_range)
+            )
         return self._config_ids
+
+    def send_scores(self, bodies: list[dict[str, Any]]) -> None:
+        """Post score bodies, 100 per request (the SDK's own batching). Raises when a
+        request fails, and when Langfuse rejects any score of a batch (HTTP 207: a value
+        its config refuses, say), so the caller records them as not sent."""
+        for i in range(0, len(bodies), 100):
+            res = self.api.scores.create(
+                request=bodies[i : i + 100],  # type: ignore[arg-type]
+                request_options={"max_retries": 0},
+            )
+            rejected = getattr(res, "rejected", 0)
+            if rejected:
+                raise RuntimeError(
+                    f"Langfuse rejected {rejected} scores: {getattr(res, 'errors', '')}"
+                )
 
     def project_id(self) -> str | None:
         if self._project_id is None:
@@ -111,11 +130,7 @@ class Sender:
         config_ids = self.config_ids()  # after the spans: a config clash leaves the traces sent
         env = self.config.environment
         scores = [s for t in sent for s in score_bodies(t, env, config_ids)]
-        for i in range(0, len(scores), 100):
-            self.api.scores.create(
-                request=scores[i : i + 100],  # type: ignore[arg-type]
-                request_options={"max_retries": 0},
-            )
+        self.send_scores(scores)
         return len(builder.spans), len(scores)
 
     def _post_spans(self, spans: list[ReadableSpan]) -> None:

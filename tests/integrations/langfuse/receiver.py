@@ -9,7 +9,8 @@ implements, as Langfuse's public API v1/v3 documents them (SDK 5.0.x):
   Langfuse's ingestion does), with Langfuse's attribute mapping for type, model, usage,
   input/output, level, and trace name/tags/metadata/session;
 - `POST /api/public/scores` (a JSON list, 202 `{"message": "Accepted"}`), upserted by id;
-- `GET /api/public/v3/scores` with `name`, `source`, `queueId`, `fields`, `limit`, `cursor`;
+- `GET /api/public/v3/scores` with `name`, `source`, `queueId`, `traceId`, `observationId`,
+  `experimentId` (a dataset run's id), `configId`, `fields`, `limit`, `cursor`;
 - `GET /api/public/projects`;
 - datasets, runs, score configs (SDK 5.0.x types; run items as the public API documents
   them, SDK 5 having dropped them from its client): `POST`/`GET /api/public/v2/datasets`,
@@ -19,8 +20,11 @@ implements, as Langfuse's public API v1/v3 documents them (SDK 5.0.x):
   /api/public/dataset-run-items` (creates the run on its first item; 404 for an unknown
   item); `GET /api/public/datasets/{name}/runs` and `/runs/{run}` (with its items); `POST`/
   `GET /api/public/score-configs` (`page`, `limit`) and `/{id}`. A score with a `configId`
-  is checked against its config (type, range, categories) and rejected (HTTP 207) when
-  it does not fit, as Langfuse does; `datasetRunId` scores are kept like trace scores.
+  is checked against its config (type, range, categories) and rejected (HTTP 207, an
+  error per score) when it does not fit, as Langfuse does; `datasetRunId` scores are kept
+  like trace scores. Stricter than Langfuse, which takes scores without a config: a score
+  without `configId` whose name has a score config here is rejected the same way, so no
+  test passes while art_langgraph sends a score that does not reference its config.
 - annotation queues and corrections: `GET`/`POST /api/public/annotation-queues` (`page`,
   `limit`; a queue names existing score configs), `GET .../{id}`; `GET`/`POST
   .../{id}/items` (`status`, `page`, `limit`), `GET`/`PATCH .../{id}/items/{item}` (status
@@ -29,12 +33,14 @@ implements, as Langfuse's public API v1/v3 documents them (SDK 5.0.x):
   CORRECTION score named "output", on a generation or the trace).
 
 Every route checks Basic auth against the keys it was built with. `fail_with = 500`
-makes every route fail, for the fail-soft tests. `annotate()` adds a score as a human
-would in the UI (source ANNOTATION). Left out: everything else Langfuse does.
+makes every route fail, for the fail-soft tests; `delay_s = 2.0` makes every request wait
+that long before it is handled (then handled as usual), for the slow-Langfuse tests.
+`annotate()` adds a score as a human would in the UI (source ANNOTATION). Left out: everything else Langfuse does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import json
@@ -81,6 +87,7 @@ class Receiver:
     public_key: str = "pk-test"
     secret_key: str = "sk-test"
     fail_with: int | None = None
+    delay_s: float = 0.0
     observations: dict[str, dict[str, Any]] = field(default_factory=dict)
     traces: dict[str, dict[str, Any]] = field(default_factory=dict)
     scores: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -193,6 +200,8 @@ class Receiver:
         @app.middleware("http")
         async def guard(request: Request, call_next: Any) -> Response:
             self.requests.append(f"{request.method} {request.url.path}")
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
             if self.fail_with:
                 return JSONResponse({"message": "injected failure"}, status_code=self.fail_with)
             if not self._authorized(request):
@@ -239,6 +248,15 @@ class Receiver:
                 and (not q.get("source") or s["source"] == q["source"])
                 and (not q.get("queueId") or s.get("queueId") == q["queueId"])
                 and (not q.get("dataType") or s.get("dataType") == q["dataType"].upper())
+                and all(
+                    not q.get(param) or s.get(key) == q[param]
+                    for param, key in (
+                        ("traceId", "traceId"),
+                        ("observationId", "observationId"),
+                        ("experimentId", "datasetRunId"),
+                        ("configId", "configId"),
+                    )
+                )
             ]
             limit, start = int(q.get("limit") or 50), int(q.get("cursor") or 0)
             page = rows[start : start + limit]
@@ -296,8 +314,17 @@ class Receiver:
 
     # --- datasets, runs, score configs ------------------------------------------------
     def score_config_error(self, s: dict[str, Any]) -> str | None:
-        """Why Langfuse would reject a score against its `configId`; None when it fits."""
+        """Why Langfuse would reject a score against its `configId`; None when it fits. A
+        score without one is refused when a config of its name exists (see the module doc)."""
         if not s.get("configId"):
+            named = sorted(
+                c["id"] for c in self.score_configs.values() if c["name"] == s.get("name")
+            )
+            if named:
+                return (
+                    f"score {s.get('name')!r} has no configId, but its score config exists "
+                    f"({', '.join(named)}): reference it"
+                )
             return None
         c = self.score_configs.get(s["configId"])
         if c is None:

@@ -1,5 +1,9 @@
 """Review through Langfuse annotation queues, judge calibration, corrections as SFT examples.
 
+Also the score configs' guarantees this loop leans on: every score sent references its
+config (the receiver refuses one that does not), and a known reward range bounds the
+reward configs.
+
 The sample rule and the calibration numbers are checked on hand-made trajectories against
 hand-computed values; queues, completed reviews, corrections and the fail-soft path run the
 real `langfuse` SDK against the local receiver (`receiver.py`); the corrections
@@ -8,6 +12,7 @@ train a real SFT step on the tiny model.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from pathlib import Path
@@ -31,8 +36,23 @@ from art_langgraph.integrations.langfuse.annotation import (
     review_sample,
     send_to_review,
 )
-from art_langgraph.integrations.langfuse.review import CALIBRATION_FILE, calibrate
-from art_langgraph.integrations.langfuse.scoring import REVIEW_DECISION, REVIEW_SCORE
+from art_langgraph.integrations.langfuse.review import (
+    CALIBRATION_FILE,
+    SCORES_FILE,
+    ReviewedScore,
+    calibrate,
+)
+from art_langgraph.integrations.langfuse.scoring import (
+    INDEPENDENT_REWARD,
+    JUDGE_SPEARMAN,
+    JUDGE_TOP_PICK_ACCURACY,
+    REVIEW_DECISION,
+    REVIEW_SCORE,
+    REWARD,
+    ScoreConfigClashError,
+    ensure_score_configs,
+    score_configs,
+)
 from art_langgraph.integrations.langfuse.sender import Sender
 from art_langgraph.integrations.langfuse.sft import corrections_sft_file
 from art_langgraph.rewards.calibration import judge_calibration
@@ -246,6 +266,12 @@ def test_completed_queue_reviews_become_rewards_and_calibrate_the_judge(
     run_scores = {s["name"]: s for s in rec.scores.values() if s.get("datasetRunId") == "run-7"}
     assert run_scores["judge_spearman"]["value"] == pytest.approx(cal.spearman)
     assert run_scores["judge_top_pick_accuracy"]["value"] == 1.0
+    configs = {c["id"]: c for c in rec.score_configs.values()}
+    for name, score in run_scores.items():  # each references its numeric, bounded config
+        c = configs[score["configId"]]
+        assert c["name"] == name and c["dataType"] == "NUMERIC"
+    assert (configs[run_scores[JUDGE_SPEARMAN]["configId"]]["minValue"], 1) == (-1, 1)
+    assert configs[run_scores[JUDGE_TOP_PICK_ACCURACY]["configId"]]["maxValue"] == 1
 
 
 def _rho(x: list[float], y: list[float]) -> float:
@@ -283,6 +309,106 @@ def test_langfuse_down_records_the_picks_and_export_sends_them_later(
     assert not report.failed_batches and report.review_items == len(refused.picks)
     assert report.review_unsent == 0 and len(rec.queue_items) == len(refused.picks)
     assert export_folder(folder, config=config).review_items == 0  # sent once
+
+
+@pytest.mark.parametrize("failure", [503, 400, "down"])
+def test_calibration_scores_survive_a_failing_langfuse_and_export_sends_them(
+    receiver: tuple[Receiver, ServerHandle],
+    tmp_path: Path,
+    failure: int | str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rec, handle = receiver
+    groups = [art.TrajectoryGroup([_traj("p0", 0.9, 0.9), _traj("p1", 0.2, 0.2)])]
+    folder = _folder(tmp_path, groups)
+    reviews = [  # given, as read before Langfuse went away
+        ReviewedScore(
+            id=f"r{i}", trace_id=trace_id_for(t), name=REVIEW_SCORE, value=v, source="ANNOTATION"
+        )
+        for i, (t, v) in enumerate(zip(groups[0], (1.0, 0.0), strict=True))
+    ]
+    config = _config(handle)
+    if failure == "down":
+        config = config.model_copy(update={"base_url": "http://127.0.0.1:9"})  # nothing listens
+    else:
+        rec.fail_with = int(failure)
+    with caplog.at_level(logging.WARNING):
+        cal = calibrate(folder, queue="q", dataset_run_id="run-1", config=config, scores=reviews)
+    assert cal.top_pick_accuracy == 1.0 and (folder / CALIBRATION_FILE).exists()
+    assert "not sent" in caplog.text and "art-langgraph langfuse export" in caplog.text
+    assert not rec.scores
+    recorded = [json.loads(x) for x in (folder / SCORES_FILE).read_text().splitlines()]
+    assert {(r["status"], r["score"]["name"]) for r in recorded} == {
+        ("unsent", JUDGE_SPEARMAN),
+        ("unsent", JUDGE_TOP_PICK_ACCURACY),
+    }
+
+    rec.fail_with = None
+    report = export_folder(folder, config=_config(handle))
+    assert (report.run_scores, report.run_scores_unsent) == (2, 0)
+    sent = {s["name"]: s for s in rec.scores.values() if s.get("datasetRunId") == "run-1"}
+    assert sent[JUDGE_TOP_PICK_ACCURACY]["value"] == 1.0 and set(sent) == {
+        JUDGE_SPEARMAN,
+        JUDGE_TOP_PICK_ACCURACY,
+    }
+    names = {c["id"]: c["name"] for c in rec.score_configs.values()}
+    assert all(names[s["configId"]] == n for n, s in sent.items())
+    assert export_folder(folder, config=_config(handle)).run_scores == 0  # sent once
+
+
+def test_the_receiver_refuses_a_score_that_does_not_reference_its_config(
+    receiver: tuple[Receiver, ServerHandle],
+) -> None:
+    rec, handle = receiver
+    sender = Sender(_config(handle).resolved())
+    try:
+        ids = sender.config_ids()
+        body = {"id": "x", "traceId": "ab" * 16, "name": REWARD, "value": 0.5}
+        with pytest.raises(RuntimeError, match=r"rejected 1 scores.*no configId"):
+            sender.send_scores([body])
+        sender.send_scores([{**body, "configId": ids[REWARD]}])
+        sender.send_scores([{**body, "id": "y", "name": "helpfulness"}])  # no config: taken
+    finally:
+        sender.close()
+    assert set(rec.scores) == {"x", "y"}
+
+
+def test_a_known_reward_range_bounds_the_reward_configs(
+    receiver: tuple[Receiver, ServerHandle], tmp_path: Path
+) -> None:
+    rec, handle = receiver
+    config = _config(handle).model_copy(update={"reward_range": (-1.0, 2.0)})
+    groups = [art.TrajectoryGroup([_traj("a", -0.5, own=-0.5), _traj("b", 2.0, own=2.0)])]
+    folder = _folder(tmp_path, groups)
+    report = export_folder(folder, config=config)
+    assert report.batches == 1 and report.scores == 4 and not report.failed_batches
+    by_name = {c["name"]: c for c in rec.score_configs.values()}
+    for name in (REWARD, INDEPENDENT_REWARD):
+        assert (by_name[name]["minValue"], by_name[name]["maxValue"]) == (-1, 2)
+        assert "[-1, 2]" in by_name[name]["description"]
+    # a reward outside the range: Langfuse rejects it, the batch is recorded as not sent
+    art.write_jsonl(
+        folder / "trajectories/train/0002.jsonl", [art.TrajectoryGroup([_traj("c", 3.0)])]
+    )
+    late = export_folder(folder, config=config)
+    assert late.failed_batches == [("train", 2)] and late.batches == 0
+    # a review queue ties itself to the review configs only: the bounded reward is no clash
+    assert send_to_review(groups, queue="bounded", fraction=1.0, config=config).sent == 2
+
+    sender = Sender(config.resolved())
+    api = sender.api
+    try:
+        # the same range, or a narrower one, reuses the config; a wider one is a clear clash
+        assert ensure_score_configs(api, score_configs((0.0, 1.0)))[REWARD] == by_name[REWARD]["id"]
+        with pytest.raises(ScoreConfigClashError, match=r"range \[-1.0, 2.0\].*\[-5.0, 2.0\]"):
+            ensure_score_configs(api, score_configs((-5.0, 2.0)))
+        with pytest.raises(ScoreConfigClashError, match="does not contain"):
+            ensure_score_configs(api)  # unknown range: unbounded, which [-1, 2] does not contain
+    finally:
+        sender.close()
+    for bad in [(1.0, 0.0), (0.0, float("inf"))]:
+        with pytest.raises(ValueError, match="reward_range must be"):
+            LangfuseConfig(reward_range=bad)
 
 
 async def test_corrections_become_sft_examples_that_train(
