@@ -201,10 +201,12 @@ def _langfuse(args: argparse.Namespace) -> int:
             print(f"{rep.review_items} rollouts re-sent to review ({rep.review_unsent} not yet)")
         if rep.evaluations:
             print(f"{rep.evaluations} held-out evaluations sent as dataset runs")
+        if rep.run_scores or rep.run_scores_unsent:
+            print(f"{rep.run_scores} dataset-run scores re-sent ({rep.run_scores_unsent} not yet)")
         if rep.failed_batches or rep.failed_evaluations:
             print(f"not sent: {[*rep.failed_batches, *rep.failed_evaluations]}", file=sys.stderr)
             return 1
-        return 1 if rep.review_unsent else 0
+        return 1 if rep.review_unsent or rep.run_scores_unsent else 0
     if args.langfuse_command in ("review", "calibrate"):
         return _review(args)
     queue_id = None

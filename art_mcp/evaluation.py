@@ -39,8 +39,10 @@ from art_mcp.scenarios import Scenario
 __all__ = [
     "Evaluation",
     "changed_examples",
+    "check_langfuse_dataset",
     "episode_format",
     "eval_sample",
+    "held_out_dataset",
     "log_to_langfuse",
     "paired_rise",
     "transcript",
@@ -198,6 +200,30 @@ def eval_sample(val_set: list[Scenario], n: int | None, seed: int) -> list[Scena
     return [s for i, s in enumerate(val_set) if i in keep]
 
 
+def _langfuse_on() -> bool:
+    env = os.environ.get
+    return env("ART_LANGFUSE", "1") != "0" and bool(
+        env("LANGFUSE_PUBLIC_KEY") and env("LANGFUSE_SECRET_KEY")
+    )
+
+
+def held_out_dataset(name: str, cfg: HarnessConfig) -> str:
+    """The Langfuse dataset the held-out evaluations of model `name` go to."""
+    return f"{cfg.project}-{name}-held-out"
+
+
+async def check_langfuse_dataset(name: str, cfg: HarnessConfig) -> None:
+    """Before any rollout, when Langfuse is configured: raise `DatasetClashError` if the
+    held-out dataset's name is taken by a dataset that is not ours."""
+    if not _langfuse_on():
+        return
+    try:
+        from art_langgraph.integrations.langfuse.datasets import check_dataset
+    except ImportError:
+        return
+    await asyncio.to_thread(check_dataset, held_out_dataset(name, cfg))
+
+
 async def log_to_langfuse(
     name: str,
     cfg: HarnessConfig,
@@ -212,10 +238,7 @@ async def log_to_langfuse(
     `ART_LANGFUSE=0`): the evaluation as the run `name@step` of the dataset
     `{project}-{name}-held-out` (art_langgraph/integrations/langfuse/datasets.py). Fail-soft;
     a dataset or score-config name clash stops the run with its error."""
-    env = os.environ.get
-    if env("ART_LANGFUSE", "1") == "0" or not (
-        env("LANGFUSE_PUBLIC_KEY") and env("LANGFUSE_SECRET_KEY")
-    ):
+    if not _langfuse_on():
         return
     try:
         from art_langgraph.integrations.langfuse.datasets import log_evaluation
@@ -223,7 +246,7 @@ async def log_to_langfuse(
         return  # the backend's logger already said the extra is missing
     res = await asyncio.to_thread(
         log_evaluation,
-        dataset=f"{cfg.project}-{name}-held-out",
+        dataset=held_out_dataset(name, cfg),
         run_name=f"{name}@{step}",
         items=[(s, t) for (s, _), t in zip(jobs, trajs, strict=True)],
         success_reward=cfg.success_reward,

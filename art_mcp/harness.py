@@ -41,6 +41,7 @@ from art_mcp.agent import SYSTEM, complete_task_tool, demonstrations, final_answ
 from art_mcp.config import HarnessConfig
 from art_mcp.evaluation import (
     Evaluation,
+    check_langfuse_dataset,
     episode_format,
     eval_sample,
     log_to_langfuse,
@@ -155,6 +156,7 @@ async def train(
             from art_langgraph.integrations.langfuse import annotation, review
 
             annotation.check_queue(cfg.review_queue)
+        await check_langfuse_dataset(name, cfg)  # a clashing held-out dataset stops here too
         scen = await run_scenarios(scenarios, cfg, toolset, model, folder, log)
         train_set, val_set = split_scenarios(scen, cfg.val_fraction, cfg.seed)
         held_out = len(val_set)

@@ -40,11 +40,19 @@ Fail-soft. `log_evaluation` never raises for a Langfuse that is down, slow or an
 error: it stops at the first failed request, logs a warning, and appends the whole
 evaluation to `langfuse_evaluations.jsonl` in `folder`; `art-langgraph langfuse export
 MODEL_DIR` (`resend_evaluations`) sends what is recorded as unsent. Re-sending is
-idempotent for items and scores (stable ids); a run item sent twice is linked twice.
+idempotent: items and scores have stable ids, and a run's items already linked are not
+linked again.
 
 Clashes raise (`DatasetClashError`, `ScoreConfigClashError`): a dataset of the same name
 without our metadata marker, or a score config of the same name that would reject our
 scores. The evaluation is still recorded, so it can be sent once the clash is resolved.
+
+The gate. `run_score(dataset, run_name)` reads a dataset run's aggregate back from
+Langfuse: the run's own score of that name (the one `log_evaluation` sends, or one a
+Langfuse evaluator or a person put on the run), else the mean of that score over the
+traces the run's items link. `promote_from_langfuse(model, dataset, step)` hands it to
+`model.record_evaluation`, so a checkpoint is promoted on what Langfuse says about its
+run. Langfuse's read APIs can lag about 10 minutes: a run not there yet reads as None.
 
 Left out: dataset versions, item status (archiving items no longer held out), observation-
 level run items, and deleting runs.
@@ -52,6 +60,7 @@ level run items, and deleting runs.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -60,6 +69,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -86,10 +96,13 @@ __all__ = [
     "DatasetClashError",
     "EvaluationLog",
     "EvaluationRun",
+    "check_dataset",
     "item_id",
     "last_run_id",
     "log_evaluation",
+    "promote_from_langfuse",
     "resend_evaluations",
+    "run_score",
     "send_evaluation",
 ]
 
@@ -99,6 +112,7 @@ EVALUATIONS_FILE = "langfuse_evaluations.jsonl"
 DATASET_MARKER = {"art_langgraph": "held_out"}
 """Metadata of the datasets this module creates; a dataset without it is someone else's."""
 RUN_ITEMS_PATH = "api/public/dataset-run-items"
+SCORES_PATH = "api/public/v3/scores"
 
 
 class DatasetClashError(UsageError):
@@ -309,6 +323,32 @@ def _ensure_dataset(sender: Sender, run: EvaluationRun) -> None:
         raise DatasetClashError(run.dataset, ds.metadata)
 
 
+def check_dataset(dataset: str, *, config: LangfuseConfig | None = None) -> None:
+    """Check, before a run starts, that `dataset` is ours or free: raises
+    `DatasetClashError` for a dataset of that name without our marker (someone else's),
+    and `UsageError` without keys; a Langfuse that cannot be reached is a warning (the
+    evaluations are then recorded and sent later)."""
+    sender = Sender((config or LangfuseConfig()).resolved())
+    try:
+        ds = sender.api.datasets.get(dataset_name=dataset, request_options={"max_retries": 0})
+    except NotFoundError:
+        return
+    except Exception as exc:
+        log.warning(
+            "Langfuse dataset %r could not be checked (%s: %s); evaluations not sent are "
+            "recorded and sent later",
+            dataset,
+            type(exc).__name__,
+            exc,
+        )
+        return
+    finally:
+        sender.close()
+    meta = ds.metadata if isinstance(ds.metadata, dict) else {}
+    if any(meta.get(k) != v for k, v in DATASET_MARKER.items()):
+        raise DatasetClashError(dataset, ds.metadata)
+
+
 def _post_json(sender: Sender, path: str, body: dict[str, Any]) -> dict[str, Any]:
     cfg = sender.config
     r = sender.http.post(
@@ -321,17 +361,6 @@ def _post_json(sender: Sender, path: str, body: dict[str, Any]) -> dict[str, Any
         raise RuntimeError(f"POST /{path} answered {r.status_code}: {r.text[:200]}")
     out = r.json()
     return out if isinstance(out, dict) else {}
-
-
-def _send_scores(sender: Sender, bodies: list[dict[str, Any]]) -> None:
-    for i in range(0, len(bodies), 100):
-        res = sender.api.scores.create(
-            request=bodies[i : i + 100],  # type: ignore[arg-type]
-            request_options={"max_retries": 0},
-        )
-        rejected = getattr(res, "rejected", 0)
-        if rejected:
-            raise RuntimeError(f"Langfuse rejected {rejected} scores: {getattr(res, 'errors', '')}")
 
 
 def send_evaluation(run: EvaluationRun, sender: Sender) -> EvaluationLog:
@@ -353,8 +382,16 @@ def send_evaluation(run: EvaluationRun, sender: Sender) -> EvaluationLog:
             request_options={"max_retries": 0},
             **({"source_trace_id": it.source_trace_id} if it.source_trace_id else {}),
         )
-    run_id: str | None = None
+    # A re-send (export after a partial failure) links only what is not linked yet.
+    path = f"api/public/datasets/{quote(run.dataset, safe='')}/runs/{quote(run.run_name, safe='')}"
+    existing = _get_json(sender, path) or {}
+    run_id: str | None = existing.get("id")
+    linked = {
+        (i.get("datasetItemId"), i.get("traceId")) for i in existing.get("datasetRunItems") or []
+    }
     for it in run.items:
+        if (it.item_id, it.trace_id) in linked:
+            continue
         body: dict[str, Any] = {
             "runName": run.run_name,
             "metadata": run.run_metadata,
@@ -385,7 +422,7 @@ def send_evaluation(run: EvaluationRun, sender: Sender) -> EvaluationLog:
             if run.environment:
                 body["environment"] = run.environment
             scores.append(body)
-    _send_scores(sender, scores)
+    sender.send_scores(scores)
     return EvaluationLog(
         sent=True, run_id=run_id, items=len(seen), run_items=len(run.items), scores=len(scores)
     )
@@ -519,3 +556,98 @@ def resend_evaluations(folder: str | Path, sender: Sender) -> tuple[int, list[st
             log.warning("Langfuse: evaluation %s not sent: %s", run.run_name, res.error)
             failed.append(run.run_name)
     return sent, failed
+
+
+# ------------------------------------------------------------------ the gate
+def _get_json(sender: Sender, path: str, params: dict[str, str] | None = None) -> Any:
+    """GET a public API path; None for 404; raises on other errors (the caller decides)."""
+    cfg = sender.config
+    r = sender.http.get(
+        f"{cfg.base_url}/{path}",
+        params=params,
+        auth=(str(cfg.public_key), str(cfg.secret_key)),
+        headers={"x-langfuse-sdk-name": "python", "x-langfuse-public-key": str(cfg.public_key)},
+    )
+    if r.status_code == 404:
+        return None
+    if r.status_code >= 300:
+        raise RuntimeError(f"GET /{path} answered {r.status_code}: {r.text[:200]}")
+    return r.json()
+
+
+def _numeric_scores(sender: Sender, params: dict[str, str]) -> list[float]:
+    """The numeric values of the scores `GET /api/public/v3/scores` lists for `params`."""
+    out: list[float] = []
+    cursor: str | None = None
+    while True:
+        page = _get_json(
+            sender,
+            SCORES_PATH,
+            {**params, "limit": "100", **({"cursor": cursor} if cursor else {})},
+        )
+        rows = (page or {}).get("data") or []
+        for row in rows:
+            value = row.get("value")
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if math.isfinite(value):
+                out.append(float(value))
+        cursor = ((page or {}).get("meta") or {}).get("cursor")
+        if not cursor or not rows:
+            return out
+
+
+def run_score(
+    dataset: str,
+    run_name: str,
+    *,
+    score: str = REWARD,
+    config: LangfuseConfig | None = None,
+) -> float | None:
+    """A dataset run's aggregate of the score `score`, read from Langfuse.
+
+    The run's own score of that name (a dataset-run score, `experimentId` in the scores
+    API) when it has one, else the mean of the numeric scores of that name on the traces
+    its run items link. None when the run, or every such score, is not in Langfuse (yet),
+    or when Langfuse cannot be reached (logged): the gate then has no score to act on.
+    Raises `UsageError` for missing keys."""
+    cfg = (config or LangfuseConfig()).resolved()
+    sender = Sender(cfg)
+    try:
+        path = f"api/public/datasets/{quote(dataset, safe='')}/runs/{quote(run_name, safe='')}"
+        run = _get_json(sender, path)
+        if not run:
+            return None
+        own = _numeric_scores(sender, {"name": score, "experimentId": str(run["id"])})
+        if own:
+            return own[-1]
+        traces = sorted(
+            {i["traceId"] for i in run.get("datasetRunItems") or [] if i.get("traceId")}
+        )
+        values = [v for t in traces for v in _numeric_scores(sender, {"name": score, "traceId": t})]
+        return sum(values) / len(values) if values else None
+    except Exception as exc:  # a Langfuse down, slow or erring must not stop training
+        log.warning("Langfuse: could not read run %s of dataset %s: %r", run_name, dataset, exc)
+        return None
+    finally:
+        sender.close()
+
+
+async def promote_from_langfuse(
+    model: Any,
+    dataset: str,
+    step: int,
+    *,
+    score: str = REWARD,
+    config: LangfuseConfig | None = None,
+) -> Any:
+    """Gate `model`'s checkpoint `step` on its Langfuse dataset run `{model.name}@{step}`:
+    the run's aggregate (`run_score`) goes to `model.record_evaluation(step, value)`, whose
+    rule promotes it or not (the model must have `promote_on_evaluation` on). Returns the
+    `PromotionDecision`, or None when Langfuse has no score for that run (yet)."""
+    value = await asyncio.to_thread(
+        run_score, dataset, f"{model.name}@{step}", score=score, config=config
+    )
+    if value is None:
+        return None
+    return await model.record_evaluation(step, value)

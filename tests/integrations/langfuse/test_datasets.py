@@ -24,8 +24,11 @@ from art_langgraph.integrations.langfuse import LangfuseConfig, export_folder, t
 from art_langgraph.integrations.langfuse.datasets import (
     EVALUATIONS_FILE,
     DatasetClashError,
+    check_dataset,
     item_id,
     log_evaluation,
+    promote_from_langfuse,
+    run_score,
 )
 from art_langgraph.integrations.langfuse.scoring import (
     REVIEW_DECISION,
@@ -350,3 +353,77 @@ async def test_art_mcp_train_closes_the_langfuse_loop(
     tolerance = art.ModelConfig().promotion_tolerance
     assert evaluated[1]["promoted"] == (greedy[1] >= greedy[0] - tolerance)
     assert evaluated[-1]["served"] == (1 if evaluated[1]["promoted"] else 0)
+
+
+def test_a_clashing_dataset_is_found_before_a_run_starts(
+    receiver: tuple[Receiver, ServerHandle],
+) -> None:
+    rec, handle = receiver
+    rec.add_dataset("theirs", {"owner": "the support team"})
+    with pytest.raises(DatasetClashError, match="is not an art_langgraph held-out dataset"):
+        check_dataset("theirs", config=_config(handle))
+    check_dataset("free-name", config=_config(handle))  # missing: fine, made at the first run
+    log_evaluation("ours", "agent@0", _evaluated(0), config=_config(handle))
+    check_dataset("ours", config=_config(handle))  # ours: fine
+    down = LangfuseConfig(
+        public_key="pk", secret_key="sk", base_url="http://127.0.0.1:9", timeout_s=2
+    )
+    check_dataset("theirs", config=down)  # unreachable: a warning, the run goes on
+
+
+def test_run_score_reads_a_runs_aggregate_back_from_langfuse(
+    receiver: tuple[Receiver, ServerHandle],
+) -> None:
+    rec, handle = receiver
+    cfg = _config(handle)
+    log_evaluation("arith-held-out", "agent@1", _evaluated(1), config=cfg)
+    # the run's own score, as log_evaluation sent it: rewards 1, 1, 0, 0.25 -> 0.5625
+    assert run_score("arith-held-out", "agent@1", config=cfg) == pytest.approx(0.5625)
+    # a score only its traces carry (a reviewer's): the mean over the run's traces
+    run = _get(handle, "api/public/datasets/arith-held-out/runs/agent@1")
+    traces = sorted({i["traceId"] for i in run["datasetRunItems"]})
+    for value, trace in zip([1.0, 0.5, 0.0, 0.5], traces, strict=False):
+        rec.annotate(trace, REVIEW_SCORE, value)
+    expected = sum([1.0, 0.5, 0.0, 0.5][: len(traces)]) / len(traces)
+    assert run_score("arith-held-out", "agent@1", score=REVIEW_SCORE, config=cfg) == expected
+    # no such run (yet: Langfuse's reads lag), no such score, no Langfuse: nothing to gate on
+    assert run_score("arith-held-out", "agent@9", config=cfg) is None
+    assert run_score("arith-held-out", "agent@1", score="nobody_sent_this", config=cfg) is None
+    down = cfg.model_copy(update={"base_url": "http://127.0.0.1:9"})
+    assert run_score("arith-held-out", "agent@1", config=down) is None
+
+
+async def test_promotion_gates_on_the_langfuse_dataset_run(
+    receiver: tuple[Receiver, ServerHandle], tmp_path: Path
+) -> None:
+    _, handle = receiver
+    cfg = _config(handle)
+    sft = [[{"role": "user", "content": "count"}, {"role": "assistant", "content": "one two"}]]
+    async with art.LocalBackend(path=tmp_path) as backend:
+        model = art.TrainableModel(
+            name="agent",
+            project="p",
+            base_model="tiny",
+            training=art.ModelConfig(promote_on_evaluation=True),
+        )
+        await model.register(backend)
+        for _ in range(2):
+            await model.train_sft(sft, art.TrainConfig(learning_rate=1e-3), epochs=1)
+        log_evaluation("gate", "agent@1", _evaluated(1), config=cfg)  # mean reward 0.5625
+        log_evaluation("gate", "agent@2", _evaluated(0), config=cfg)  # mean reward 0.125
+        d1 = await promote_from_langfuse(model, "gate", 1, config=cfg)
+        assert d1 is not None and d1.promoted and d1.served == 1 and d1.score == 0.5625
+        d2 = await promote_from_langfuse(model, "gate", 2, config=cfg)
+        assert d2 is not None and not d2.promoted and d2.served == 1 and d2.score == 0.125
+        assert await promote_from_langfuse(model, "gate", 3, config=cfg) is None  # no run
+
+
+def test_sending_an_evaluation_again_links_its_items_once(
+    receiver: tuple[Receiver, ServerHandle],
+) -> None:
+    rec, handle = receiver
+    pairs = _evaluated(1)
+    for _ in range(2):  # as an export after a half-sent evaluation does
+        assert log_evaluation("arith-held-out", "agent@1", pairs, config=_config(handle)).sent
+    run = _get(handle, "api/public/datasets/arith-held-out/runs/agent@1")
+    assert len(run["datasetRunItems"]) == len(rec.dataset_run_items) == 4
