@@ -162,6 +162,11 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument(
         "--keep-unscored", action="store_true", help="keep unscored trajectories of reviewed groups"
     )
+    i.add_argument(
+        "--include-in-progress",
+        action="store_true",
+        help="with --queue: also take scores of items not marked completed yet",
+    )
     i.add_argument("--out", default=None, help="write the reviewed groups here (JSONL)")
     i.add_argument(
         "--approved-sft", default=None, help="write trajectories with reward >= --min-reward here"
@@ -223,10 +228,16 @@ def _langfuse(args: argparse.Namespace) -> int:
         value_map=json.loads(args.value_map) if args.value_map else None,
         partial="keep" if args.keep_unscored else "drop",
         out=args.out,
+        completed_only=not args.include_in_progress,
     )
     print(
         f"{res.applied} trajectories rescored in {len(res.groups)} groups ({res.dropped} unscored dropped)"
     )
+    if res.in_progress:
+        print(
+            f"{res.in_progress} queue scores left out: their items are not marked completed "
+            "(--include-in-progress takes them)"
+        )
     if res.unmatched:
         print(f"{len(res.unmatched)} scores name traces not in {args.source}:")
         for s in res.unmatched[:20]:

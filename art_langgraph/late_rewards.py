@@ -200,13 +200,15 @@ def langfuse_fetcher(
     queue_id: str | None = None,
     value_map: dict[str, float] | None = None,
     config: Any = None,
+    completed_only: bool = True,
 ) -> Fetch:
     """A `fetch` reading Langfuse scores (by name / source / queue) for the pending
     trajectories' traces; needs the `langfuse` extra. Values become rewards as in
     `integrations.langfuse.import_scores`: numbers as they are, booleans 1 / 0, our
     categorical configs' labels by their values (review_decision: approve 1, reject 0),
     other labels through `value_map` (which also overrides those); a value none of these
-    maps is not a reward yet. Fail-soft: a connection error, a timeout, a 4xx/5xx answer
+    maps is not a reward yet. With `queue_id`, a review counts once its queue item is
+    marked completed (`completed_only`, as `import_scores`). Fail-soft: a connection error, a timeout, a 4xx/5xx answer
     or a malformed page is logged (once per kind per wait) and returns no rewards. Each
     poll runs in a thread, its requests bounded by the time the wait has left (at least
     `MIN_POLL_S`) and by `config.timeout_s`."""
@@ -214,8 +216,13 @@ def langfuse_fetcher(
     import pydantic
     from langfuse.api.core.api_error import ApiError
 
+    from art_langgraph.integrations.langfuse.annotation import completed_traces
     from art_langgraph.integrations.langfuse.config import LangfuseConfig
-    from art_langgraph.integrations.langfuse.review import fetch_scores, import_scores
+    from art_langgraph.integrations.langfuse.review import (
+        ReviewedScore,
+        fetch_scores,
+        import_scores,
+    )
     from art_langgraph.integrations.langfuse.traces import trace_id_for
 
     base: LangfuseConfig = config or LangfuseConfig()
@@ -227,11 +234,17 @@ def langfuse_fetcher(
         if wait is not None:
             budget = min(budget, max(wait.deadline - time.monotonic(), MIN_POLL_S))
         cfg = base.model_copy(update={"timeout_s": budget})
+
+        def poll() -> list[ReviewedScore]:
+            got = fetch_scores(name=name, source=source, queue_id=queue_id, config=cfg)
+            if queue_id is not None and completed_only:
+                done = completed_traces(queue_id, config=cfg)
+                got = [s for s in got if s.trace_id in done]
+            return got
+
         try:
             scores = await asyncio.wait_for(
-                asyncio.to_thread(
-                    fetch_scores, name=name, source=source, queue_id=queue_id, config=cfg
-                ),
+                asyncio.to_thread(poll),
                 timeout=budget,  # the SDK retries a 5xx twice: bound the whole poll too
             )
         except soft as exc:

@@ -41,6 +41,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from langfuse.api import NotFoundError
 from pydantic import BaseModel, ConfigDict, Field
 
 from art_langgraph.errors import UsageError
@@ -243,6 +244,27 @@ def queue_id_for(queue: str, *, config: LangfuseConfig | None = None) -> str:
     finally:
         sender.close()
     return str(found.id) if found is not None else queue
+
+
+def completed_traces(queue_id: str, *, config: LangfuseConfig | None = None) -> set[str]:
+    """The traces of the queue's items a reviewer marked completed ("Complete + next" in
+    Langfuse's UI): their reviews are final, where an item still pending may be rescored."""
+    sender = Sender((config or LangfuseConfig()).resolved())
+    try:
+        items = _pages(
+            lambda p: sender.api.annotation_queues.list_queue_items(
+                queue_id, status="COMPLETED", page=p, limit=100, request_options=_NO_RETRY
+            )
+        )
+        return {str(i.object_id) for i in items}
+    except NotFoundError as exc:
+        raise UsageError(
+            f"Langfuse has no annotation queue with id {queue_id!r}: name the queue by its "
+            "name or id (completed_only=False, --include-in-progress, takes its scores "
+            "without asking which items are completed)"
+        ) from exc
+    finally:
+        sender.close()
 
 
 def _queued(api: Any, queue_id: str) -> set[str]:

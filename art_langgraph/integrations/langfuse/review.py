@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from art_langgraph.integrations.langfuse.annotation import queue_id_for
+from art_langgraph.integrations.langfuse.annotation import completed_traces, queue_id_for
 from art_langgraph.integrations.langfuse.config import LangfuseConfig
 from art_langgraph.integrations.langfuse.folder import saved_groups
 from art_langgraph.integrations.langfuse.scoring import (
@@ -105,6 +105,8 @@ class ReviewResult(BaseModel):
     """Scores for traces that are not in these trajectories (never exported from here)."""
     unusable: list[ReviewedScore] = Field(default_factory=list)
     """Scores on our traces whose value is not a number (map it with `value_map`)."""
+    in_progress: int = 0
+    """Queue scores left out because their item is not marked completed yet (`completed_only`)."""
 
 
 def _score_value(s: ReviewedScore, value_map: dict[str, float] | None) -> float | None:
@@ -191,6 +193,7 @@ def import_scores(
     out: str | Path | None = None,
     config: LangfuseConfig | None = None,
     scores: list[ReviewedScore] | None = None,
+    completed_only: bool = True,
 ) -> ReviewResult:
     """Review scores as rewards. `source_path`: a model folder, a trajectories JSONL file, or
     groups. Scores are fetched by `name` / `source` / `queue_id` (or given as `scores`).
@@ -200,18 +203,25 @@ def import_scores(
     groups are left out. `out`: also write the reviewed groups there (JSONL of groups).
     Queue reviews: `review_decision` counts approve 1 / reject 0 (unless `value_map` says
     otherwise); a trace with several scores takes `review_score`, else `review_decision`,
-    else the last by id; corrections (data type CORRECTION) are not rewards and are skipped."""
+    else the last by id; corrections (data type CORRECTION) are not rewards and are skipped.
+    With `queue_id`, only the reviews of items a reviewer marked completed count
+    (`completed_only`; the others may still change, and are counted in `in_progress`);
+    `completed_only=False` takes every score given in the queue."""
     if isinstance(source_path, list):
         groups = [g.model_copy(deep=True) for g in source_path]
     else:
         groups = saved_groups(source_path, step)
     if scores is None:
         scores = fetch_scores(name=name, source=source, queue_id=queue_id, config=config)
+    result = ReviewResult()
+    if queue_id is not None and completed_only:
+        done = completed_traces(queue_id, config=config)
+        result.in_progress = sum(s.trace_id not in done for s in scores)
+        scores = [s for s in scores if s.trace_id in done]
     by_trace: dict[str, Trajectory] = {}
     for g in groups:
         for t in g.trajectories:
             by_trace[str(t.metadata.get("langfuse_trace_id") or trace_id_for(t))] = t
-    result = ReviewResult()
     reviewed: dict[str, ReviewedScore] = {}
     for score in sorted(scores, key=lambda s: (_PRECEDENCE.get(s.name, 0), s.id)):
         target = by_trace.get(score.trace_id or "")
@@ -257,8 +267,8 @@ def calibrate(
     scores: list[ReviewedScore] | None = None,
     folder: str | Path | None = None,
 ) -> JudgeCalibration:
-    """Agreement of the RULER judge with the reviews given in `queue` (a name or an id),
-    over the trajectories of `source` (a model folder, a trajectories file, or groups).
+    """Agreement of the RULER judge with the reviews given in `queue` (a name or an id) on
+    items marked completed, over the trajectories of `source` (a model folder, a trajectories file, or groups).
     A folder gets the result in `review_calibration.json`. With `dataset_run_id`, the
     numbers are also sent as scores of that dataset run (`judge_spearman`,
     `judge_top_pick_accuracy`, each with its score config's id). Logs a warning below
@@ -274,6 +284,8 @@ def calibrate(
     if scores is None:
         qid = queue_id_for(queue, config=config)
         scores = fetch_scores(queue_id=qid, source="ANNOTATION", config=config)
+        done = completed_traces(qid, config=config)  # as import_scores: final reviews only
+        scores = [s for s in scores if s.trace_id in done]
     reviews = [s for s in scores if s.name in (REVIEW_SCORE, REVIEW_DECISION)]
     reviewed = import_scores(groups, scores=reviews, partial="keep")
     human = {

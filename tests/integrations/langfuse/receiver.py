@@ -166,7 +166,15 @@ class Receiver:
         source: str = "ANNOTATION",
         queue_id: str | None = None,
         score_id: str | None = None,
+        complete: bool = False,
     ) -> str:
+        """A score given by hand; `complete`: the reviewer then marks the trace's item in
+        `queue_id` completed ("Complete + next")."""
+        if complete:
+            for item in self.queue_items.values():
+                if item["queueId"] == queue_id and item["objectId"] == trace_id:
+                    item["status"] = "COMPLETED"
+                    item["completedAt"] = datetime.now(UTC).isoformat()
         sid = score_id or f"human-{len(self.scores)}"
         data_type = (
             "BOOLEAN"

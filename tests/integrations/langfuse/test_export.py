@@ -279,7 +279,9 @@ async def test_review_scores_become_rewards_and_an_sft_file(
 
     by_map = import_scores(folder, name="human", value_map={"meh": 0.5}, config=logger.config)
     assert by_map.applied == 4 and by_map.groups[0].trajectories[3].reward == 0.5
-    queue_only = import_scores(folder, queue_id="q-1", source=None, config=logger.config)
+    queue_only = import_scores(  # q-1 is not a queue the receiver knows: no status to ask
+        folder, queue_id="q-1", source=None, config=logger.config, completed_only=False
+    )
     assert queue_only.applied == 1
 
     # approved -> an SFT file train_sft takes; the reviewed group trains a real step

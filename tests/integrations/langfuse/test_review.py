@@ -244,16 +244,24 @@ def test_completed_queue_reviews_become_rewards_and_calibrate_the_judge(
             rec.annotate(ids[tid], REVIEW_SCORE, value, queue_id=qid)
     rec.annotate(ids["p1"], REVIEW_DECISION, "reject", queue_id=qid)  # overruled by its grade
     rec.correct(ids["p2"], "a better answer", queue_id=qid)  # not a reward
+    rec.annotate(ids["p4"], REVIEW_SCORE, 0.25, queue_id=qid)  # still being reviewed
     sender = Sender(config.resolved())
-    for item in list(rec.queue_items.values())[:6]:
-        done = sender.api.annotation_queues.update_queue_item(qid, item["id"], status="COMPLETED")
-        assert done.status == "COMPLETED" and done.completed_at is not None
+    for item in rec.queue_items.values():  # "Complete + next" on every item but p4
+        if item["objectId"] != ids["p4"]:
+            done = sender.api.annotation_queues.update_queue_item(
+                qid, item["id"], status="COMPLETED"
+            )
+            assert done.status == "COMPLETED" and done.completed_at is not None
     sender.close()
 
     res = import_scores(folder, queue_id=qid, config=config)
     rewards = {t.id: t.reward for g in res.groups for t in g}
-    assert rewards == human and res.applied == 6 and res.dropped == 1  # p4 unreviewed
-    assert not res.unusable and not res.unmatched
+    assert rewards == human and res.applied == 6 and res.dropped == 1  # p4 not completed
+    assert res.in_progress == 1 and not res.unusable and not res.unmatched
+    every = import_scores(folder, queue_id=qid, config=config, completed_only=False)
+    assert {t.id: t.reward for g in every.groups for t in g} == human | {"p4": 0.25}
+    with pytest.raises(art.UsageError, match="no annotation queue with id 'no-such-queue'"):
+        import_scores(folder, queue_id="no-such-queue", config=config)
     assert res.groups[0].trajectories[1].metadata["review"]["name"] == REVIEW_SCORE
 
     # the judge against the reviews: judge = the old reward; by hand, rho over 6 pairs
@@ -546,7 +554,7 @@ async def test_an_art_mcp_run_sends_rollouts_to_review_and_reports_the_judge(
     # reviewers grade every rollout against the judge; the same command again reports it
     for t in trained:
         grade = 1.0 - float(t.metrics["ruler_score"])
-        rec.annotate(trace_id_for(t), REVIEW_SCORE, grade, queue_id=queue["id"])
+        rec.annotate(trace_id_for(t), REVIEW_SCORE, grade, queue_id=queue["id"], complete=True)
     again = await run()
     cal = again.judge_calibration
     assert cal is not None and cal.pairs == 6
