@@ -128,6 +128,31 @@ async def test_the_langfuse_fetcher_reads_scores_and_review_decisions(
     assert result.arrived == 4 and result.missing == 1 and result.fetch_errors == 0
 
 
+async def test_queue_reviews_arrive_once_their_item_is_completed(
+    receiver: tuple[Receiver, ServerHandle],
+) -> None:
+    from art_langgraph.integrations.langfuse.annotation import send_to_review
+
+    rec, handle = receiver
+    group = _group("q", n=3)
+    t = list(group)
+    sent = send_to_review([group], queue="late", fraction=1.0, config=_config(handle.port))
+    assert sent.queue_id is not None and sent.sent == 3
+    qid = sent.queue_id
+    rec.annotate(trace_id_for(t[0]), "review_score", 0.9, queue_id=qid, complete=True)
+    rec.annotate(trace_id_for(t[1]), "review_score", 0.1, queue_id=qid)  # still in review
+    rec.annotate(trace_id_for(t[2]), "review_decision", "reject", queue_id=qid, complete=True)
+
+    fetch = langfuse_fetcher(queue_id=qid, config=_config(handle.port))
+    result = await art.wait_for_rewards([group], fetch, timeout_s=0.2, poll_s=0.05)
+    (g,) = result.groups
+    assert [x.id for x in g] == ["q0", "q2"] and g.rewards() == [0.9, 0.0]
+    assert result.missing == 1  # q1's review may still change: it is not a reward yet
+    everything = langfuse_fetcher(queue_id=qid, config=_config(handle.port), completed_only=False)
+    result = await art.wait_for_rewards([group], everything, timeout_s=0.2, poll_s=0.05)
+    assert result.groups[0].rewards() == [0.9, 0.1, 0.0]
+
+
 @pytest.mark.parametrize("failure", ["down", "500", "401"])
 async def test_a_langfuse_down_or_failing_costs_a_warning_not_the_training(
     failure: str, receiver: tuple[Receiver, ServerHandle], caplog: pytest.LogCaptureFixture
