@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from art_langgraph.errors import UsageError
@@ -318,9 +319,13 @@ def _ensure_dataset(sender: Sender, run: EvaluationRun) -> None:
             request_options={"max_retries": 0},
         )
         return
-    meta = ds.metadata if isinstance(ds.metadata, dict) else {}
+    _check_ours(run.dataset, ds.metadata)
+
+
+def _check_ours(dataset: str, metadata: Any) -> None:
+    meta = metadata if isinstance(metadata, dict) else {}
     if any(meta.get(k) != v for k, v in DATASET_MARKER.items()):
-        raise DatasetClashError(run.dataset, ds.metadata)
+        raise DatasetClashError(dataset, metadata)
 
 
 def check_dataset(dataset: str, *, config: LangfuseConfig | None = None) -> None:
@@ -344,19 +349,23 @@ def check_dataset(dataset: str, *, config: LangfuseConfig | None = None) -> None
         return
     finally:
         sender.close()
-    meta = ds.metadata if isinstance(ds.metadata, dict) else {}
-    if any(meta.get(k) != v for k, v in DATASET_MARKER.items()):
-        raise DatasetClashError(dataset, ds.metadata)
+    _check_ours(dataset, ds.metadata)
+
+
+def _request(sender: Sender, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    """One plain JSON request to the public API (for what SDK 5's client lacks)."""
+    cfg = sender.config
+    return sender.http.request(
+        method,
+        f"{cfg.base_url}/{path}",
+        auth=(str(cfg.public_key), str(cfg.secret_key)),
+        headers={"x-langfuse-sdk-name": "python", "x-langfuse-public-key": str(cfg.public_key)},
+        **kwargs,
+    )
 
 
 def _post_json(sender: Sender, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    cfg = sender.config
-    r = sender.http.post(
-        f"{cfg.base_url}/{path}",
-        json=body,
-        auth=(str(cfg.public_key), str(cfg.secret_key)),
-        headers={"x-langfuse-sdk-name": "python", "x-langfuse-public-key": str(cfg.public_key)},
-    )
+    r = _request(sender, "POST", path, json=body)
     if r.status_code >= 300:
         raise RuntimeError(f"POST /{path} answered {r.status_code}: {r.text[:200]}")
     out = r.json()
@@ -561,13 +570,7 @@ def resend_evaluations(folder: str | Path, sender: Sender) -> tuple[int, list[st
 # ------------------------------------------------------------------ the gate
 def _get_json(sender: Sender, path: str, params: dict[str, str] | None = None) -> Any:
     """GET a public API path; None for 404; raises on other errors (the caller decides)."""
-    cfg = sender.config
-    r = sender.http.get(
-        f"{cfg.base_url}/{path}",
-        params=params,
-        auth=(str(cfg.public_key), str(cfg.secret_key)),
-        headers={"x-langfuse-sdk-name": "python", "x-langfuse-public-key": str(cfg.public_key)},
-    )
+    r = _request(sender, "GET", path, params=params)
     if r.status_code == 404:
         return None
     if r.status_code >= 300:
