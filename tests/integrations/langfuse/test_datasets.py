@@ -427,3 +427,26 @@ def test_sending_an_evaluation_again_links_its_items_once(
         assert log_evaluation("arith-held-out", "agent@1", pairs, config=_config(handle)).sent
     run = _get(handle, "api/public/datasets/arith-held-out/runs/agent@1")
     assert len(run["datasetRunItems"]) == len(rec.dataset_run_items) == 4
+
+
+async def test_art_mcp_train_stops_on_a_clashing_dataset_before_any_rollout(
+    receiver: tuple[Receiver, ServerHandle], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from art_mcp import HarnessConfig, train
+
+    rec, handle = receiver
+    monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk-test")
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-test")
+    monkeypatch.setenv("LANGFUSE_BASE_URL", base_url(handle))
+    monkeypatch.delenv("ART_LANGFUSE", raising=False)
+    rec.add_dataset("mcp-agent-held-out", {"owner": "the support team"})
+    cfg = HarnessConfig(path=str(tmp_path), name="agent", steps=1, sft_epochs=0)
+    with pytest.raises(DatasetClashError, match="mcp-agent-held-out"):
+        await train(
+            "python -m examples.mcp_server.server",
+            cfg,
+            scenarios=ROOT / "examples/mcp_server/scenarios.jsonl",
+            reward="examples.mcp_server.tasks:score",
+        )
+    folder = tmp_path / "mcp" / "models" / "agent"
+    assert not list(folder.glob("trajectories/*")) and not rec.traces  # nothing rolled out
