@@ -216,10 +216,8 @@ def langfuse_fetcher(
     import pydantic
     from langfuse.api.core.api_error import ApiError
 
-    from art_langgraph.integrations.langfuse.annotation import completed_traces
     from art_langgraph.integrations.langfuse.config import LangfuseConfig
     from art_langgraph.integrations.langfuse.review import (
-        ReviewedScore,
         fetch_scores,
         import_scores,
     )
@@ -235,21 +233,6 @@ def langfuse_fetcher(
             budget = min(budget, max(wait.deadline - time.monotonic(), MIN_POLL_S))
         cfg = base.model_copy(update={"timeout_s": budget})
 
-        def poll() -> list[ReviewedScore]:
-            got = fetch_scores(name=name, source=source, queue_id=queue_id, config=cfg)
-            if queue_id is not None and completed_only:
-                done = completed_traces(queue_id, config=cfg)
-                got = [s for s in got if s.trace_id in done]
-            return got
-
-        try:
-            scores = await asyncio.wait_for(
-                asyncio.to_thread(poll),
-                timeout=budget,  # the SDK retries a 5xx twice: bound the whole poll too
-            )
-        except soft as exc:
-            _log_fetch_error(wait, exc, budget)
-            return {}
         # stand-ins carry only what import_scores matches on: the id and the trace id
         stand_ins = [
             Trajectory(
@@ -260,10 +243,28 @@ def langfuse_fetcher(
             )
             for t in pending
         ]
-        reviewed = import_scores(
-            [TrajectoryGroup(stand_ins)], scores=scores, value_map=value_map, partial="drop"
-        )
-        return {t.id: t.reward for g in reviewed.groups for t in g.trajectories}
+
+        def poll() -> dict[str, float]:
+            scores = fetch_scores(name=name, source=source, queue_id=queue_id, config=cfg)
+            reviewed = import_scores(  # with queue_id: completed items only (completed_only)
+                [TrajectoryGroup(stand_ins)],
+                scores=scores,
+                value_map=value_map,
+                partial="drop",
+                queue_id=queue_id,
+                completed_only=completed_only,
+                config=cfg,
+            )
+            return {t.id: t.reward for g in reviewed.groups for t in g.trajectories}
+
+        try:
+            return await asyncio.wait_for(
+                asyncio.to_thread(poll),
+                timeout=budget,  # the SDK retries a 5xx twice: bound the whole poll too
+            )
+        except soft as exc:
+            _log_fetch_error(wait, exc, budget)
+            return {}
 
     return fetch
 

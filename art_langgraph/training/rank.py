@@ -29,7 +29,7 @@ from typing import Any
 from art_langgraph.training.config import ModelConfig
 from art_langgraph.training.trainer import ProgressFn
 
-__all__ = ["FSDP_AUTO_FRACTION", "join_group", "main", "portable_error", "rank_loop"]
+__all__ = ["FSDP_AUTO_FRACTION", "join_group", "main", "portable_error", "rank_loop", "serve"]
 
 
 def main(fd: int) -> None:
@@ -38,6 +38,11 @@ def main(fd: int) -> None:
     conn = Connection(fd)
     spec = conn.recv()
     _exit_with_parent(spec["parent_pid"])
+    serve(conn, spec)
+
+
+def serve(conn: Any, spec: dict[str, Any]) -> None:
+    """Join the group, say so ("ok", or "error" with why), then run the command loop."""
     try:
         trainer = join_group(spec)
     except BaseException as exc:

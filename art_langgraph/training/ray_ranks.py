@@ -43,18 +43,12 @@ class RankActor:
 
     def run(self, address: tuple[str, int], key: bytes) -> None:
         """Connect back, join the group, serve commands; returns when told to close."""
-        from art_langgraph.training.rank import join_group, portable_error, rank_loop
+        from art_langgraph.training.rank import serve
 
         conn = Client(address, authkey=key)
         spec = conn.recv()
         _gloo_on_node_interface()
-        try:
-            trainer = join_group(spec)
-        except BaseException as exc:
-            conn.send(("error", portable_error(exc)))
-            return
-        conn.send(("ok", None))
-        rank_loop(conn, trainer, spec["rank"])
+        serve(conn, spec)
 
 
 def _gloo_on_node_interface() -> None:

@@ -232,16 +232,7 @@ class LoRATrainer:
         mismatch: list[tuple[torch.Tensor, torch.Tensor]] = []
         real = cells = 0
         shared_tokens = 0.0
-        batches = list(
-            micro_batches(
-                seqs,
-                row_length=_row_length(seqs, config),
-                micro_batch_tokens=config.micro_batch_tokens,
-                pack=config.pack_sequences,
-                share_prefixes=config.share_prefixes,
-            )
-        )
-        passes = self._passes(len(batches))
+        batches, passes = self._micro_batches(seqs, config)
         for k, mb in enumerate(batches):
             self._sync_gradients(last=k == passes - 1)
             dev = self.device
@@ -343,16 +334,7 @@ class LoRATrainer:
         if n_total == 0:
             return {"loss": 0.0, "trainable_tokens": 0.0, "skipped_optimizer_step": 1.0}
         total = 0.0
-        batches = list(
-            micro_batches(
-                seqs,
-                row_length=_row_length(seqs, config),
-                micro_batch_tokens=config.micro_batch_tokens,
-                pack=config.pack_sequences,
-                share_prefixes=config.share_prefixes,
-            )
-        )
-        passes = self._passes(len(batches))
+        batches, passes = self._micro_batches(seqs, config)
         for k, mb in enumerate(batches):
             self._sync_gradients(last=k == passes - 1)
             lp = self._logprobs(mb, mb.target_mask.to(self.device))  # (N,)
@@ -382,6 +364,21 @@ class LoRATrainer:
         return norm
 
     # ------------------------------------------------------------ data parallel
+    def _micro_batches(
+        self, seqs: list[TrainSequence], config: TrainConfig
+    ) -> tuple[list[MicroBatch], int]:
+        """This rank's micro-batches of `seqs`, and the passes it runs over them (`_passes`)."""
+        batches = list(
+            micro_batches(
+                seqs,
+                row_length=_row_length(seqs, config),
+                micro_batch_tokens=config.micro_batch_tokens,
+                pack=config.pack_sequences,
+                share_prefixes=config.share_prefixes,
+            )
+        )
+        return batches, self._passes(len(batches))
+
     def _passes(self, batches: int) -> int:
         """Forward/backward passes this rank runs: its micro-batches, or under FSDP the most
         any rank has (every pass all-gathers each layer, so all ranks must run as many)."""

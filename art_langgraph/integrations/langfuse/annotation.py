@@ -32,11 +32,9 @@ items.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import statistics
-import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -46,7 +44,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from art_langgraph.errors import UsageError
 from art_langgraph.integrations.langfuse.config import LangfuseConfig
-from art_langgraph.integrations.langfuse.folder import trajectory_files
+from art_langgraph.integrations.langfuse.folder import (
+    append_records,
+    latest_unsent,
+    trajectory_files,
+)
 from art_langgraph.integrations.langfuse.scoring import (
     REVIEW_DECISION,
     REVIEW_SCORE,
@@ -277,11 +279,8 @@ def _queued(api: Any, queue_id: str) -> set[str]:
 
 
 def _record(folder: Path | None, queue: str, rows: list[dict[str, Any]]) -> None:
-    if folder is None or not rows:
-        return
-    with open(Path(folder) / REVIEW_FILE, "a", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps({"queue": queue, **r, "time": time.time()}) + "\n")
+    if folder is not None:
+        append_records(Path(folder) / REVIEW_FILE, [{"queue": queue, **r} for r in rows])
 
 
 def _send(
@@ -418,21 +417,10 @@ def resend_review_items(
 ) -> tuple[int, int]:
     """Send the picks `send_to_review` recorded as unsent in `folder`; returns (sent, still
     unsent). Picks already in the queue count as sent."""
-    path = Path(folder) / REVIEW_FILE
-    if not path.exists():
-        return 0, 0
-    last: dict[tuple[str, str], dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-            last[(rec["queue"], rec["trace_id"])] = rec
-        except (ValueError, KeyError, TypeError):
-            continue  # a torn last line
     pending: dict[str, list[dict[str, Any]]] = {}
-    for (queue, _), rec in last.items():
-        if rec.get("status") == "unsent":
-            item = {k: v for k, v in rec.items() if k not in ("queue", "status", "time")}
-            pending.setdefault(queue, []).append(item)
+    for rec in latest_unsent(Path(folder) / REVIEW_FILE, lambda r: (r["queue"], r["trace_id"])):
+        item = {k: v for k, v in rec.items() if k not in ("queue", "status", "time")}
+        pending.setdefault(rec["queue"], []).append(item)
     if not pending:
         return 0, 0
     sent = unsent = 0

@@ -65,7 +65,6 @@ import hashlib
 import json
 import logging
 import math
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -76,6 +75,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from art_langgraph.errors import UsageError
 from art_langgraph.integrations.langfuse.config import EXTRA_MISSING, LangfuseConfig
+from art_langgraph.integrations.langfuse.folder import append_records, latest_unsent, read_records
 from art_langgraph.integrations.langfuse.scoring import (
     REWARD,
     SUCCESS,
@@ -439,24 +439,13 @@ def send_evaluation(run: EvaluationRun, sender: Sender) -> EvaluationLog:
 
 # ------------------------------------------------------------------ records
 def _record(folder: Path | None, line: dict[str, Any]) -> None:
-    if folder is None:
-        return
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / EVALUATIONS_FILE, "a", encoding="utf-8") as f:
-        f.write(json.dumps({**line, "time": time.time()}) + "\n")
+    if folder is not None:
+        append_records(folder / EVALUATIONS_FILE, [line])
 
 
 def last_run_id(folder: str | Path) -> str | None:
     """The dataset run id of the last evaluation sent from this model folder; None if none."""
-    try:
-        lines = (Path(folder) / EVALUATIONS_FILE).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return None
-    for line in reversed(lines):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line torn by a killed process
+    for record in reversed(read_records(Path(folder) / EVALUATIONS_FILE)):
         if record.get("status") == "sent" and record.get("run_id"):
             return str(record["run_id"])
     return None
@@ -530,21 +519,10 @@ def log_evaluation(
 
 
 def _unsent(folder: Path) -> list[EvaluationRun]:
-    path = folder / EVALUATIONS_FILE
-    if not path.exists():
-        return []
-    last: dict[tuple[str, str], dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-            last[(str(rec["dataset"]), str(rec["run_name"]))] = rec
-        except (ValueError, KeyError, TypeError):
-            continue  # a torn last line from a kill
-    return [
-        EvaluationRun.model_validate(rec["run"])
-        for rec in last.values()
-        if rec.get("status") == "unsent" and "run" in rec
-    ]
+    unsent = latest_unsent(
+        folder / EVALUATIONS_FILE, lambda r: (str(r["dataset"]), str(r["run_name"]))
+    )
+    return [EvaluationRun.model_validate(rec["run"]) for rec in unsent if "run" in rec]
 
 
 def resend_evaluations(folder: str | Path, sender: Sender) -> tuple[int, list[str]]:

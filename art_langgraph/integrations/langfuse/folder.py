@@ -3,8 +3,10 @@
 The backend saves each step's groups in `trajectories/{split}/{step}.jsonl`
 (`trajectory_files` lists them, `saved_groups` reads them, each trajectory once); the
 exporter records each batch that got through in `langfuse_exports.jsonl`
-(`record_export`, read back by `exported`), so a re-send skips them. The review queue
-and the dataset runs keep their own records (annotation.py, datasets.py).
+(`record_export`, read back by `exported`), so a re-send skips them. The review queue,
+the dataset runs and the calibration scores keep their own record files (annotation.py,
+datasets.py, review.py), all through `append_records` / `read_records` / `latest_unsent`:
+JSON lines stamped with a time, a torn last line (a process killed mid-append) skipped.
 
 Left out: the backend's own files (checkpoints, the model's record: backend/checkpoints.py),
 which are only read, for the base model's name (`run_info`).
@@ -14,8 +16,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from art_langgraph.backend.checkpoints import recorded_base_model
 from art_langgraph.errors import UsageError
@@ -24,8 +27,11 @@ from art_langgraph.trajectory import TrajectoryGroup, read_groups
 
 __all__ = [
     "EXPORTS_FILE",
+    "append_records",
     "exported",
     "first_copies",
+    "latest_unsent",
+    "read_records",
     "record_export",
     "run_info",
     "saved_groups",
@@ -77,18 +83,53 @@ def saved_groups(source: str | Path, step: int | None = None) -> list[Trajectory
     return first_copies([g for f in files for g in read_groups(f)])
 
 
-def exported(folder: Path) -> set[tuple[str, int]]:
-    """(split, step) of the batches recorded as sent."""
-    path = folder / EXPORTS_FILE
-    if not path.exists():
-        return set()
-    done = set()
-    for line in path.read_text(encoding="utf-8").splitlines():
+def append_records(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    """Append `records` to the JSON-lines file `path`, each stamped with `time`."""
+    lines = [json.dumps({**r, "time": time.time()}) + "\n" for r in records]
+    if lines:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.writelines(lines)
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a file `append_records` wrote, in order; [] when it is missing. A
+    line that is not a JSON object (torn by a process killed mid-append) is skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.splitlines():
         try:
             rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def latest_unsent(path: Path, key: Callable[[dict[str, Any]], Hashable]) -> list[dict[str, Any]]:
+    """The records whose latest line (by `key`) says `"status": "unsent"`: what a re-send
+    still has to send. A record `key` cannot read (KeyError, TypeError) is skipped."""
+    last: dict[Hashable, dict[str, Any]] = {}
+    for rec in read_records(path):
+        try:
+            last[key(rec)] = rec
+        except (KeyError, TypeError):
+            continue
+    return [r for r in last.values() if r.get("status") == "unsent"]
+
+
+def exported(folder: Path) -> set[tuple[str, int]]:
+    """(split, step) of the batches recorded as sent (a torn line: that batch counts as not sent)."""
+    done = set()
+    for rec in read_records(folder / EXPORTS_FILE):
+        try:
             done.add((str(rec["split"]), int(rec["step"])))
         except (ValueError, KeyError, TypeError):
-            continue  # a torn last line from a kill: that batch counts as not sent
+            continue
     return done
 
 
@@ -104,10 +145,8 @@ def record_export(
         "trajectories": trajectories,
         "spans": spans,
         "scores": scores,
-        "time": time.time(),
     }
-    with open(folder / EXPORTS_FILE, "a", encoding="utf-8") as f:
-        f.write(json.dumps(line) + "\n")
+    append_records(folder / EXPORTS_FILE, [line])
 
 
 def run_info(folder: Path) -> RunInfo:

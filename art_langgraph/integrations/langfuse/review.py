@@ -22,10 +22,8 @@ writing scores other than the calibration's.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,7 +31,7 @@ from pydantic import BaseModel, Field
 
 from art_langgraph.integrations.langfuse.annotation import completed_traces, queue_id_for
 from art_langgraph.integrations.langfuse.config import LangfuseConfig
-from art_langgraph.integrations.langfuse.folder import saved_groups
+from art_langgraph.integrations.langfuse.folder import append_records, latest_unsent, saved_groups
 from art_langgraph.integrations.langfuse.scoring import (
     JUDGE_SPEARMAN,
     JUDGE_TOP_PICK_ACCURACY,
@@ -281,13 +279,13 @@ def calibrate(
     nothing to compare), and `ScoreConfigClashError` for a clashing score config (the
     scores are recorded first)."""
     groups = source if isinstance(source, list) else saved_groups(source)
+    qid = None  # given scores are taken as they are
     if scores is None:
         qid = queue_id_for(queue, config=config)
         scores = fetch_scores(queue_id=qid, source="ANNOTATION", config=config)
-        done = completed_traces(qid, config=config)  # as import_scores: final reviews only
-        scores = [s for s in scores if s.trace_id in done]
     reviews = [s for s in scores if s.name in (REVIEW_SCORE, REVIEW_DECISION)]
-    reviewed = import_scores(groups, scores=reviews, partial="keep")
+    # with the queue's id, import_scores keeps the reviews of completed items only
+    reviewed = import_scores(groups, scores=reviews, partial="keep", queue_id=qid, config=config)
     human = {
         t.id: t.reward for g in reviewed.groups for t in g.trajectories if "review" in t.metadata
     }
@@ -333,13 +331,13 @@ def _run_scores(
 def _record(
     folder: Path | None, bodies: list[dict[str, Any]], status: str, error: str = ""
 ) -> None:
-    if folder is None or not bodies:
+    if folder is None:
         return
-    now = time.time()
-    with open(folder / SCORES_FILE, "a", encoding="utf-8") as f:
-        for b in bodies:
-            line = {"id": b["id"], "status": status, "score": b, "time": now}
-            f.write(json.dumps({**line, "error": error} if error else line) + "\n")
+    extra = {"error": error} if error else {}
+    append_records(
+        folder / SCORES_FILE,
+        [{"id": b["id"], "status": status, "score": b, **extra} for b in bodies],
+    )
 
 
 def _send_and_record(
@@ -378,17 +376,8 @@ def _send_and_record(
 def resend_scores(folder: str | Path, sender: Sender) -> tuple[int, int]:
     """Send the scores `folder`'s `langfuse_scores.jsonl` records as unsent (the judge
     calibration's); returns (sent, still unsent). Idempotent: a score's id is stable."""
-    path = Path(folder) / SCORES_FILE
-    if not path.exists():
-        return 0, 0
-    last: dict[str, dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-            last[str(rec["id"])] = rec
-        except (ValueError, KeyError, TypeError):
-            continue  # a torn last line from a kill
-    pending = [r["score"] for r in last.values() if r.get("status") == "unsent" and "score" in r]
+    unsent = latest_unsent(Path(folder) / SCORES_FILE, lambda r: str(r["id"]))
+    pending = [r["score"] for r in unsent if "score" in r]
     if not pending:
         return 0, 0
     try:
