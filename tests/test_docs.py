@@ -106,8 +106,3 @@ def test_the_package_diagram_matches_the_code() -> None:
             assert (ROOT / folder / f"{module}.py").is_file(), (
                 f"{folder}{module}.py is not a module"
             )
-
-
-def test_the_package_diagram_test_sees_its_nodes() -> None:
-    assert "art_langgraph/serving/" in _packages()
-    assert "art_langgraph/backend/api/" in _packages()

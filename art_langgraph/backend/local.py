@@ -133,6 +133,12 @@ class LocalBackend:
                 "with ray, or vLLM without ray"
             )
         self.ray_address = ray
+        if trainer_fsdp and trainer_ranks == 1 and ray is None:
+            raise UsageError(
+                "trainer_fsdp=True shards the trainer over its ranks, and with trainer_ranks=1 "
+                "and no ray there is one plain trainer: set trainer_ranks >= 2, or leave "
+                "trainer_fsdp at None (automatic)"
+            )
         self.trainer_fsdp = trainer_fsdp
         self._ray: Any = None
         self._ray_started: bool | None = None

@@ -110,7 +110,7 @@ def raise_wire_error(body: Any, where: str) -> None:
 def _add_engine_routes(app: Any, engine: Any) -> None:
     from fastapi.responses import JSONResponse, StreamingResponse
 
-    from art_langgraph.serving.app import _unless_disconnected
+    from art_langgraph.serving.app import unless_disconnected
 
     def fail(exc: BaseException) -> JSONResponse:
         status, body = error_to_wire(exc)
@@ -123,7 +123,7 @@ def _add_engine_routes(app: Any, engine: Any) -> None:
     async def generate(request: Request) -> Any:
         try:
             ids, sampling, adapter = parse(await request.json())
-            result = await _unless_disconnected(request, engine.generate(ids, sampling, adapter))
+            result = await unless_disconnected(request, engine.generate(ids, sampling, adapter))
         except Exception as exc:
             return fail(exc)
         return None if result is None else result_to_wire(result)

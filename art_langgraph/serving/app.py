@@ -53,7 +53,7 @@ from art_langgraph.serving.registry import ModelRegistry
 from art_langgraph.serving.responses import ResponsesService
 from art_langgraph.serving.responses_protocol import ResponsesRequest
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "unless_disconnected"]
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ def create_app(
             return None
         if req.stream:
             return StreamingResponse(service.stream(plan), media_type="text/event-stream")
-        results = await _unless_disconnected(request, service.generate(plan))
+        results = await unless_disconnected(request, service.generate(plan))
         if results is None:
             return None  # the client left: its rows were cancelled, nobody reads an answer
         body = service.response(plan, results).model_dump_json()
@@ -166,7 +166,7 @@ def create_app(
             return None
         if rreq.stream:
             return StreamingResponse(responses.stream(rreq, plan), media_type="text/event-stream")
-        results = await _unless_disconnected(request, service.generate(plan))
+        results = await unless_disconnected(request, service.generate(plan))
         if results is None:
             return None
         body = responses.response(rreq, plan, results).model_dump_json()
@@ -185,7 +185,7 @@ def _served(app: FastAPI) -> str:
     return ", ".join(routes)
 
 
-async def _unless_disconnected(request: Request, work: Awaitable[Any]) -> Any:
+async def unless_disconnected(request: Request, work: Awaitable[Any]) -> Any:
     """Await `work`, but cancel it (and return None) if the client disconnects first: an
     abandoned request must not keep its batch slots. Event-driven: once the body is read,
     the server's next `receive()` message is the disconnect."""

@@ -29,7 +29,14 @@ from art_langgraph.serving.app import create_app
 from art_langgraph.serving.config import ServerConfig
 from art_langgraph.serving.registry import ModelRegistry
 
-__all__ = ["ServerHandle", "check_bind", "serve", "start_app_server", "start_server"]
+__all__ = [
+    "ServerHandle",
+    "check_bind",
+    "serve",
+    "start_app_server",
+    "start_server",
+    "uvicorn_config",
+]
 
 
 def _is_loopback(host: str) -> bool:
@@ -77,7 +84,7 @@ class ServerHandle:
         self.stop()
 
 
-def _config(
+def uvicorn_config(
     app: Any, host: str, port: int, log_level: str, limits: ServerConfig, access_log: bool = False
 ) -> uvicorn.Config:
     return uvicorn.Config(
@@ -129,7 +136,7 @@ def start_app_server(
     """Serve an ASGI app made by `create_app` (which holds the key) in a background thread."""
     check_bind(host, api_key)
     limits = config or ServerConfig()
-    server = uvicorn.Server(_config(app, host, port, log_level, limits))
+    server = uvicorn.Server(uvicorn_config(app, host, port, log_level, limits))
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -176,6 +183,6 @@ def serve(
     try:
         registry = ModelRegistry(served_name or base_model)
         app = create_app(engine, registry, api_key=api_key, config=limits)
-        uvicorn.Server(_config(app, host, port, log_level, limits, access_log=True)).run()
+        uvicorn.Server(uvicorn_config(app, host, port, log_level, limits, access_log=True)).run()
     finally:
         engine.close_sync()

@@ -17,7 +17,7 @@ re-imports the user's `__main__`, which a training script without an `if __name_
 "__main__"` guard would run again in every rank. Not torchrun: the backend is a
 long-lived server that starts, watches and stops its ranks with the model. A rank needs
 only (rank, world size, store), so a torchrun entry point would be a few lines over
-`rank.rank_loop` (`training/rank.py`).
+`rank.serve` (`training/rank.py`).
 
 Failure: a rank that dies or raises fails the whole step. The parent kills every rank (a
 survivor may hold an update the others lack), closes the trainer and raises (the rank's
@@ -401,10 +401,11 @@ class LocalLauncher:
 
 
 def _kill(procs: list[RankProcess]) -> None:
+    # Unconditionally: a Ray rank's `run` call may have returned (after "close", or a
+    # failed join) while its actor still holds its GPU; killing an exited child is a no-op.
     for proc in procs:
         with contextlib.suppress(Exception):
-            if proc.poll() is None:
-                proc.kill()
+            proc.kill()
     for proc in procs:
         with contextlib.suppress(Exception):
             proc.wait(timeout=30)

@@ -69,10 +69,13 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
 
 
 def shard_like(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """`full` cut as `like` is (a DTensor: this rank's shard of it), on `like`'s device."""
+    """`full` cut as `like` is (a DTensor: this rank's shard of it), on `like`'s device.
+    Every rank must pass the same `full`."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     full = full.to(like.device)
     if not isinstance(like, DTensor):
         return full
-    return distribute_tensor(full, like.device_mesh, like.placements)
+    # every rank holds the same `full` (read from the same file): cut the shard locally
+    # instead of scattering rank 0's copy (src_data_rank=0, the default)
+    return distribute_tensor(full, like.device_mesh, like.placements, src_data_rank=None)

@@ -29,7 +29,7 @@ from typing import Any
 from art_langgraph.training.config import ModelConfig
 from art_langgraph.training.trainer import ProgressFn
 
-__all__ = ["FSDP_AUTO_FRACTION", "join_group", "main", "portable_error", "rank_loop", "serve"]
+__all__ = ["FSDP_AUTO_FRACTION", "main", "serve"]
 
 
 def main(fd: int) -> None:

@@ -4,7 +4,7 @@ Each rank is a `RankActor` placed by its resources (`ray_cluster.shares`: a GPU 
 the cluster has GPUs, else a share of its CPUs). Its `run` call connects back to this
 process and then is a rank like a local child: it reads its spec, joins the torch process
 group (gloo, or NCCL on GPUs) at this node's rendezvous store, and serves the trainer's
-commands (`rank.rank_loop`) until told to close.
+commands (`rank.serve`) until told to close.
 
 The connection back: a TCP socket this process listens on at its node's address, one
 per rank, authenticated with a random key (the HMAC challenge of

@@ -467,14 +467,15 @@ class LoRATrainer:
 
         weights = [full_tensor(p.detach()) for p in self.params]
         sd = self.optimizer.state_dict()
-        tensors = {
-            f"{idx}.{k}": full_tensor(v.detach()).cpu().contiguous()
+        gathered = {  # every rank takes part in the gathers; only rank 0 copies and writes
+            f"{idx}.{k}": full_tensor(v.detach())
             for idx, st in sd["state"].items()
             for k, v in st.items()
             if isinstance(v, torch.Tensor)
         }
         if self.fsdp and dist.get_rank(self.group) != 0:
             return
+        tensors = {k: v.cpu().contiguous() for k, v in gathered.items()}
         if not all(bool(torch.isfinite(w).all()) for w in weights):
             raise CheckpointError(
                 folder,

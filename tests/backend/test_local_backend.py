@@ -390,3 +390,19 @@ async def test_nan_adapter_weights_are_never_served(tmp_path: Path) -> None:
         m2 = await _model(b2, "victim")
         assert await m2.get_step() == 1  # step 2 set aside: NaN weights
         assert (await rollout(m2, "x")).calls[0].model == "victim@1"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"trainer_ranks": 0}, "trainer_ranks must be an integer >= 1"),
+        ({"replicas": 0}, "replicas must be an integer >= 1"),
+        ({"trainer_fsdp": True}, "with trainer_ranks=1 and no ray there is one plain trainer"),
+        ({"ray": "local", "engine": "vllm"}, "vLLM replicas are not placed on Ray"),
+    ],
+)
+def test_a_layout_that_cannot_be_built_is_refused_at_once(
+    kwargs: dict[str, object], match: str, tmp_path: Path
+) -> None:
+    with pytest.raises(art.UsageError, match=match):
+        art.LocalBackend(path=tmp_path, **kwargs)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""Data-parallel ranks on CUDA (marker `gpu`: skipped without two CUDA devices).
+"""Data-parallel ranks on CUDA (marker `gpu`: skipped without the CUDA devices each needs).
 
 W=2 NCCL ranks (one GPU each) against one process on the same steps, fp32 weights so the
 comparison is the CPU test's. Not run on the machines that wrote it (no GPU was lent): it
@@ -43,3 +43,31 @@ def test_two_nccl_ranks_make_the_single_process_update(tiny_path: Path) -> None:
             assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-4)
     finally:
         pair.close()
+
+
+def test_one_fsdp_rank_on_a_gpu_makes_the_single_process_update(
+    tiny_path: Path, tmp_path: Path
+) -> None:
+    """FSDP over NCCL on the one GPU a lent machine has: the sharding, the CUDA all-reduces
+    and the gathered checkpoint, which a plain trainer loads."""
+    _need(1)
+    config = ModelConfig(dtype="float32")
+    single = LoRATrainer(str(tiny_path), config, device="cuda:0")
+    sharded = DistributedTrainer(str(tiny_path), config, ranks=1, device="cuda", fsdp=True)
+    try:
+        assert sharded.backend == "nccl"
+        train = TrainConfig(learning_rate=LR)
+        for step in range(2):
+            seqs = seqs_for(single, seed=step)
+            one = single.rl_step(seqs, train)
+            two = sharded.rl_step(seqs, train)
+            assert two["loss"] == pytest.approx(one["loss"], abs=1e-5)
+            assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-4)
+        sharded.save(tmp_path)
+    finally:
+        sharded.close()
+    plain = LoRATrainer(str(tiny_path), config, device="cuda:0")
+    plain.load(tmp_path)
+    assert plain.rl_step(seqs_for(single, seed=2), train)["loss"] == pytest.approx(
+        single.rl_step(seqs_for(single, seed=2), train)["loss"], abs=1e-5
+    )

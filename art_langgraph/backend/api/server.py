@@ -377,7 +377,7 @@ def serve_backend(
     `replicas`, `trainer_ranks`, `ray`, `trainer_fsdp`: as `LocalBackend`'s."""
     import uvicorn
 
-    from art_langgraph.serving.runner import _config, check_bind
+    from art_langgraph.serving.runner import check_bind, uvicorn_config
 
     check_bind(host, api_key)
     limits = server_config or ServerConfig()
@@ -396,7 +396,7 @@ def serve_backend(
         trainer_fsdp=trainer_fsdp,
     )
     app = create_backend_app(backend, api_key=api_key, config=config)
-    server = uvicorn.Server(_config(app, host, port, log_level, limits, access_log=False))
+    server = uvicorn.Server(uvicorn_config(app, host, port, log_level, limits, access_log=False))
 
     async def main() -> None:
         try:

@@ -35,7 +35,7 @@ import hashlib
 import logging
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,6 +43,7 @@ from langfuse.api import NotFoundError
 from pydantic import BaseModel, ConfigDict, Field
 
 from art_langgraph.errors import UsageError
+from art_langgraph.integrations.langfuse.client import NO_RETRY, pages
 from art_langgraph.integrations.langfuse.config import LangfuseConfig
 from art_langgraph.integrations.langfuse.folder import (
     append_records,
@@ -78,7 +79,6 @@ log = logging.getLogger(__name__)
 
 REVIEW_FILE = "langfuse_review.jsonl"
 """In the model's folder: one line per rollout picked for review, status sent or unsent."""
-_NO_RETRY: Any = {"max_retries": 0}
 _warned: set[str] = set()
 _REVIEW_CONFIGS = tuple(c for c in SCORE_CONFIGS if c.name in (REVIEW_DECISION, REVIEW_SCORE))
 """The configs a queue is tied to; only these are made here, so a queue never checks the
@@ -199,19 +199,9 @@ def review_sample(
 
 
 # ------------------------------------------------------------------ the queue
-def _pages(list_page: Any) -> Iterable[Any]:
-    page = 1
-    while True:
-        res = list_page(page)
-        yield from res.data
-        if page >= (getattr(res.meta, "total_pages", 1) or 1) or not res.data:
-            return
-        page += 1
-
-
 def _find_queue(api: Any, name: str) -> Any:
-    queues = _pages(
-        lambda p: api.annotation_queues.list_queues(page=p, limit=100, request_options=_NO_RETRY)
+    queues = pages(
+        lambda p: api.annotation_queues.list_queues(page=p, limit=100, request_options=NO_RETRY)
     )
     return next((q for q in queues if q.name == name), None)
 
@@ -232,7 +222,7 @@ def ensure_queue(api: Any, name: str, *, description: str | None = None) -> str:
         score_config_ids=wants,
         description=description
         or "art_langgraph rollouts to review: approve/reject and/or grade 0..1; read back as rewards",
-        request_options=_NO_RETRY,
+        request_options=NO_RETRY,
     )
     return str(made.id)
 
@@ -253,9 +243,9 @@ def completed_traces(queue_id: str, *, config: LangfuseConfig | None = None) -> 
     Langfuse's UI): their reviews are final, where an item still pending may be rescored."""
     sender = Sender((config or LangfuseConfig()).resolved())
     try:
-        items = _pages(
+        items = pages(
             lambda p: sender.api.annotation_queues.list_queue_items(
-                queue_id, status="COMPLETED", page=p, limit=100, request_options=_NO_RETRY
+                queue_id, status="COMPLETED", page=p, limit=100, request_options=NO_RETRY
             )
         )
         return {str(i.object_id) for i in items}
@@ -270,9 +260,9 @@ def completed_traces(queue_id: str, *, config: LangfuseConfig | None = None) -> 
 
 
 def _queued(api: Any, queue_id: str) -> set[str]:
-    items = _pages(
+    items = pages(
         lambda p: api.annotation_queues.list_queue_items(
-            queue_id, page=p, limit=100, request_options=_NO_RETRY
+            queue_id, page=p, limit=100, request_options=NO_RETRY
         )
     )
     return {i.object_id for i in items}
@@ -299,7 +289,7 @@ def _send(
                     report.queue_id,
                     object_id=item["trace_id"],
                     object_type="TRACE",
-                    request_options=_NO_RETRY,
+                    request_options=NO_RETRY,
                 )
                 report.sent += 1
                 queued.add(item["trace_id"])
@@ -413,10 +403,11 @@ def check_queue(queue: str, *, config: LangfuseConfig | None = None) -> str | No
 
 
 def resend_review_items(
-    folder: str | Path, *, config: LangfuseConfig | None = None
+    folder: str | Path, *, config: LangfuseConfig | None = None, sender: Sender | None = None
 ) -> tuple[int, int]:
     """Send the picks `send_to_review` recorded as unsent in `folder`; returns (sent, still
-    unsent). Picks already in the queue count as sent."""
+    unsent). Picks already in the queue count as sent. `sender`: an open one to reuse (it
+    stays open), else one is made from `config`."""
     pending: dict[str, list[dict[str, Any]]] = {}
     for rec in latest_unsent(Path(folder) / REVIEW_FILE, lambda r: (r["queue"], r["trace_id"])):
         item = {k: v for k, v in rec.items() if k not in ("queue", "status", "time")}
@@ -424,14 +415,16 @@ def resend_review_items(
     if not pending:
         return 0, 0
     sent = unsent = 0
-    sender = Sender((config or LangfuseConfig()).resolved())
+    own = sender is None
+    active = Sender((config or LangfuseConfig()).resolved()) if sender is None else sender
     try:
         for queue, items in pending.items():
             report = ReviewReport(queue=queue)
-            records = _send(sender, queue, items, report)
+            records = _send(active, queue, items, report)
             _record(Path(folder), queue, [r for r in records if r["status"] == "sent"])
             sent += report.sent + report.already
             unsent += report.unsent
     finally:
-        sender.close()
+        if own:
+            active.close()
     return sent, unsent

@@ -74,6 +74,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from art_langgraph.errors import UsageError
+from art_langgraph.integrations.langfuse.client import NO_RETRY
 from art_langgraph.integrations.langfuse.config import EXTRA_MISSING, LangfuseConfig
 from art_langgraph.integrations.langfuse.folder import append_records, latest_unsent, read_records
 from art_langgraph.integrations.langfuse.scoring import (
@@ -309,14 +310,14 @@ def evaluation_run(
 # ------------------------------------------------------------------ sending
 def _ensure_dataset(sender: Sender, run: EvaluationRun) -> None:
     try:
-        ds = sender.api.datasets.get(dataset_name=run.dataset, request_options={"max_retries": 0})
+        ds = sender.api.datasets.get(dataset_name=run.dataset, request_options=NO_RETRY)
     except NotFoundError:
         sender.api.datasets.create(
             name=run.dataset,
             description=run.dataset_description
             or "Held-out scenarios of an art_langgraph model; one run per evaluated checkpoint.",
             metadata=dict(DATASET_MARKER),
-            request_options={"max_retries": 0},
+            request_options=NO_RETRY,
         )
         return
     _check_ours(run.dataset, ds.metadata)
@@ -335,7 +336,7 @@ def check_dataset(dataset: str, *, config: LangfuseConfig | None = None) -> None
     evaluations are then recorded and sent later)."""
     sender = Sender((config or LangfuseConfig()).resolved())
     try:
-        ds = sender.api.datasets.get(dataset_name=dataset, request_options={"max_retries": 0})
+        ds = sender.api.datasets.get(dataset_name=dataset, request_options=NO_RETRY)
     except NotFoundError:
         return
     except Exception as exc:
@@ -388,7 +389,7 @@ def send_evaluation(run: EvaluationRun, sender: Sender) -> EvaluationLog:
             input=it.input,
             expected_output=it.expected_output,
             metadata=it.metadata,
-            request_options={"max_retries": 0},
+            request_options=NO_RETRY,
             **({"source_trace_id": it.source_trace_id} if it.source_trace_id else {}),
         )
     # A re-send (export after a partial failure) links only what is not linked yet.

@@ -219,7 +219,7 @@ def export_folder(
             report.scores += scores
         if not source.is_file():  # what datasets.py, annotation.py, review.py recorded as unsent
             report.evaluations, report.failed_evaluations = resend_evaluations(folder, sender)
-            report.review_items, report.review_unsent = resend_review_items(folder, config=config)
+            report.review_items, report.review_unsent = resend_review_items(folder, sender=sender)
             report.run_scores, report.run_scores_unsent = resend_scores(folder, sender)
     finally:
         sender.close()

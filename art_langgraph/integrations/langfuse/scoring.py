@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from art_langgraph.errors import UsageError
+from art_langgraph.integrations.langfuse.client import NO_RETRY, pages
 
 __all__ = [
     "INDEPENDENT_REWARD",
@@ -226,17 +227,11 @@ def _clash(spec: ScoreConfigSpec, existing: Any) -> str | None:
 def _existing(api: Any) -> dict[str, Any]:
     """Every score config of the project by name (the first of each name, non-archived first)."""
     found: dict[str, Any] = {}
-    page = 1
-    while True:
-        res = api.score_configs.get(page=page, limit=100, request_options={"max_retries": 0})
-        for c in res.data:
-            prev = found.get(c.name)
-            if prev is None or (prev.is_archived and not c.is_archived):
-                found[c.name] = c
-        total_pages = getattr(res.meta, "total_pages", 1) or 1
-        if page >= total_pages or not res.data:
-            return found
-        page += 1
+    for c in pages(lambda p: api.score_configs.get(page=p, limit=100, request_options=NO_RETRY)):
+        prev = found.get(c.name)
+        if prev is None or (prev.is_archived and not c.is_archived):
+            found[c.name] = c
+    return found
 
 
 def ensure_score_configs(
@@ -269,7 +264,7 @@ def ensure_score_configs(
         created = api.score_configs.create(
             name=spec.name,
             data_type=spec.data_type,
-            request_options={"max_retries": 0},
+            request_options=NO_RETRY,
             **kwargs,
         )
         ids[spec.name] = created.id

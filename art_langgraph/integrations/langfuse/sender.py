@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from art_langgraph.errors import UsageError
+from art_langgraph.integrations.langfuse.client import NO_RETRY
 from art_langgraph.integrations.langfuse.config import EXTRA_MISSING, LangfuseConfig
 from art_langgraph.integrations.langfuse.scoring import ensure_score_configs, score_configs
 from art_langgraph.integrations.langfuse.traces import Batch, SpanBuilder, score_bodies
@@ -86,7 +87,7 @@ class Sender:
         for i in range(0, len(bodies), 100):
             res = self.api.scores.create(
                 request=bodies[i : i + 100],  # type: ignore[arg-type]
-                request_options={"max_retries": 0},
+                request_options=NO_RETRY,
             )
             rejected = getattr(res, "rejected", 0)
             if rejected:
@@ -96,7 +97,7 @@ class Sender:
 
     def project_id(self) -> str | None:
         if self._project_id is None:
-            projects = self.api.projects.get(request_options={"max_retries": 0}).data
+            projects = self.api.projects.get(request_options=NO_RETRY).data
             self._project_id = projects[0].id if projects else None
         return self._project_id
 
