@@ -167,6 +167,28 @@ class WandbLogger:
         self._run(run).log(data)
 
     def close(self) -> None:
-        for r in self.runs.values():
-            r.finish()
+        """Finish this logger's runs and return once their records are on disk (offline) or
+        handed to W&B's service for upload (online).
+
+        `run.finish()` waits for the run's exit record, but the service writes the rest of
+        the run's transaction log (the `.wandb` file) when it closes the run's stream, after
+        `finish()` has returned. W&B's own wait for that is `wandb.teardown()`, which shuts
+        the service down once every stream is closed and flushed. It also finishes any run
+        still open in this process, so it is called only when no other run is active; with
+        a run of the user's still open, the records reach disk when that run's process
+        tears W&B down (at exit at the latest)."""
+        runs = list(self.runs.values())
         self.runs.clear()
+        for r in runs:
+            r.finish()
+        if runs:
+            _teardown_if_idle()
+
+
+def _teardown_if_idle() -> None:
+    """`wandb.teardown()` (flush and stop the service) when no W&B run is active."""
+    wandb = _wandb()
+    from wandb.sdk import wandb_setup
+
+    if wandb_setup.singleton().most_recent_active_run is None:
+        wandb.teardown()

@@ -115,3 +115,27 @@ async def test_steps_rewards_and_trajectories_reach_an_offline_run(
     again.close()
     ids = {_history(d)[0].run_id for d in (tmp_path / "wandb").glob("offline-run-*")}
     assert ids == {run.run_id}
+
+
+def test_close_leaves_a_run_of_the_users_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() tears W&B's service down only when no other run is active: a run the user
+    opened themselves keeps logging after our logger closed."""
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    users = wandb.init(project="mine", dir=str(tmp_path), reinit="create_new")
+    logger = WandbLogger(dir=tmp_path / "ours")
+    info = art.loggers.RunInfo(name="wb2", project="lg", base_model="tiny")
+    logger.log_metrics(info, 1, "train", {"loss": 0.25})
+    logger.close()
+    users.log({"still": 1.0})  # would raise on a finished run
+    users.finish()
+    wandb.teardown()  # the user's own wait: our records reach disk with theirs
+    (ours,) = (tmp_path / "ours" / "wandb").glob("offline-run-*")
+    assert [r["train/loss"] for r in _history(ours)[1] if "train/loss" in r] == [0.25]
+    (theirs,) = (tmp_path / "wandb").glob("offline-run-*")
+    assert [r["still"] for r in _history(theirs)[1] if "still" in r] == [1.0]
