@@ -35,6 +35,7 @@ import os
 import sys
 from pathlib import Path
 
+from art_langgraph.allocator import reexec_with_tcmalloc
 from art_langgraph.errors import UsageError
 
 __all__ = ["main"]
@@ -340,6 +341,8 @@ def _promotion(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # run as a program: on tcmalloc where installed (allocator.py)
+        reexec_with_tcmalloc()
     args = _parser().parse_args(argv)
     if args.command == "serve":
         from art_langgraph.serving.runner import serve

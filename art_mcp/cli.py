@@ -18,6 +18,7 @@ import asyncio
 import sys
 from typing import Any
 
+from art_langgraph.allocator import reexec_with_tcmalloc
 from art_langgraph.errors import ArtError, UsageError
 from art_mcp.config import HarnessConfig
 from art_mcp.harness import train
@@ -118,6 +119,8 @@ def _env(pairs: list[str]) -> dict[str, str] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # run as a program: on tcmalloc where installed (allocator.py)
+        reexec_with_tcmalloc()
     args = _parser().parse_args(argv)
     if args.command == "scenarios":
         values = {k: getattr(args, k) for k in (*_SCENARIO_FIELDS, "n_scenarios")}

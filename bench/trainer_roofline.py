@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from art_langgraph.allocator import allocator_in_use, reexec_with_tcmalloc
 from bench.readme import update_readme, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "trainer_roofline.json"
@@ -176,7 +177,7 @@ def run_plain(seqs: list[Any], dtype: str, args: argparse.Namespace) -> dict[str
             train = torch.zeros((len(part), width), dtype=torch.bool)
             adv = torch.zeros((len(part), 1))
             for r, s in enumerate(part):
-                ids[r, : len(s)] = torch.tensor(s.token_ids)
+                ids[r, : len(s)] = torch.tensor(s.tokens)
                 att[r, : len(s)] = 1
                 train[r, : len(s)] = torch.tensor(s.trainable)
                 adv[r, 0] = s.advantage
@@ -260,6 +261,7 @@ def main() -> None:
     p.add_argument("--arm", help=argparse.SUPPRESS)  # internal: one arm, printed as JSON
     p.add_argument("--batch", help=argparse.SUPPRESS)
     args = p.parse_args()
+    reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/allocator.py); every arm alike
     if args.arm:
         print(json.dumps(run_arm(args)), flush=True)
         return
@@ -278,7 +280,8 @@ def main() -> None:
             print(f"{b}/{arm}: {results[f'{b}/{arm}']}", flush=True)
     dtype = next(iter(results.values()))["dtype"]
     lines = [
-        f"{args.base_model}, {dtype}, 2 cores ({platform.machine()}, CPU flags: {cpu_flags()}); "
+        f"{args.base_model}, {dtype}, 2 cores ({platform.machine()}, CPU flags: {cpu_flags()}), "
+        f"malloc: {allocator_in_use()}; "
         f"agent: {args.groups} groups x {args.group_size}, {args.head}-token prompts "
         f"({args.system} common to all), {args.turns} turns of 25 trained + 40 tool tokens; "
         f"short: as many 64-token prompts + 128 trained tokens",

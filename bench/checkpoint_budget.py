@@ -1,0 +1,127 @@
+"""The sweep that chose the trainer's activation budget (`trainer.AUTO_CHECKPOINT_BYTES`).
+
+Under `gradient_checkpointing="auto"` the trainer recomputes as many decoder layers as it
+takes to keep a micro-batch's activations under a byte budget. Each budget below runs in a
+process of its own on the same agent batch (`bench.trainer_roofline`'s, `--groups` x 4,
+3 turns), `--warmup` untimed steps then `--steps` timed ones: step time, the layers it
+recomputed, and peak RSS (the model, its optimizer and the step; no engine).
+
+    .venv/bin/python -m bench.checkpoint_budget [--groups 4] [--budgets 0,256,1024,2048,inf]
+
+Budgets are in MiB; 0 recomputes every layer (checkpointing always on), inf none.
+Left out: the engine's memory beside it (a whole run: bench.agent_rollouts --step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from art_langgraph.allocator import allocator_in_use, reexec_with_tcmalloc
+from bench.readme import update_readme, write_results
+from bench.trainer_roofline import batch, compute_dtype, cpu_flags
+
+RESULTS = Path(__file__).resolve().parent / "results" / "checkpoint_budget.json"
+
+
+def run_one(args: argparse.Namespace) -> dict[str, Any]:
+    from art_langgraph.presets.resolve import resolve_preset
+    from art_langgraph.training import trainer as trainer_module
+    from art_langgraph.training.config import ModelConfig, TrainConfig
+
+    mib = float(args.budget)
+    trainer_module.AUTO_CHECKPOINT_BYTES = (  # type: ignore[misc]
+        int(mib * 2**20) if mib != float("inf") else 2**62
+    )
+    dtype = compute_dtype(args.compute_dtype)
+    trainer = trainer_module.LoRATrainer(
+        resolve_preset(args.base_model), ModelConfig(compute_dtype=dtype)
+    )
+    seqs = batch("agent", args)
+    config = TrainConfig(learning_rate=1e-5)
+    times, recomputed = [], 0
+    for k in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        metrics = trainer.rl_step(seqs, config)
+        if k >= args.warmup:
+            times.append(time.perf_counter() - t0)
+        recomputed = sum(bool(m.gradient_checkpointing) for m in trainer._checkpointed)
+    return {
+        "budget_mib": args.budget,
+        "dtype": dtype,
+        "step_s": statistics.median(times),
+        "layers_recomputed": recomputed,
+        "layers": len(trainer._checkpointed),
+        "processed_tokens": sum(len(s) for s in seqs) - metrics["shared_prefix_tokens"],
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--base-model", default="smollm2-135m")
+    p.add_argument("--compute-dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    p.add_argument("--budgets", default="0,256,1024,2048,inf")
+    p.add_argument("--groups", type=int, default=4)
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--head", type=int, default=500)
+    p.add_argument("--system", type=int, default=450)
+    p.add_argument("--turns", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--steps", type=int, default=1)
+    p.add_argument("--budget", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/allocator.py); every arm alike
+    if args.budget is not None:
+        print(json.dumps(run_one(args)), flush=True)
+        return
+    rows = []
+    for b in args.budgets.split(","):
+        out = subprocess.run(
+            [sys.executable, "-m", "bench.checkpoint_budget", *sys.argv[1:], "--budget", b],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        rows.append(json.loads(out.strip().splitlines()[-1]))
+        print(rows[-1], flush=True)
+    lines = [
+        f"{args.base_model}, {rows[0]['dtype']}, 2 cores ({platform.machine()}, CPU flags: "
+        f"{cpu_flags()}), malloc: {allocator_in_use()}; agent batch {args.groups} x {args.group_size}, "
+        f"{rows[0]['processed_tokens']:,.0f} tokens in one micro-batch after prefix sharing",
+        "",
+        "| activation budget (MiB) | layers recomputed | step (s) | processed tok/s "
+        "| peak RSS (MiB) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['budget_mib']} | {r['layers_recomputed']} / {r['layers']} | "
+            f"{r['step_s']:.1f} | {r['processed_tokens'] / r['step_s']:.0f} | "
+            f"{r['peak_rss_mib']:.0f} |"
+        )
+    print("\n".join(lines))
+    write_results(
+        RESULTS,
+        {
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%MZ"),
+            "host": {"cpu_flags": cpu_flags(), "machine": platform.machine()},
+            "args": vars(args),
+            "rows": rows,
+            "table": lines,
+        },
+    )
+    update_readme("checkpoint_budget", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
