@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import queue
 import threading
 import time
@@ -153,6 +154,11 @@ class TorchEngine:
         """The frozen weights, as loaded: a trainer in this process trains over them (one copy)."""
         if self.device.type == "cpu":
             use_mmap_for_large_blocks()  # KV blocks go back to the OS when freed (memory.py)
+            # Masked prefill and batched decode read each key/value head for its query heads
+            # in SDPA (`enable_gqa`, which torch's CPU kernel supports with a mask) instead of
+            # transformers' `repeat_kv` copies: transformers enables it on the CPU only
+            # without a mask, unless this switch is set. The same attention, no copies.
+            os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")
         self.context_length = int(
             getattr(model.config, "max_position_embeddings", None) or tokenizer.model_max_length
         )

@@ -171,12 +171,13 @@ class ModelConfig(BaseModel):
     gradient_checkpointing: bool | Literal["auto"] = Field(
         "auto",
         description=(
-            "Recompute activations in the backward pass to save memory. True: always; False: "
-            "never; auto: for each micro-batch whose activations would take more than 256 MiB "
-            "(estimated from its tokens and the model's sizes), so a small batch does not pay "
-            "for the recompute (about a fifth of the tiny preset's step). Measured on "
-            "SmolLM2-135M, 16 x 400 tokens, bf16 autocast, 2048-token micro-batches: peak RSS "
-            "4.8 -> 2.3 GiB for +10% step time (see the trainer benchmark in bench/)."
+            "Recompute activations in the backward pass to save memory. True: every layer, "
+            "always; False: never; auto: in each micro-batch, as many decoder layers as it "
+            "takes to keep the activations under 256 MiB (estimated from its tokens and the "
+            "model's sizes), so a small batch pays for no recompute and a slightly large one "
+            "for a few layers. The budget was chosen by bench.checkpoint_budget (SmolLM2-135M, "
+            "a 4 x 4 agent batch on tcmalloc: all 31 layers recomputed 40.9 s / 2.1 GiB peak, "
+            "none 31.8 s / 7.3 GiB; budgets in between bought little speed per GiB)."
         ),
     )
     segmented_attention: bool = Field(
