@@ -2,11 +2,11 @@
 
 Under `gradient_checkpointing="auto"` the trainer recomputes as many decoder layers as it
 takes to keep a micro-batch's activations under a byte budget. Each budget below runs in a
-process of its own on the same agent batch (`bench.trainer_roofline`'s, `--groups` x 4,
-3 turns), `--warmup` untimed steps then `--steps` timed ones: step time, the layers it
+process of its own on the same batch (`bench.trainer_roofline`'s agent and short batches,
+`--groups` x 4 sequences), `--warmup` untimed steps then `--steps` timed ones: step time, the layers it
 recomputed, and peak RSS (the model, its optimizer and the step; no engine).
 
-    .venv/bin/python -m bench.checkpoint_budget [--groups 4] [--budgets 0,256,1024,2048,inf]
+    .venv/bin/python -m bench.checkpoint_budget [--groups 4] [--budgets 256,1024,2048]
 
 Budgets are in MiB; 0 recomputes every layer (checkpointing always on), inf none.
 Left out: the engine's memory beside it (a whole run: bench.agent_rollouts --step).
@@ -46,7 +46,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     trainer = trainer_module.LoRATrainer(
         resolve_preset(args.base_model), ModelConfig(compute_dtype=dtype)
     )
-    seqs = batch("agent", args)
+    seqs = batch(args.batch, args)
     config = TrainConfig(learning_rate=1e-5)
     times, recomputed = [], 0
     for k in range(args.warmup + args.steps):
@@ -70,7 +70,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--base-model", default="smollm2-135m")
     p.add_argument("--compute-dtype", default="auto", choices=["auto", "float32", "bfloat16"])
-    p.add_argument("--budgets", default="0,256,1024,2048,inf")
+    p.add_argument("--budgets", default="256,1024,2048")
     p.add_argument("--groups", type=int, default=4)
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--head", type=int, default=500)
@@ -78,34 +78,38 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=1)
+    p.add_argument("--batches", default="agent,short", help="of bench.trainer_roofline's")
     p.add_argument("--budget", help=argparse.SUPPRESS)
+    p.add_argument("--batch", help=argparse.SUPPRESS)
     args = p.parse_args()
     reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/allocator.py); every arm alike
     if args.budget is not None:
         print(json.dumps(run_one(args)), flush=True)
         return
     rows = []
-    for b in args.budgets.split(","):
-        out = subprocess.run(
-            [sys.executable, "-m", "bench.checkpoint_budget", *sys.argv[1:], "--budget", b],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        rows.append(json.loads(out.strip().splitlines()[-1]))
-        print(rows[-1], flush=True)
+    for name in args.batches.split(","):
+        for b in args.budgets.split(","):
+            argv = [*sys.argv[1:], "--budget", b, "--batch", name]
+            out = subprocess.run(
+                [sys.executable, "-m", "bench.checkpoint_budget", *argv],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            rows.append({"batch": name, **json.loads(out.strip().splitlines()[-1])})
+            print(rows[-1], flush=True)
     lines = [
         f"{args.base_model}, {rows[0]['dtype']}, 2 cores ({platform.machine()}, CPU flags: "
-        f"{cpu_flags()}), malloc: {allocator_in_use()}; agent batch {args.groups} x {args.group_size}, "
-        f"{rows[0]['processed_tokens']:,.0f} tokens in one micro-batch after prefix sharing",
+        f"{cpu_flags()}), malloc: {allocator_in_use()}; bench.trainer_roofline's batches, "
+        f"{args.groups} x {args.group_size} sequences (agent: one prefix tree)",
         "",
-        "| activation budget (MiB) | layers recomputed | step (s) | processed tok/s "
+        "| batch | activation budget (MiB) | layers recomputed | step (s) | processed tok/s "
         "| peak RSS (MiB) |",
-        "|---|---|---|---|---|",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['budget_mib']} | {r['layers_recomputed']} / {r['layers']} | "
+            f"| {r['batch']} | {r['budget_mib']} | {r['layers_recomputed']} / {r['layers']} | "
             f"{r['step_s']:.1f} | {r['processed_tokens'] / r['step_s']:.0f} | "
             f"{r['peak_rss_mib']:.0f} |"
         )

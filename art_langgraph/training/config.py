@@ -172,12 +172,11 @@ class ModelConfig(BaseModel):
         "auto",
         description=(
             "Recompute activations in the backward pass to save memory. True: every layer, "
-            "always; False: never; auto: in each micro-batch, as many decoder layers as it "
-            "takes to keep the activations under 256 MiB (estimated from its tokens and the "
-            "model's sizes), so a small batch pays for no recompute and a slightly large one "
-            "for a few layers. The budget was chosen by bench.checkpoint_budget (SmolLM2-135M, "
-            "a 4 x 4 agent batch on tcmalloc: all 31 layers recomputed 40.9 s / 2.1 GiB peak, "
-            "none 31.8 s / 7.3 GiB; budgets in between bought little speed per GiB)."
+            "always; False: never; auto: keep each micro-batch's activations under 1 GiB "
+            "(estimated from its tokens and the model's sizes): micro-batches of sequences "
+            "alone are cut to fit it and recompute nothing; a prefix tree, which cutting "
+            "would compute twice, recomputes as many decoder layers as it takes. The budget "
+            "was chosen by the activation-budget benchmark in bench/ (docs/benchmarks.md)."
         ),
     )
     segmented_attention: bool = Field(

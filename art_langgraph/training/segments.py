@@ -6,7 +6,8 @@ sequence's rest (`tensorize`). Under a dense (L, L) mask every row costs
 L² in attention whatever it holds, and the kernel cannot skip masked blocks. On
 SmolLM2-135M with 2,048-token rows, attention took half of a trainer step on 2 CPU cores.
 
-Here each segment of a row is one SDPA call over only the keys it sees:
+Here each segment of a row is one SDPA call over only the keys it sees (rows laid out
+alike, such as sequences alone of one length, share each call):
 
 - a sequence alone, or a tree's root: its own earlier tokens (`is_causal`, the flash
   path without a mask: it skips the upper triangle);
@@ -116,20 +117,33 @@ def segmented_attention(
     # Grouped-query attention: SDPA reads each key/value head for its `H / Hkv` query heads
     # (`enable_gqa`), with no (B, H, L, D) copy of the keys and values kept for the backward.
     gqa = h != key.shape[1]
-    rows = []
     for r, row in enumerate(segments):
-        parts = []
         at = 0
-        for s in row:
-            if s.start != at or s.end <= s.start:
+        for seg in row:
+            if seg.start != at or seg.end <= seg.start:
                 raise ValueError(f"row {r}: segments must tile the row from 0, got {row}")
-            q = query[r : r + 1, :, s.start : s.end]  # (1, H, n, D)
-            k = key[r : r + 1, :, s.start : s.end]
-            v = value[r : r + 1, :, s.start : s.end]
-            if s.sees:
-                k = torch.cat([*(key[r : r + 1, :, a:b] for a, b in s.sees), k], dim=2)
-                v = torch.cat([*(value[r : r + 1, :, a:b] for a, b in s.sees), v], dim=2)
-                mask = _rest_mask(k.shape[2] - (s.end - s.start), s.end - s.start, query.device)
+            at = seg.end
+    # Rows with the same layout (a batch of sequences alone, of equal length) attend in one
+    # SDPA call per segment over all of them, instead of one call per row.
+    layouts: dict[RowSegments, list[int]] = {}
+    for r, row in enumerate(segments):
+        layouts.setdefault(row, []).append(r)
+    outs, order = [], []
+    for row, members in layouts.items():
+        first, n_rows = members[0], len(members)
+        if members == list(range(first, first + n_rows)):  # a view, no copy
+            qs, ks, vs = (x[first : first + n_rows] for x in (query, key, value))
+        else:
+            idx = torch.tensor(members, device=query.device)
+            qs, ks, vs = query[idx], key[idx], value[idx]
+        parts = []
+        for seg in row:
+            q, k, v = (x[:, :, seg.start : seg.end] for x in (qs, ks, vs))  # (n, H, len, D)
+            if seg.sees:
+                k = torch.cat([*(ks[:, :, a:b] for a, b in seg.sees), k], dim=2)
+                v = torch.cat([*(vs[:, :, a:b] for a, b in seg.sees), v], dim=2)
+                n = seg.end - seg.start
+                mask = _rest_mask(k.shape[2] - n, n, query.device)
                 out = F.scaled_dot_product_attention(
                     q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling, enable_gqa=gqa
                 )
@@ -137,12 +151,16 @@ def segmented_attention(
                 out = F.scaled_dot_product_attention(
                     q, k, v, dropout_p=dropout, scale=scaling, is_causal=True, enable_gqa=gqa
                 )
-            parts.append(out)  # (1, H, n, D)
-            at = s.end
-        if at < length:
-            parts.append(query.new_zeros((1, h, length - at, d)))
-        rows.append(torch.cat(parts, dim=2))
-    out = torch.cat(rows, dim=0)  # (B, H, L, D)
+            parts.append(out)  # (n, H, len, D)
+        if row[-1].end < length:
+            parts.append(query.new_zeros((n_rows, h, length - row[-1].end, d)))
+        outs.append(torch.cat(parts, dim=2))  # (n, H, L, D)
+        order += members
+    out = torch.cat(outs, dim=0)  # (B, H, L, D), rows in `order`
+    if order != list(range(b)):
+        inverse = torch.empty(b, dtype=torch.long)
+        inverse[torch.tensor(order)] = torch.arange(b)
+        out = out[inverse.to(out.device)]
     return out.transpose(1, 2).contiguous(), None
 
 

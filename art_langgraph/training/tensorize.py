@@ -466,10 +466,13 @@ def micro_batches(
     micro_batch_tokens: int,
     pack: bool,
     share_prefixes: bool = False,
+    alone_tokens: int | None = None,
 ) -> Iterator[MicroBatch]:
     """Rows of sequences (packed or one per row), grouped into micro-batches of
     ~micro_batch_tokens. With `share_prefixes` (packing only), sequences sharing a prompt
-    prefix are bundled (module doc) and rows grow to the longest bundle."""
+    prefix are bundled (module doc) and rows grow to the longest bundle. `alone_tokens`:
+    a smaller cap for micro-batches with no prefix tree in them (a larger micro-batch
+    shares nothing more, and costs the trainer its activations' memory); None: the same."""
     if not seqs:
         return
     if pack and share_prefixes:
@@ -485,13 +488,19 @@ def micro_batches(
         rows = [[i] for i in sorted(range(len(units)), key=lambda i: -lengths[i])]
     batch: list[list[_Unit]] = []
     width = 0
+    tree = False  # whether `batch` holds a prefix tree
     for row in rows:
         n = sum(lengths[i] for i in row)
         wider = max(width, n)
-        if batch and wider * (len(batch) + 1) > micro_batch_tokens:
+        with_tree = tree or any(len(units[i].members) > 1 for i in row)
+        cap = micro_batch_tokens
+        if alone_tokens is not None and not with_tree:
+            cap = min(cap, alone_tokens)
+        if batch and wider * (len(batch) + 1) > cap:
             yield _collate(seqs, batch, pack)
             batch, wider = [], n
+            with_tree = any(len(units[i].members) > 1 for i in row)
         batch.append([units[i] for i in row])
-        width = wider
+        width, tree = wider, with_tree
     if batch:
         yield _collate(seqs, batch, pack)

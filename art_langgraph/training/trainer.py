@@ -390,9 +390,19 @@ class LoRATrainer:
                 micro_batch_tokens=config.micro_batch_tokens,
                 pack=config.pack_sequences,
                 share_prefixes=config.share_prefixes,
+                alone_tokens=self._alone_tokens(),
             )
         )
         return batches, self._passes(len(batches))
+
+    def _alone_tokens(self) -> int | None:
+        """Under gradient_checkpointing="auto": micro-batches without a prefix tree hold at
+        most the tokens whose activations fit AUTO_CHECKPOINT_BYTES, so they run without
+        recompute (more passes over the same tokens instead of a second forward); a tree
+        keeps its size, since splitting it would compute its shared parts again."""
+        if self.config.gradient_checkpointing != "auto" or not self._activation_bytes:
+            return None
+        return max(1, AUTO_CHECKPOINT_BYTES // self._activation_bytes)
 
     def _passes(self, batches: int) -> int:
         """Forward/backward passes this rank runs: its micro-batches, or under FSDP the most
@@ -600,16 +610,25 @@ class _TokenLogprobs(torch.nn.Module):
         head = base.get_output_embeddings()
         h = hidden[:, :-1][before].to(head.weight.dtype)  # (N, H)
         targets = input_ids[:, 1:][before]  # (N,)
-        return token_logprobs(h, head, targets)
+        return token_logprobs(h, head, targets, keep_bytes=AUTO_CHECKPOINT_BYTES // 4)
 
 
 def token_logprobs(
-    hidden: torch.Tensor, head: torch.nn.Module, targets: torch.Tensor, chunk: int = 1024
+    hidden: torch.Tensor,
+    head: torch.nn.Module,
+    targets: torch.Tensor,
+    chunk: int = 1024,
+    keep_bytes: int = 0,
 ) -> torch.Tensor:
     """log softmax(head(hidden))[target] per row, `chunk` rows at a time. hidden (N, H),
     targets (N,) -> (N,). Under autograd each chunk's logits (chunk, V) are recomputed in
-    the backward pass instead of being kept, so memory stays O(chunk x V) for any N."""
+    the backward pass instead of being kept, so memory stays O(chunk x V) for any N; where
+    all N rows' float32 logits take at most `keep_bytes`, they are kept instead (no second
+    head matmul: on SmolLM2 a sixth of a short-prompt step)."""
     from torch.utils.checkpoint import checkpoint
+
+    vocab = int(getattr(head, "out_features", 0) or 0)
+    recompute = hidden.shape[0] * vocab * 4 > keep_bytes
 
     def one(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         logits = head(h).float()  # (c, V)
@@ -618,16 +637,17 @@ def token_logprobs(
     parts = []
     for i in range(0, hidden.shape[0], chunk):
         h, t = hidden[i : i + chunk], targets[i : i + chunk]
-        if torch.is_grad_enabled() and h.requires_grad:
+        if recompute and torch.is_grad_enabled() and h.requires_grad:
             parts.append(checkpoint(one, h, t, use_reentrant=False))
         else:
             parts.append(one(h, t))
     return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
 
 
-AUTO_CHECKPOINT_BYTES = 256 * 2**20
-"""gradient_checkpointing="auto" recomputes as many layers as it takes to keep a micro-batch's
-activations under this."""
+AUTO_CHECKPOINT_BYTES = 1024 * 2**20
+"""gradient_checkpointing="auto" keeps a micro-batch's activations under this: micro-batches
+without a prefix tree are cut to fit it, trees recompute as many layers as it takes, and
+the head's logits are kept when they fit a quarter of it (bench.checkpoint_budget chose it)."""
 
 
 def _activation_bytes_per_token(config: Any, dtype: torch.dtype) -> int:

@@ -329,12 +329,37 @@ def test_auto_checkpointing_recomputes_only_what_exceeds_the_budget(
         seen[name] = [bool(m.gradient_checkpointing) for m in stepped._checkpointed]
     assert not any(seen["small"])  # a few hundred tokens of the tiny model: kept
     assert all(seen["large"])  # over the limit: recomputed
-    # twice the budget: the fewest layers that bring it under, the first ones, not all
-    assert 0 < sum(seen["half"]) < len(seen["half"]) and seen["half"][0]
-    assert seen["half"] == sorted(seen["half"], reverse=True)
+    # sequences alone, twice the budget: cut into smaller micro-batches, none recomputed
+    assert not any(seen["half"])
     for name in ("large", "half"):
         assert losses["small"]["loss"] == pytest.approx(losses[name]["loss"], abs=1e-6)
         assert losses["small"]["grad_norm"] == pytest.approx(losses[name]["grad_norm"], rel=1e-5)
+
+
+def test_a_prefix_tree_over_the_budget_recomputes_only_some_layers(
+    stepped: LoRATrainer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from art_langgraph.training import trainer as trainer_module
+
+    seqs = group_sequences(stepped, seed=3, prompt=20, extra=4, system=16)
+    config = TrainConfig(learning_rate=LR)
+    (mb,) = stepped._micro_batches(seqs, config)[0]  # one tree: cutting it would lose sharing
+    assert mb.stats["shared_prefix_tokens"] > 0
+    start = lora_state(stepped)
+    seen, results = {}, {}
+    need = mb.input_ids.numel() * stepped._activation_bytes
+    for name, limit in (("all", 0), ("half", need // 2), ("none", 2 * need)):
+        monkeypatch.setattr(trainer_module, "AUTO_CHECKPOINT_BYTES", limit)
+        restore(stepped, start)
+        results[name] = stepped.rl_step(seqs, config)
+        seen[name] = [bool(m.gradient_checkpointing) for m in stepped._checkpointed]
+    assert all(seen["all"]) and not any(seen["none"])
+    # twice the budget: the fewest layers that bring it under, the first ones, not all
+    assert 0 < sum(seen["half"]) < len(seen["half"]) and seen["half"][0]
+    assert seen["half"] == sorted(seen["half"], reverse=True)
+    for name in ("all", "half"):
+        assert results[name]["loss"] == pytest.approx(results["none"]["loss"], abs=1e-6)
+        assert results[name]["grad_norm"] == pytest.approx(results["none"]["grad_norm"], rel=1e-5)
 
 
 def test_packed_loss_is_right_with_eager_attention(stepped: LoRATrainer) -> None:
