@@ -57,12 +57,11 @@ BATCHES = ("agent", "short")
 
 def cpu_flags() -> str:
     """The CPU's matmul-relevant flags, for every table: amx_bf16, avx512_bf16, avx512f, avx2."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return "unknown"
+    from art_langgraph.devices import cpu_flags as flags
+
+    have = flags()
     wanted = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
-    return ",".join(f for f in wanted if f in flags) or "none of amx/avx512/avx2"
+    return ",".join(f for f in wanted if f in have) or "none of amx/avx512/avx2"
 
 
 def batch(name: str, args: argparse.Namespace) -> list[Any]:

@@ -134,8 +134,13 @@ class LoRATrainer:
             else:  # transformers before the rename
                 base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
             base.enable_input_require_grads()
+            # The decoder layers: the model itself also gets the attribute, but its flag
+            # recomputes nothing, and counted as a layer it skewed "auto"'s layer count.
             self._checkpointed = [
-                m for m in base.modules() if hasattr(m, "_gradient_checkpointing_func")
+                m
+                for m in base.modules()
+                if hasattr(m, "_gradient_checkpointing_func")
+                and m is not getattr(base, "model", None)
             ]
         self._activation_bytes = _activation_bytes_per_token(base.config, self.compute_dtype)
         self._layer_input_bytes = int(getattr(base.config, "hidden_size", 0) or 0) * (
