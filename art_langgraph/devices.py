@@ -1,16 +1,33 @@
 """Where and in what precision models run: one rule for the engine and the trainer.
 
-The device is the caller's choice, else CUDA when present, else the CPU; the dtype is
-the caller's choice, else bfloat16 on CUDA and float32 on the CPU (the CPU's bfloat16 is
-faster on AMX machines but rounds the sampler and trainer differently: opt in). torch is
-imported only when a function is called. Left out: MPS and multi-GPU placement.
+The device is the caller's choice, else CUDA when present, else the CPU. The dtypes are
+the caller's choice, else (`auto`) the machine's fast one:
+
+- the engine's weights (`pick_engine_dtype`): bfloat16 on CUDA and on CPUs that multiply
+  bfloat16 in hardware (AMX, AVX-512-BF16), float32 on other CPUs;
+- the trainer's weights (`pick_dtype`): bfloat16 on CUDA, float32 on the CPU (the LoRA's
+  master weights and the optimizer stay in float32 there);
+- the trainer's matmuls (`pick_compute_dtype`): the weights dtype, except bfloat16 autocast
+  over float32 weights on CPUs that multiply bfloat16 in hardware.
+
+The logprobs the trainer compares with the sampler's are computed in float32 in every
+case (the head and log-softmax run outside autocast). torch is imported only when a
+function is called. Left out: MPS and multi-GPU placement.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["pick_device", "pick_dtype", "torch_dtype"]
+__all__ = [
+    "cpu_flags",
+    "cpu_has_fast_bf16",
+    "pick_compute_dtype",
+    "pick_device",
+    "pick_dtype",
+    "pick_engine_dtype",
+    "torch_dtype",
+]
 
 
 def pick_device(device: str | None = None) -> str:
@@ -23,10 +40,32 @@ def pick_device(device: str | None = None) -> str:
 
 
 def pick_dtype(dtype: str | None, device: str) -> str:
-    """`dtype` ("float32", "bfloat16", "float16"), or for None/"auto" the device's default."""
+    """The trainer's weights: `dtype` ("float32", "bfloat16", "float16"), or for None/"auto"
+    bfloat16 on CUDA and float32 elsewhere."""
     if dtype and dtype != "auto":
         return dtype
     return "bfloat16" if device.startswith("cuda") else "float32"
+
+
+def pick_engine_dtype(dtype: str | None, device: str) -> str:
+    """The engine's weights: `dtype`, or for None/"auto" bfloat16 on CUDA and on CPUs that
+    multiply it in hardware, float32 on other CPUs."""
+    if dtype and dtype != "auto":
+        return dtype
+    if device.startswith("cpu"):
+        return "bfloat16" if cpu_has_fast_bf16() else "float32"
+    return pick_dtype(None, device)
+
+
+def pick_compute_dtype(compute: str | None, weights: str, device: str) -> str:
+    """The trainer's matmuls over `weights`-dtype weights: `compute`, or for None/"auto"
+    the weights dtype, except bfloat16 over float32 weights on CPUs that multiply it in
+    hardware."""
+    if compute and compute != "auto":
+        return compute
+    if device.startswith("cpu") and weights == "float32" and cpu_has_fast_bf16():
+        return "bfloat16"
+    return weights
 
 
 def cpu_flags() -> set[str]:

@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 import torch
 
-from art_langgraph.devices import pick_device, pick_dtype, torch_dtype
+from art_langgraph.devices import pick_device, pick_engine_dtype, torch_dtype
 from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
 from art_langgraph.engine.constrained import GrammarCompiler
 from art_langgraph.engine.kv_cache import (
@@ -76,7 +76,8 @@ class TorchEngineConfig:
     device: str | None = None
     """"cuda", "cpu", ...; None picks CUDA when present."""
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
-    """Weights dtype; None: bfloat16 on CUDA, float32 on the CPU."""
+    """Weights dtype; None: bfloat16 on CUDA and on CPUs that multiply it in hardware (AMX,
+    AVX-512-BF16), float32 on other CPUs (`devices.pick_engine_dtype`)."""
     seed: int = 0
     """Seed of the generator shared by requests that carry no seed."""
     admit_wait_s: float = 0.002
@@ -232,7 +233,7 @@ class TorchEngine:
         config = config or TorchEngineConfig()
         path = resolve_preset(base_model, cache_dir)
         device = pick_device(config.device)
-        dtype_name = pick_dtype(config.dtype, device)
+        dtype_name = pick_engine_dtype(config.dtype, device)
         hf_logging.disable_progress_bar()
         tokenizer = AutoTokenizer.from_pretrained(path)
         if config.chat_template is not None:

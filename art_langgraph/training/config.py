@@ -195,9 +195,10 @@ class ModelConfig(BaseModel):
         "auto",
         description=(
             "Dtype of the transformer's matmuls, through torch.autocast over the weights dtype "
-            "(the head and log-softmax stay in the weights dtype). auto: the weights dtype (no "
-            "autocast). bfloat16 over float32 weights: faster on CPUs with AMX/AVX-512-bf16, at "
-            "the cost of a larger sampler/trainer logprob mismatch (see docs/benchmarks.md)."
+            "(the head and log-softmax stay in the weights dtype). auto: bfloat16 over float32 "
+            "weights on CPUs that multiply it in hardware (AMX, AVX-512-BF16), where it is "
+            "about twice as fast, at the cost of a larger sampler/trainer logprob mismatch "
+            "(see docs/benchmarks.md); the weights dtype elsewhere (no autocast)."
         ),
     )
     serve_during_training: bool = Field(

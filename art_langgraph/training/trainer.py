@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from art_langgraph.devices import pick_device, pick_dtype, torch_dtype
+from art_langgraph.devices import pick_compute_dtype, pick_device, pick_dtype, torch_dtype
 from art_langgraph.errors import CheckpointError
 from art_langgraph.memory import heap_for_large_blocks
 from art_langgraph.training import loss as L
@@ -107,10 +107,8 @@ class LoRATrainer:
         self.device = torch.device(pick_device(device))
         name = pick_dtype(config.dtype, self.device.type)
         self.dtype = torch_dtype(name)
-        self.compute_dtype = (
-            self.dtype
-            if config.compute_dtype in ("auto", name)
-            else getattr(torch, config.compute_dtype)
+        self.compute_dtype = torch_dtype(
+            pick_compute_dtype(config.compute_dtype, name, self.device.type)
         )
         self.tokenizer = AutoTokenizer.from_pretrained(base_path)
         self.shares_base = (
