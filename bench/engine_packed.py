@@ -40,8 +40,9 @@ def _decode_ms(model: Any, rows: int, context: int, steps: int) -> tuple[float, 
     cache = growing_cache(model.config)
     ids = torch.randint(0, 1000, (rows, context))
     mask = torch.ones(rows, context, dtype=torch.long)
-    model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True,
-          logits_to_keep=1)
+    model(
+        input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1
+    )
     nxt = torch.randint(0, 1000, (rows, 1))
     times, logits = [], None
     for i in range(steps + 2):
@@ -102,8 +103,14 @@ def main() -> None:
                 diff = max(diff, float((logits - ref).abs().max()))
         plain, packed = statistics.fmean(arms["plain"]), statistics.fmean(arms["packed"])
         rows.append(
-            {"rows": b, "context": t, "plain_ms": plain, "packed_ms": packed,
-             "speedup": plain / packed, "max_logit_diff": diff}
+            {
+                "rows": b,
+                "context": t,
+                "plain_ms": plain,
+                "packed_ms": packed,
+                "speedup": plain / packed,
+                "max_logit_diff": diff,
+            }
         )
         print(rows[-1], flush=True)
     head = (

@@ -17,6 +17,11 @@ module's weight calls `pack_linears` again (the engine does after merging an ada
 `PackedLinear` falls back to `F.linear` when gradients are on, or the input is not a CPU
 tensor of the weight's dtype.
 
+`set_packed` gives a module a packed copy of other weights than its own: the engine's
+merged copy (`TorchEngineConfig.merge_latest`) is a module tree over the base's tensors
+whose LoRA targets multiply by packed base + LoRA weights and whose other layers share
+the base's packed copies, so it costs only its packed targets.
+
 Costs one more copy of each packed weight in memory. Numerics: oneDNN sums in another
 order, so outputs differ from `F.linear` at float32 rounding (about 1e-4 absolute on
 SmolLM2's logits). Left out: GPUs (cuBLAS needs no such step), int8 and fp16 weights.
@@ -29,7 +34,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["PackedLinear", "can_pack", "pack_linears"]
+__all__ = ["PackedLinear", "can_pack", "pack_linears", "packed_weight"]
 
 _BATCH_HINT = 32
 """The batch size oneDNN picks the packed layout for; decode batches are 1-64 rows, and a
@@ -54,25 +59,45 @@ def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
     return False
 
 
+def packed_weight(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` (out, in) reordered for `torch.ops.mkldnn._linear_pointwise`."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _BATCH_HINT)
+
+
 class PackedLinear(torch.nn.Linear):
     """An `nn.Linear` that multiplies by a oneDNN-packed copy of its weight when no
     gradient is wanted (see the module's docstring)."""
 
     _packed: torch.Tensor | None = None
+    _packed_only: bool = False
+    """True where the packed copy holds other weights than `weight` (the engine's merged
+    copy: base + LoRA packed, `weight` the shared base): no fallback to `weight` then."""
 
     def pack(self) -> None:
         """(Re)make the packed copy from the weight as it is now."""
-        weight = self.weight.detach()
-        self._packed = torch.ops.mkldnn._reorder_linear_weight(weight, _BATCH_HINT)
+        self._packed = packed_weight(self.weight)
+        self._packed_only = False
+
+    def set_packed(self, packed: torch.Tensor) -> None:
+        """Multiply by `packed` (from `packed_weight`) from now on, whatever `weight` holds:
+        the module computes only without gradients, on CPU inputs of the weight's dtype."""
+        self._packed = packed
+        self._packed_only = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         packed = self._packed
         if (
             packed is None
             or torch.is_grad_enabled()
-            or x.dtype != self.weight.dtype
+            or x.dtype != packed.dtype
+            or self.weight.dtype != packed.dtype  # the module was cast since it was packed
             or x.device.type != "cpu"
         ):
+            if self._packed_only:
+                raise RuntimeError(
+                    "this layer holds its weights only packed for oneDNN: it runs without "
+                    f"gradients on CPU {self.weight.dtype} inputs, got {x.dtype} on {x.device}"
+                )
             return F.linear(x, self.weight, self.bias)
         flat = x.reshape(-1, x.shape[-1])
         y = torch.ops.mkldnn._linear_pointwise(flat, packed, self.bias, "none", [], "")
@@ -83,6 +108,7 @@ class PackedLinear(torch.nn.Linear):
         # and the copy's weights are about to change (the engine's merged model).
         state = dict(super().__getstate__())
         state.pop("_packed", None)
+        state.pop("_packed_only", None)
         return state
 
 

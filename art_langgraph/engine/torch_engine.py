@@ -51,7 +51,7 @@ from art_langgraph.engine.kv_cache import (
     merge_rows,
     preset_layer,
 )
-from art_langgraph.engine.packed_linear import pack_linears
+from art_langgraph.engine.packed_linear import PackedLinear, can_pack, pack_linears, packed_weight
 from art_langgraph.engine.prefix_cache import PrefixCache, PrefixHit
 from art_langgraph.engine.sampling import raw_logprobs, sample_rows
 from art_langgraph.errors import InfrastructureError, UsageError
@@ -864,18 +864,52 @@ class TorchEngine:
         """Make `self._merged` the base weights plus adapter `key` (see `merge_latest`)."""
         from peft.tuners.lora.layer import LoraLayer
 
-        if self._merged is None:
+        lora = {
+            name.removeprefix("base_model.model."): module
+            for name, module in self.model.named_modules()
+            if isinstance(module, LoraLayer) and key in module.lora_A
+        }
+        if self._packs():
+            self._merge_packed(key, lora)
+        elif self._merged is None:
             import copy
 
             self._merged = copy.deepcopy(self.model).merge_and_unload(adapter_names=[key]).eval()
         else:
-            for mod_name, module in self.model.named_modules():
-                if isinstance(module, LoraLayer) and key in module.lora_A:
-                    target = self._merged.get_submodule(mod_name.removeprefix("base_model.model."))
-                    _merge_into(target.weight, module, key)
-        if self.config.prepack_weights:
-            pack_linears(self._merged)  # its weights changed: pack them anew
+            for name, module in lora.items():
+                _merge_into(self._merged.get_submodule(name).weight, module, key)
         self._merged_key = key
+
+    def _packs(self) -> bool:
+        """Whether the engine's linear layers multiply by packed weights (`prepack_weights`)."""
+        return self.config.prepack_weights and can_pack(self.device, self.shared_base.dtype)
+
+    def _merge_packed(self, key: str, lora: dict[str, Any]) -> None:
+        """The merged copy without a dense copy of the weights: a module tree over the base's
+        tensors (`model_over`, no copy) whose layers adapter `key` targets multiply by packed
+        base + LoRA weights (each merged weight a temporary), the others by the base's own
+        packed copies."""
+        from art_langgraph.training.shared_base import model_over
+
+        if self._merged is None:
+            self._merged = model_over(self.shared_base.tensors, self.base_model).eval()
+        base = dict(self.base_model.named_modules())
+        for name, module in self._merged.named_modules():
+            if not isinstance(module, torch.nn.Linear):
+                continue
+            own = base.get(f"{name}.base_layer", base.get(name))
+            if not isinstance(own, PackedLinear) or own._packed is None:  # left unpacked
+                if name in lora:
+                    merged = _merged_weight(module.weight, lora[name], key)
+                    module.weight = torch.nn.Parameter(merged, requires_grad=False)
+                continue
+            module.__class__ = PackedLinear
+            if name in lora:
+                merged = _merged_weight(own.weight, lora[name], key)
+                module.set_packed(packed_weight(merged))  # type: ignore[operator]
+                del merged
+            else:
+                module.set_packed(own._packed)  # type: ignore[operator]
 
     def _unload_adapter(self, name: str) -> None:
         if name not in self._adapters:
@@ -934,6 +968,13 @@ def _merge_into(out: torch.Tensor, module: Any, key: str) -> None:
         return
     a, b = module.lora_A[key].weight, module.lora_B[key].weight  # (r, in), (out, r)
     torch.addmm(base, b.to(base.dtype), a.to(base.dtype), alpha=module.scaling[key], out=out)
+
+
+def _merged_weight(base: torch.Tensor, module: Any, key: str) -> torch.Tensor:
+    """A new tensor: `base` (the LoRA layer's base weight) + scale * B @ A."""
+    out = torch.empty_like(base)
+    _merge_into(out, module, key)
+    return out
 
 
 def _check_adapter_fits(model: Any, name: str, path: str) -> dict[str, torch.Tensor] | None:
