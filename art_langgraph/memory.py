@@ -17,6 +17,9 @@ under 3 GiB). Two remedies, both process-wide and idempotent:
 - `release_free_memory()` (`malloc_trim(0)`) returns free heap pages; called when the
   engine's batch drains and after each training step.
 
+On tcmalloc (`art_langgraph/allocator.py`) the mallopt threshold means nothing, and
+`release_free_memory()` asks tcmalloc to return its free spans instead.
+
 Left out: other allocators (jemalloc, musl, macOS): there both calls do nothing.
 """
 
@@ -88,8 +91,26 @@ def heap_for_large_blocks() -> Iterator[None]:
         libc.mallopt(_M_MMAP_THRESHOLD, engine_threshold)
 
 
+@functools.cache
+def _tcmalloc_release() -> Any:
+    """tcmalloc's `MallocExtension_ReleaseFreeMemory` where tcmalloc is this process's
+    malloc (`art_langgraph/allocator.py`), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None).MallocExtension_ReleaseFreeMemory
+    except (OSError, AttributeError):
+        return None
+
+
 def release_free_memory() -> bool:
-    """Return free heap pages to the OS; True where the allocator supports it."""
+    """Return free heap pages to the OS; True where the allocator supports it. On tcmalloc
+    (which keeps freed spans for reuse), its free spans: the engine's KV cache of a drained
+    batch, a training step's activations."""
+    release = _tcmalloc_release()
+    if release is not None:
+        release()
+        return True
     trim = _malloc_trim()
     if trim is None:
         return False

@@ -457,6 +457,10 @@ class LocalBackend:
         )
         if paused:
             self.registry.pause(name)
+            from art_langgraph.engine.torch_engine import TorchEngine
+
+            if isinstance(self.engine, TorchEngine):
+                await self.engine.drop_prefix_cache()  # its KV is of the weights being replaced
         t0 = time.perf_counter()
         trim: asyncio.Future[bool] | None = None
         try:

@@ -128,7 +128,8 @@ def drop_left(cache: DynamicCache, lead: int) -> None:
 
 def merge_rows(old: DynamicCache, new: DynamicCache, width: int) -> None:
     """Append `new`'s rows to `old`'s, both left-padded (with zeros) to `width` steps, into
-    buffers with spare room: the one copy a merge needs."""
+    buffers with spare room: the one copy a merge needs. `new` is emptied layer by layer as
+    it is copied (its caller is done with it), so a merge holds at most one layer twice."""
     old_l: Any
     new_l: Any
     for old_l, new_l in zip(old.layers, new.layers, strict=True):
@@ -147,6 +148,8 @@ def merge_rows(old: DynamicCache, new: DynamicCache, width: int) -> None:
             old_l._view(width)
         else:
             old_l.keys, old_l.values = buf_k[:, :, :width], buf_v[:, :, :width]
+        del ok, ov, nk, nv, k, v
+        new_l.reset()  # frees this layer of `new` now, not after the whole merge
 
 
 def fill_rows(old: DynamicCache, new: DynamicCache, slots: list[int], width: int) -> bool:

@@ -314,6 +314,12 @@ class TorchEngine:
             waiting=self._inbox.qsize(),
         )
 
+    async def drop_prefix_cache(self) -> None:
+        """Empty the prefix cache now (a training step is about to replace the weights its
+        KV was computed under, and nothing is served meanwhile): its memory goes to the
+        trainer instead of waiting for the swap."""
+        await self._command(self._prefix.clear)
+
     @property
     def prefix_cache(self) -> PrefixCache:
         """The prefix cache (for tests and benchmarks; the worker thread owns it)."""
@@ -553,16 +559,20 @@ class TorchEngine:
         """Give each layer of `cache` a (B, H, width + room, D) buffer whose first `width`
         steps hold each row's start, right-aligned (zeros before it)."""
         b = len(starts)
-        stacked = [s.hit.stacked() if s.hit is not None and s.hit.blocks else None for s in starts]
-        some = next(x for x in [*stacked, *(s.head for s in starts)] if x is not None)
-        if isinstance(some, list):
-            h, d, dtype = some[0][0].shape[1], some[0][0].shape[-1], some[0][0].dtype
+        st0 = next(s for s in starts if s.head is not None or (s.hit is not None and s.hit.blocks))
+        if st0.head is not None:
+            some = st0.head[0][0]  # (1, H, P, D)
+            h, d, dtype = some.shape[1], some.shape[-1], some.dtype
         else:
-            h, d, dtype = some.shape[3], some.shape[-1], some.dtype
+            assert st0.hit is not None
+            some = st0.hit.blocks[0].kv  # (L, 2, H, bs, D)
+            h, d, dtype = some.shape[2], some.shape[-1], some.dtype
         room = suffix + max(64, (width + suffix) // 4)
         bs = self._prefix.block_size
         layer: Any
         for li, layer in enumerate(cache.layers):
+            # One copy of each start, straight from where it is kept into the row's columns
+            # (no stacked copy of a prefix hit first: 30 rows of a 450-token hit were 620 MB).
             buf_k = torch.zeros((b, h, width + room, d), dtype=dtype, device=self.device)
             buf_v = torch.zeros_like(buf_k)
             for i, st in enumerate(starts):
@@ -570,10 +580,11 @@ class TorchEngine:
                 if st.head is not None:
                     buf_k[i, :, lo:width] = st.head[li][0][0]
                     buf_v[i, :, lo:width] = st.head[li][1][0]
-                elif (kv := stacked[i]) is not None:  # (k, L, 2, H, bs, D)
-                    k = kv.shape[0]
-                    buf_k[i, :, lo:width].view(h, k, bs, d).copy_(kv[:, li, 0].transpose(0, 1))
-                    buf_v[i, :, lo:width].view(h, k, bs, d).copy_(kv[:, li, 1].transpose(0, 1))
+                elif st.hit is not None:
+                    for j, block in enumerate(st.hit.blocks):  # block.kv: (L, 2, H, bs, D)
+                        at = lo + j * bs
+                        buf_k[i, :, at : at + bs] = block.kv[li, 0]
+                        buf_v[i, :, at : at + bs] = block.kv[li, 1]
             preset_layer(layer, buf_k, buf_v, width)
 
     def _remember(
