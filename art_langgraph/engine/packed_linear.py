@@ -112,12 +112,15 @@ class PackedLinear(torch.nn.Linear):
         return state
 
 
-def pack_linears(model: torch.nn.Module) -> int:
-    """Pack every plain `nn.Linear` (and repack every `PackedLinear`) of `model` whose
-    weight can be packed; peft's LoRA factors are left as they are. Returns how many."""
+def pack_linears(model: torch.nn.Module, *, missing_only: bool = False) -> int:
+    """Pack every plain `nn.Linear` (and repack every `PackedLinear`; with `missing_only`,
+    only those without a packed copy) of `model` whose weight can be packed; peft's LoRA
+    factors are left as they are. Returns how many."""
     n = 0
     for name, module in model.named_modules():
         if type(module) not in (torch.nn.Linear, PackedLinear) or ".lora_" in f".{name}":
+            continue
+        if missing_only and isinstance(module, PackedLinear) and module._packed is not None:
             continue
         weight = module.weight
         if weight.is_meta or not can_pack(weight.device, weight.dtype):

@@ -899,7 +899,10 @@ class TorchEngine:
         """The merged copy without a dense copy of the weights: a module tree over the base's
         tensors (`model_over`, no copy) whose layers adapter `key` targets multiply by packed
         base + LoRA weights (each merged weight a temporary), the others by the base's own
-        packed copies."""
+        packed copies. The base gives up its packed copies of the targeted layers (the
+        merged copy serves their adapter; batches of the base or of several adapters run
+        them through `F.linear`) until the merged copy is dropped: one packed copy of each
+        layer in memory, not two."""
         from art_langgraph.training.shared_base import model_over
 
         if self._merged is None:
@@ -909,18 +912,19 @@ class TorchEngine:
             if not isinstance(module, torch.nn.Linear):
                 continue
             own = base.get(f"{name}.base_layer", base.get(name))
-            if not isinstance(own, PackedLinear) or own._packed is None:  # left unpacked
-                if name in lora:
-                    merged = _merged_weight(module.weight, lora[name], key)
-                    module.weight = torch.nn.Parameter(merged, requires_grad=False)
-                continue
-            module.__class__ = PackedLinear
+            assert own is not None, name  # the same architecture (model_over checked it)
             if name in lora:
                 merged = _merged_weight(own.weight, lora[name], key)
+                module.__class__ = PackedLinear
                 module.set_packed(packed_weight(merged))  # type: ignore[operator]
                 del merged
-            else:
+                if isinstance(own, PackedLinear):
+                    own._packed = None
+            elif isinstance(own, PackedLinear) and own._packed is not None:
+                module.__class__ = PackedLinear
                 module.set_packed(own._packed)  # type: ignore[operator]
+            elif isinstance(module, PackedLinear):  # a target of an earlier adapter only
+                module._packed, module._packed_only = None, False  # the base's weight, unpacked
 
     def _unload_adapter(self, name: str) -> None:
         if name not in self._adapters:
@@ -954,6 +958,8 @@ class TorchEngine:
             return
         if self._merged_key in keys:
             self._merged, self._merged_key = None, None
+            if self._packs():
+                pack_linears(self.base_model, missing_only=True)  # what the base gave up
         left = set(self.model.peft_config) - set(keys)
         if not left:
             # peft keeps pointing at a deleted active adapter: go back to the plain model.

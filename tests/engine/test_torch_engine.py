@@ -7,6 +7,7 @@ import contextlib
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -324,6 +325,36 @@ async def test_a_freed_adapter_slot_takes_the_next_adapter_exactly(
     for name in ("d", "e"):
         await engine.unload_adapter(name)
     assert engine._spare is None and engine.list_adapters() == []
+
+
+async def test_the_merged_copy_holds_the_only_packed_copy_of_its_targets(
+    engine: TorchEngine, lora_adapter: Path
+) -> None:
+    from art_langgraph.engine.packed_linear import PackedLinear, can_pack
+
+    if not can_pack(engine.device, engine.shared_base.dtype):
+        pytest.skip("no oneDNN packing for this engine")
+
+    def packed(model: Any) -> set[str]:
+        return {
+            n.removesuffix(".base_layer")
+            for n, m in model.named_modules()
+            if isinstance(m, PackedLinear) and m._packed is not None
+        }
+
+    before = packed(engine.base_model)
+    p = _prompt(engine, "packed copies")
+    greedy = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    await engine.load_adapter("a", str(lora_adapter))
+    targets = {n for n in before if n.rsplit(".", 1)[-1] in ("q_proj", "v_proj", "up_proj")}
+    assert targets and packed(engine.base_model) == before - targets  # given up to the merged copy
+    assert packed(engine._merged) == before  # its targets merged, the rest shared
+    merged = await engine.generate(p, greedy, adapter="a")
+    base = await engine.generate(p, greedy)  # the given-up layers run unpacked: still exact
+    assert base.completion_token_ids == _greedy_reference(engine, p, 8)
+    assert merged.completion_token_ids != base.completion_token_ids
+    await engine.unload_adapter("a")
+    assert engine._merged is None and packed(engine.base_model) == before
 
 
 async def test_adapter_errors(engine: TorchEngine, tmp_path: Path) -> None:
