@@ -20,7 +20,9 @@ requests, keyed by the weights they were computed under: an agent's next turn, o
 group member admitted later, prefills only its new tokens (`cached_tokens` in each
 result, counters in `metrics()`).
 
-Runs on CUDA when present (bf16) and on the CPU otherwise (fp32). Left out: paged
+Runs on CUDA when present (bf16) and on the CPU otherwise (bf16 where the CPU multiplies
+it in hardware, else fp32: `devices.pick_engine_dtype`); on the CPU the linear layers
+multiply by weights prepacked for oneDNN (`engine/packed_linear.py`). Left out: paged
 attention and chunked prefill; vLLM is the engine for those.
 """
 
