@@ -11,7 +11,8 @@ process tree, nothing else running. Each run: an evaluation of the untrained mod
 - each step's rollout seconds and training seconds (from the job's own log lines) and
   the rest of the step (the adapter swap and saving, from the step's history record);
 - the whole run's wall time, and its peak RSS (the largest process of the tree: the job,
-  which holds the engine and the trainer; `/usr/bin/time`'s maximum resident size).
+  which holds the engine and the trainer: `getrusage`'s maximum resident size of the
+  children of a small wrapper process, one wrapper per run).
 
     .venv/bin/python -m bench.train_run --ref ../ref-bbcd9a3 [--steps 2]
 
@@ -40,12 +41,18 @@ from bench.trainer_roofline import cpu_flags
 
 RESULTS = Path(__file__).resolve().parent / "results" / "train_run.json"
 ROOT = Path(__file__).resolve().parent.parent
+_PEAK = (
+    "import resource, subprocess, sys; rc = subprocess.run(sys.argv[1:]).returncode; "
+    "print(f'MAXRSS_KB={resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}', "
+    "file=sys.stderr); sys.exit(rc)"
+)
+"""Runs a command and prints its peak RSS (its largest process, as `time -f %M` would)."""
 
 
 def _run(checkout: Path, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
-            "/usr/bin/time", "-f", "MAXRSS_KB=%M", sys.executable, "-m", "art_mcp.cli", "train",
+            sys.executable, "-c", _PEAK, sys.executable, "-m", "art_mcp.cli", "train",
             "--server", f"{sys.executable} -m examples.mcp_server.server",
             "--scenarios", "examples/mcp_server/scenarios.jsonl",
             "--reward", "examples.mcp_server.tasks:score",

@@ -102,10 +102,11 @@ class TorchEngineConfig:
     up to this many tokens less than the longest common prefix. At least 1."""
     prepack_weights: bool = True
     """On the CPU, multiply by weights reordered once for oneDNN instead of letting every
-    call reorder them (`engine/packed_linear.py`): decode steps about 1.3-1.4x faster on
-    SmolLM2-135M (bench/results/engine_packed.json), for one more copy of the weights in
-    memory (of the merged copy too, with `merge_latest`). float32, and bfloat16 where the
-    CPU multiplies it in hardware; ignored elsewhere."""
+    call reorder them (`engine/packed_linear.py`): decode steps of 8-32 rows 1.25-1.66x
+    faster on SmolLM2-135M, one row no faster (bench/results/engine_packed.json), for one
+    packed copy of each linear weight in memory (the merged copy of `merge_latest` holds
+    those of its adapter's layers, the base the rest). float32, and bfloat16 where the CPU
+    multiplies it in hardware; ignored elsewhere."""
     chat_template: str | None = None
     """A Jinja chat template (its text, or a file path) replacing the tokenizer's own, as
     vLLM's --chat-template. None: the tokenizer's template; one that ignores tools gets them
@@ -573,8 +574,8 @@ class TorchEngine:
         bs = self._prefix.block_size
         layer: Any
         for li, layer in enumerate(cache.layers):
-            # One copy of each start, straight from where it is kept into the row's columns
-            # (no stacked copy of a prefix hit first: 30 rows of a 450-token hit were 620 MB).
+            # A prefix hit is gathered one layer at a time, never whole: stacking every row's
+            # hit across all layers first held 620 MB for 30 rows of a 450-token hit.
             buf_k = torch.zeros((b, h, width + room, d), dtype=dtype, device=self.device)
             buf_v = torch.zeros_like(buf_k)
             for i, st in enumerate(starts):
@@ -582,11 +583,12 @@ class TorchEngine:
                 if st.head is not None:
                     buf_k[i, :, lo:width] = st.head[li][0][0]
                     buf_v[i, :, lo:width] = st.head[li][1][0]
-                elif st.hit is not None:
-                    for j, block in enumerate(st.hit.blocks):  # block.kv: (L, 2, H, bs, D)
-                        at = lo + j * bs
-                        buf_k[i, :, at : at + bs] = block.kv[li, 0]
-                        buf_v[i, :, at : at + bs] = block.kv[li, 1]
+                elif st.hit is not None and st.hit.blocks:
+                    # this layer of the hit's blocks, (k, 2, H, bs, D): one layer, one row
+                    kv = torch.stack([block.kv[li] for block in st.hit.blocks])
+                    k = kv.shape[0]
+                    buf_k[i, :, lo:width].view(h, k, bs, d).copy_(kv[:, 0].transpose(0, 1))
+                    buf_v[i, :, lo:width].view(h, k, bs, d).copy_(kv[:, 1].transpose(0, 1))
             preset_layer(layer, buf_k, buf_v, width)
 
     def _remember(
