@@ -12,7 +12,8 @@ the caller's choice, else (`auto`) the machine's fast one:
 
 The logprobs the trainer compares with the sampler's are computed in float32 in every
 case (the head and log-softmax run outside autocast). torch is imported only when a
-function is called. Left out: MPS and multi-GPU placement.
+function is called. `describe_machine` says all this in one line for a run's log.
+Left out: MPS and multi-GPU placement.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 __all__ = [
     "cpu_flags",
     "cpu_has_fast_bf16",
+    "describe_machine",
     "pick_compute_dtype",
     "pick_device",
     "pick_dtype",
@@ -82,6 +84,28 @@ def cpu_has_fast_bf16() -> bool:
     (AVX2 only) bfloat16 matmuls are emulated: measured 3-5x slower than float32 on a
     2-core AVX2 machine, against ~1.85x faster than float32 on an AMX one."""
     return bool({"amx_bf16", "avx512_bf16"} & cpu_flags())
+
+
+def describe_machine(engine_dtype: str | None = None, compute_dtype: str | None = None) -> str:
+    """This machine in one line, for a run's first lines: the device, cores, the CPU flags
+    that decide the dtypes, and the engine's and the trainer's dtypes as `auto` (or the
+    names given) resolve here."""
+    import os
+
+    device = pick_device()
+    flags = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in cpu_flags()]
+    engine = pick_engine_dtype(None if engine_dtype == "auto" else engine_dtype, device)
+    weights = pick_dtype(None, device)
+    compute = pick_compute_dtype(compute_dtype, weights, device)
+    if device.startswith("cuda"):
+        import torch
+
+        where = torch.cuda.get_device_name(0)
+    else:
+        where = f"CPU, {os.cpu_count()} cores, flags {','.join(flags) or 'none of amx/avx512/avx2'}"
+        if not cpu_has_fast_bf16():
+            where += " (no AMX or AVX-512-BF16: bfloat16 would be emulated)"
+    return f"{where}; engine {engine}, trainer {compute}"
 
 
 def torch_dtype(name: str) -> Any:

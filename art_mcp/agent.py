@@ -40,14 +40,26 @@ def complete_task_tool() -> Any:
     return complete_task
 
 
-def force_tool_calls() -> Any:
-    """Agent middleware: every model turn is exactly one tool call (the server constrains it)."""
+def force_tool_calls(max_turns: int | None = None, *, required: bool = True) -> Any:
+    """Agent middleware that sets each model turn's `tool_choice`. `required`: every turn is
+    exactly one tool call (the server constrains it to the tools' schemas). `max_turns`:
+    the last turn may only call `complete_task`, so a rollout that runs out of turns still
+    ends with an answer (LangChain's `early_stopping_method="generate"`); None: no such
+    turn."""
     from langchain.agents.middleware import wrap_model_call
+    from langchain_core.messages import AIMessage
 
     @wrap_model_call  # type: ignore[arg-type]
     async def force(request: Any, handler: Any) -> Any:
+        turn = sum(isinstance(m, AIMessage) for m in request.messages)
+        if max_turns is not None and turn >= max_turns - 1:
+            choice: Any = "complete_task"
+        elif required:
+            choice = "required"
+        else:
+            return await handler(request)
         settings = {**request.model_settings, "parallel_tool_calls": False}
-        return await handler(request.override(tool_choice="required", model_settings=settings))
+        return await handler(request.override(tool_choice=choice, model_settings=settings))
 
     return force
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from art_langgraph.allocator import reexec_with_tcmalloc
 from art_langgraph.errors import ArtError, UsageError
+from art_mcp.check import check
 from art_mcp.config import HarnessConfig
 from art_mcp.harness import train
 from art_mcp.scenario_source import write_scenarios
@@ -38,6 +39,38 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Connect to the server, load or generate scenarios, warm-start, run GRPO steps, evaluate, report.",
     )
+    _train_flags(t)
+    c = sub.add_parser(
+        "check",
+        help="pre-flight: one untrained step's rollouts, and whether the setup can learn",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Run one step's rollouts of the untrained model with train's arguments, "
+        "time a step, and report success, format, reward spread, groups without signal, reward "
+        "errors and the run's estimated time, with a verdict. Writes nothing under --path. "
+        "Exits 0 when the setup is learnable, 1 when it says what to change.",
+    )
+    _train_flags(c)
+    g = sub.add_parser(
+        "scenarios",
+        help="generate scenarios for a server's tools, write them and stop (review them first)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Ask a generator LLM for tasks the server's tools can solve; write them "
+        "to --out for review; train on them later with art-mcp train --scenarios.",
+    )
+    g.add_argument("--server", required=True, help="the server command (stdio) or URL")
+    g.add_argument("--out", required=True, help="the JSONL file to write")
+    g.add_argument("-n", dest="n_scenarios", type=int, default=24, help="how many scenarios")
+    g.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="as for train")
+    _config_flags(
+        g,
+        {k: f for k, f in HarnessConfig.model_fields.items() if k in _SCENARIO_FIELDS},
+    )
+    return p
+
+
+def _train_flags(t: argparse.ArgumentParser) -> None:
+    """`train`'s arguments (and `check`'s): the server, scenarios, reward, SFT data and
+    environment, and one flag per HarnessConfig field."""
     t.add_argument(
         "--server",
         required=True,
@@ -66,22 +99,6 @@ def _parser() -> argparse.ArgumentParser:
         help="set a variable in a stdio server's environment (repeatable)",
     )
     _config_flags(t, HarnessConfig.model_fields)
-    g = sub.add_parser(
-        "scenarios",
-        help="generate scenarios for a server's tools, write them and stop (review them first)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        description="Ask a generator LLM for tasks the server's tools can solve; write them "
-        "to --out for review; train on them later with art-mcp train --scenarios.",
-    )
-    g.add_argument("--server", required=True, help="the server command (stdio) or URL")
-    g.add_argument("--out", required=True, help="the JSONL file to write")
-    g.add_argument("-n", dest="n_scenarios", type=int, default=24, help="how many scenarios")
-    g.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="as for train")
-    _config_flags(
-        g,
-        {k: f for k, f in HarnessConfig.model_fields.items() if k in _SCENARIO_FIELDS},
-    )
-    return p
 
 
 _SCENARIO_FIELDS = (
@@ -135,6 +152,25 @@ def main(argv: list[str] | None = None) -> int:
             print("art-mcp: interrupted; nothing written", file=sys.stderr)
             return 130
         return 0
+    if args.command == "check":
+        values = {k: getattr(args, k) for k in HarnessConfig.model_fields}
+        try:
+            preflight = asyncio.run(
+                check(
+                    args.server,
+                    HarnessConfig(**values),
+                    scenarios=args.scenarios,
+                    reward=args.reward,
+                    env=_env(args.env),
+                )
+            )
+        except (ArtError, ValueError) as exc:
+            print(f"art-mcp: error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("art-mcp: interrupted; nothing written", file=sys.stderr)
+            return 130
+        return 0 if preflight.ok else 1
     if args.command == "train":
         values = {k: getattr(args, k) for k in HarnessConfig.model_fields}
         try:

@@ -35,9 +35,11 @@ from typing import Any
 
 import art_langgraph as art
 from art_langgraph.backend.base import Backend
+from art_langgraph.devices import describe_machine
 from art_langgraph.errors import UsageError
 from art_langgraph.utils import iterate_dataset
-from art_mcp.agent import SYSTEM, complete_task_tool, demonstrations, final_answer, force_tool_calls
+from art_mcp.agent import demonstrations
+from art_mcp.check import run_estimate, summarize
 from art_mcp.config import HarnessConfig
 from art_mcp.evaluation import (
     Evaluation,
@@ -60,17 +62,16 @@ from art_mcp.report import (
     summary_lines,
     write_report,
 )
+from art_mcp.rollouts import Rollouts
 from art_mcp.scenario_source import run_scenarios, write_scenarios
 from art_mcp.scenarios import Scenario, load_scenarios, split_scenarios
 from art_mcp.scoring import (
     CountedJudge,
-    RewardErrors,
     RewardFn,
     group_judge,
     judge_held_out,
     judge_params,
     load_reward,
-    score,
     shuffle_rewards,
 )
 from art_mcp.servers import Servers, check_server
@@ -122,6 +123,8 @@ async def train(
     t0 = time.perf_counter()
     own_backend = backend is None
     backend = _backend_for(cfg, backend, log)
+    if own_backend and cfg.backend is None:
+        log(f"machine: {describe_machine(cfg.engine_dtype, cfg.compute_dtype)}")
     server_log = Path(cfg.path) / cfg.project / "logs" / "mcp-server.log"
     server_log.parent.mkdir(parents=True, exist_ok=True)
     server_log.write_bytes(b"")  # this run's: a failure quotes nothing of an earlier run
@@ -167,49 +170,16 @@ async def train(
             f"{held_out} val scenarios{evaluated}"
         )
 
-        tools = [*toolset.langchain_tools(), complete_task_tool()]
-        from langchain.agents import create_agent
-
-        def make_agent(temperature: float) -> Any:
-            return create_agent(
-                model.chat_model(max_tokens=cfg.max_tokens, temperature=temperature),
-                tools=tools,
-                system_prompt=SYSTEM,
-                middleware=[force_tool_calls()] if cfg.tool_choice == "required" else [],
-            )
-
-        train_agent = make_agent(cfg.temperature)
-        greedy_agent = make_agent(0.0)
-        sample_agent = make_agent(1.0)
-
-        reward_errors = RewardErrors()
+        rollouts = Rollouts(model, servers, cfg, reward_fn)
+        train_agent = rollouts.agent(cfg.temperature)
+        greedy_agent = rollouts.agent(0.0)
+        sample_agent = rollouts.agent(1.0)
+        reward_errors = rollouts.errors
 
         async def rollout(
             s: Scenario, agent: Any = train_agent, *, held_out: bool = False
         ) -> art.Trajectory:
-            async with servers.world():
-                with art.capture(metadata={"scenario": s.id}) as traj:
-                    try:
-                        await agent.ainvoke(
-                            # A turn is two graph steps (the model, then its tools): this
-                            # many steps allow `max_turns` model calls, no more.
-                            {"messages": [("user", s.task)]},
-                            {"recursion_limit": 2 * cfg.max_turns},
-                        )
-                    except Exception as exc:  # out of turns, a broken graph: scored, not fatal
-                        traj.log(f"rollout stopped: {exc!r}")
-            traj.metadata["answer"] = final_answer(traj)
-            try:
-                traj.reward = await score(reward_fn, traj, s)
-            except Exception as exc:
-                reward_errors.add(exc)
-                if not held_out:  # a training rollout without a reward is dropped, and counted
-                    raise UsageError(
-                        f"the reward function failed on scenario {s.id!r}: {exc!r}"
-                    ) from exc
-                traj.reward = 0.0  # held out: scored as a failure, so evaluation goes on
-                traj.metadata["reward_error"] = repr(exc)
-            return traj
+            return await rollouts.run(s, agent, held_out=held_out)
 
         ruler_params = judge_params(cfg, model)
         judge = group_judge(ruler_params)
@@ -221,14 +191,25 @@ async def train(
             else "RULER judge, as in training (the reward function's score kept per episode)"
         )
 
-        def report_errors(where: str) -> None:
+        def report_errors(where: str) -> tuple[int, str]:
             count, first = reward_errors.take()
             if count:
                 what = "dropped" if where.startswith("RL") else "scored 0"
                 log(f"{where}: the reward function raised in {count} episodes ({what}); first:")
                 log(first)
+            return count, first
+
+        pace: list[float] = []  # seconds per held-out episode, for the run's estimate
 
         async def evaluate(step: int, rl_step: int) -> Evaluation:
+            # Named by RL step, as every other line is (the model's own step also counts
+            # the SFT warm start's).
+            if step == 0:
+                label = "the untrained model's held-out evaluation"
+            elif rl_step == 0:
+                label = "held-out evaluation after the SFT warm start, before RL"
+            else:
+                label = f"held-out evaluation after RL step {rl_step}"
             ev = Evaluation(step=step, rl_step=rl_step, success_reward=cfg.success_reward)
             tick = time.perf_counter()
             jobs = [(s, True) for s in val_set]
@@ -239,11 +220,10 @@ async def train(
                     for s, greedy in jobs
                 )
             )
-            log(
-                f"held-out evaluation at step {step}: {len(trajs)} episodes in "
-                f"{time.perf_counter() - tick:.0f} s"
-            )
-            report_errors(f"held-out evaluation at step {step}")
+            took = time.perf_counter() - tick
+            pace.append(took / max(len(trajs), 1))
+            log(f"{label}: {len(trajs)} episodes in {took:.0f} s")
+            report_errors(label)
             if ruler_params is not None:
                 by_scenario: dict[str, list[art.Trajectory]] = {}
                 for (s, _), t in zip(jobs, trajs, strict=True):
@@ -251,7 +231,7 @@ async def train(
                 failed = await judge_held_out(list(by_scenario.values()), ruler_params)
                 if failed:
                     log(
-                        f"held-out evaluation at step {step}: the judge failed on {failed} of "
+                        f"{label}: the judge failed on {failed} of "
                         f"{len(by_scenario)} scenarios (their episodes keep the reward function's "
                         "score, or 0)"
                     )
@@ -302,7 +282,16 @@ async def train(
                 evaluations.append(untrained)
                 log(f"untrained: held-out {eval_line(untrained)}")
                 save_report()
-            demos = demonstrations(sft, train_set, tools)
+                if cfg.steps:
+                    # Rollouts at the evaluation's pace, training counted as long again
+                    # (this is refined after the first step, which measures both).
+                    step_s = 2 * cfg.groups_per_step * cfg.group_size * pace[-1]
+                    run_s = run_estimate(cfg, step_s, pace[-1], held_out, done=0)
+                    log(
+                        f"estimate: ~{step_s:.0f} s a step, ~{run_s / 60:.0f} min for "
+                        f"{cfg.steps} steps and the evaluations (refined after step 1)"
+                    )
+            demos = demonstrations(sft, train_set, rollouts.tools)
             if demos and cfg.sft_epochs > 0:
                 phase = "the SFT warm start"
                 res = await model.train_sft(
@@ -319,8 +308,9 @@ async def train(
             phase = "the held-out evaluation before RL"
             before = await evaluate(start_step, 0)
             evaluations.append(before)
-            log(f"RL step 0 (before RL): held-out {eval_line(before)}")
+            log(f"after the SFT warm start, before RL: held-out {eval_line(before)}")
         save_report()
+        grpo_done_at_start = grpo_done
         epochs = 1 + (cfg.steps * cfg.groups_per_step) // max(len(train_set), 1)
         batches = iterate_dataset(
             train_set,
@@ -350,8 +340,13 @@ async def train(
             line = f"RL step {done}: {n} of {len(batch.items) * cfg.group_size} rollouts"
             if judge is not None:
                 line += f", {judged.calls} groups judged ({judged.dropped} dropped)"
-            log(f"{line} in {time.perf_counter() - tick:.0f} s; training")
-            report_errors(f"RL step {done}")
+            rollout_s = time.perf_counter() - tick
+            log(f"{line} in {rollout_s:.0f} s; training")
+            errors = report_errors(f"RL step {done}")
+            if batch.step == 0:  # the pre-flight summary (art-mcp check), from this step
+                first = summarize(groups, batch.items, cfg, errors=errors)
+                for text in first.lines():
+                    log(f"RL step 1 pre-flight: {text}")
             if cfg.shuffle_rewards:
                 shuffle_rewards(groups, random.Random(f"{cfg.seed}/{batch.step}"))
             tick = time.perf_counter()
@@ -363,10 +358,18 @@ async def train(
                     ),
                     progress=progress,
                 )
+            train_s = time.perf_counter() - tick
             log(
                 f"RL step {done}: trained {progress.micro_batches} micro-batches "
-                f"({progress.tokens} tokens) in {time.perf_counter() - tick:.0f} s"
+                f"({progress.tokens} tokens) in {train_s:.0f} s"
             )
+            if batch.step == grpo_done_at_start:  # the first step this process ran
+                step_s = rollout_s + train_s
+                left = run_estimate(cfg, step_s, pace[-1] if pace else 0.0, held_out, done=done)
+                log(
+                    f"estimate: {step_s:.0f} s a step; ~{left / 60:.0f} min to go for "
+                    f"{cfg.steps - done} more steps and their evaluations"
+                )
             if cfg.review_queue:  # fail-soft: what is not sent is recorded for re-sending
                 await asyncio.to_thread(
                     annotation.send_to_review,

@@ -94,32 +94,43 @@ def split_scenarios(
     return order[n_val:], order[:n_val]
 
 
-_SENTENCE = r'^[A-Z][^ \n"\\]{0,30}( [^ \n"\\]{1,30}){2,24} [^ \n"\\]{0,30}[.?!]$'
-"""A task is a sentence: a capital first, 4+ words, a final . ? or ! (enforced where the
-generator decodes under the JSON schema, as the local backend does)."""
-_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "scenarios": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "properties": {
-                    # A request in words: a capitalised sentence of 4+ words ending in . ? or !
-                    # (a small model otherwise writes tool names, e.g. "capitalize-country").
-                    # (no min/maxLength beside the pattern: llguidance cannot intersect them)
-                    "task": {"type": "string", "pattern": _SENTENCE},
-                    "difficulty": {"type": "integer", "minimum": 1, "maximum": 5},
+_SENTENCE = r'^[A-Z][^ \n"\\]{0,20}( [^ \n"\\]{1,20}){2,16} [^ \n"\\]{0,20}[.?!]$'
+"""A task is a sentence: a capital first, 4 to 19 words of at most 21 characters, a final
+. ? or ! (enforced where the generator decodes under the JSON schema, as the local
+backend does). The bounds keep an item under `_ITEM_TOKENS`, so a reply asked for k
+items always fits its token budget."""
+_ITEM_TOKENS = 120
+"""Token budget of one item: a task of at most 420 characters (~105 tokens of ordinary
+words) and its difficulty. A reply asked for k items gets k times this, plus 32."""
+
+
+def _schema(k: int) -> dict[str, Any]:
+    """The reply's JSON schema for a request of `k` tasks: 1 to k items (maxItems bounds the
+    reply, so it fits `k * _ITEM_TOKENS` tokens)."""
+    return {
+        "type": "object",
+        "properties": {
+            "scenarios": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": k,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        # A request in words: a capitalised sentence of 4+ words ending in . ? or !
+                        # (a small model otherwise writes tool names, e.g. "capitalize-country").
+                        # (no min/maxLength beside the pattern: llguidance cannot intersect them)
+                        "task": {"type": "string", "pattern": _SENTENCE},
+                        "difficulty": {"type": "integer", "minimum": 1, "maximum": 5},
+                    },
+                    "required": ["task", "difficulty"],
+                    "additionalProperties": False,
                 },
-                "required": ["task", "difficulty"],
-                "additionalProperties": False,
-            },
-        }
-    },
-    "required": ["scenarios"],
-    "additionalProperties": False,
-}
+            }
+        },
+        "required": ["scenarios"],
+        "additionalProperties": False,
+    }
 
 
 def _listing(tools: list[dict[str, Any]], detail: int) -> str:
@@ -188,8 +199,13 @@ def _near_duplicate(a: set[str], b: set[str]) -> bool:
 
 
 def _parse(text: str) -> list[dict[str, Any]]:
+    """The task items of a reply: `{"scenarios": [...]}` or a bare list. A reply cut short
+    (out of tokens mid-item) keeps the items it completed; one with none is a ValueError."""
     body = text.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
-    data = json.loads(body)
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError:
+        data = _complete_items(body)
     items = data["scenarios"] if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise ValueError("scenarios is not a list")
@@ -198,6 +214,27 @@ def _parse(text: str) -> list[dict[str, Any]]:
         for i in items
         if isinstance(i, dict) and isinstance(i.get("task"), str) and i["task"].strip()
     ]
+
+
+def _complete_items(body: str) -> list[Any]:
+    """The complete items of a truncated JSON array of objects (alone, or as the first list
+    in an object); raises the decoder's error when not one item is complete."""
+    start = body.find("[")
+    if start < 0:
+        json.loads(body)  # raises with the decoder's own message
+    decoder = json.JSONDecoder()
+    items: list[Any] = []
+    pos = start + 1
+    while True:
+        while pos < len(body) and body[pos] in " \t\r\n,":
+            pos += 1
+        try:
+            item, pos = decoder.raw_decode(body, pos)
+        except json.JSONDecodeError:
+            if not items:
+                raise
+            return items
+        items.append(item)
 
 
 async def generate_scenarios(
@@ -232,24 +269,27 @@ async def generate_scenarios(
     vocab = _vocabulary(tools)
     seen: dict[str, Scenario] = {}
     kept_words: list[set[str]] = []
-    formats: list[dict[str, Any] | None] = [
-        {"type": "json_schema", "json_schema": {"name": "scenarios", "schema": _SCHEMA}},
-        {"type": "json_object"},
-        None,
-    ]
+    formats: list[str | None] = ["json_schema", "json_object", None]
     errors: list[str] = []
     dropped = {"unreachable": 0, "duplicate": 0}
     detail, batch = 2, max(1, min(per_request, n))
     attempts = 0
     while attempts < max_attempts and len(seen) < n:
         fmt = formats[0]
-        ask = min(batch, n - len(seen))
+        # Items bounded in number and length (`_schema`), and a budget that holds them all:
+        # a reply cut short anyway keeps its complete items (`_parse`).
+        ask = max(1, min(batch, n - len(seen), (max_tokens - 32) // _ITEM_TOKENS))
         kwargs: dict[str, Any] = {
             "temperature": temperature,
-            "max_tokens": min(max_tokens, 64 * ask + 32),  # ~40 tokens of JSON per task
+            "max_tokens": _ITEM_TOKENS * ask + 32,
         }
-        if fmt is not None:
-            kwargs["response_format"] = fmt
+        if fmt == "json_schema":
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "scenarios", "schema": _schema(ask)},
+            }
+        elif fmt is not None:
+            kwargs["response_format"] = {"type": fmt}
         try:
             reply = await litellm.acompletion(
                 model=generator,

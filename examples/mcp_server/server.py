@@ -4,9 +4,9 @@
     ART_MCP_TEST_TOOLS=1 python -m ...            # (tests) also `wait` and `crash`
 
 Tools: `add(a, b)`, `multiply(a, b)`, `capital(country)` and `currency(country)`.
-The country's schema lists the twelve known countries as an `enum`, so a client that
+The country's schema lists the 24 known countries as an `enum`, so a client that
 decodes under the schema can only name a known one (and a small model picks one of
-twelve instead of spelling a name letter by letter); a client that ignores the schema
+24 instead of spelling a name letter by letter); a client that ignores the schema
 and sends another name gets a tool error. With ART_MCP_TEST_TOOLS set, also `wait(seconds)` (timeouts) and `crash()`
 (kills the process, so tests can check that a crashed server is restarted).
 Resources: `facts://countries`.
@@ -23,32 +23,56 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 CAPITALS = {
+    "brazil": "Brasilia",
+    "canada": "Ottawa",
     "chile": "Santiago",
+    "china": "Beijing",
     "cuba": "Havana",
     "egypt": "Cairo",
     "france": "Paris",
     "ghana": "Accra",
+    "hungary": "Budapest",
+    "indonesia": "Jakarta",
     "italy": "Rome",
     "japan": "Tokyo",
     "kenya": "Nairobi",
+    "morocco": "Rabat",
+    "nigeria": "Abuja",
     "norway": "Oslo",
     "peru": "Lima",
     "poland": "Warsaw",
+    "russia": "Moscow",
     "spain": "Madrid",
+    "sweden": "Stockholm",
+    "thailand": "Bangkok",
+    "turkey": "Ankara",
+    "vietnam": "Hanoi",
 }
 CURRENCIES = {
+    "brazil": "real",
+    "canada": "dollar",
     "chile": "peso",
+    "china": "yuan",
     "cuba": "peso",
     "egypt": "pound",
     "france": "euro",
     "ghana": "cedi",
+    "hungary": "forint",
+    "indonesia": "rupiah",
     "italy": "euro",
     "japan": "yen",
     "kenya": "shilling",
+    "morocco": "dirham",
+    "nigeria": "naira",
     "norway": "krone",
     "peru": "sol",
     "poland": "zloty",
+    "russia": "ruble",
     "spain": "euro",
+    "sweden": "krona",
+    "thailand": "baht",
+    "turkey": "lira",
+    "vietnam": "dong",
 }
 
 server = MCPServer("arith-facts", instructions="Arithmetic and country facts.", log_level="WARNING")

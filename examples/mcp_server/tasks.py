@@ -3,10 +3,17 @@
     python -m examples.mcp_server.tasks    # rewrite scenarios.jsonl beside this file
 
 A scenario is one question about one country, asked in one of twelve phrasings (six
-for `capital`, six for `currency`): every (country, phrasing) pair, shuffled. Each carries
-the expected answer, the tool and arguments a good agent calls, and a worked
-demonstration (tool call, result, complete_task) for the SFT warm start, which the
-harness takes from the train split only: a held-out question is never seen in training.
+for `capital`, six for `currency`): every (country, phrasing) pair. Solving one takes two
+tool calls: the lookup, then `complete_task` with what it returned.
+
+The split is by entity and by phrasing, so no held-out question is ever trained on, nor
+its country, nor its wording: a quarter of the 24 countries (`HELD_OUT_COUNTRIES`) and
+two phrasings of each tool (`HELD_OUT_PHRASINGS`) never appear in training. Train: the
+other 18 countries in the other 8 phrasings (144 scenarios); held out: every pair with
+a held-out country or phrasing (144). Each scenario carries its `split`, the expected
+answer, the tool and arguments a good agent calls, and a worked demonstration (tool
+call, result, complete_task) for the optional SFT warm start, taken from the train
+split only.
 
 `score(trajectory, scenario)` is the reward: 1.0 when the final answer holds the
 expected one, 0.5 when the right tool was called with the right arguments, 0.25 when
@@ -15,7 +22,7 @@ early, half-formed calls a gradient).
 
 Why lookups and no arithmetic: the tiny preset (2 layers, random weights) cannot learn
 to copy arbitrary numbers from a question into a call within minutes on a CPU; it can
-learn which tool a phrasing asks for and which of the schema's twelve countries it names.
+learn which tool a phrasing asks for and which of the schema's countries it names.
 """
 
 from __future__ import annotations
@@ -66,8 +73,15 @@ def _conversation(i: int, task: str, answer: str, tool: str, args: dict) -> list
     ]
 
 
+HELD_OUT_COUNTRIES = ("canada", "egypt", "japan", "norway", "thailand", "vietnam")
+"""Countries never trained on (a quarter of the 24, spread over the alphabet)."""
+HELD_OUT_PHRASINGS = (2, 4, 8, 10)
+"""Indexes into PHRASINGS never trained on: two per tool."""
+
+
 def build(seed: int = 0) -> list[Scenario]:
-    """Every (country, phrasing) pair as a scenario with its demonstration, shuffled."""
+    """Every (country, phrasing) pair as a scenario with its split and demonstration,
+    shuffled."""
     pairs = [(c, p) for c in sorted(CAPITALS) for p in range(len(PHRASINGS))]
     random.Random(seed).shuffle(pairs)
     out = []
@@ -77,6 +91,7 @@ def build(seed: int = 0) -> list[Scenario]:
         task = phrasing.format(name)
         answer = (CAPITALS if tool == "capital" else CURRENCIES)[country]
         args = {"country": name}
+        held_out = country in HELD_OUT_COUNTRIES or p in HELD_OUT_PHRASINGS
         out.append(
             Scenario(
                 id=f"{tool[:3]}-{country}-{p}",
@@ -84,6 +99,7 @@ def build(seed: int = 0) -> list[Scenario]:
                 difficulty=1,
                 answer=answer,
                 demonstration=_conversation(i, task, answer, tool, args),
+                split="val" if held_out else "train",
                 metadata={"tool": tool, "args": args},
             )
         )

@@ -25,7 +25,7 @@ def _train(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
             "--reward", "examples.mcp_server.tasks:score",
             "--path", str(tmp_path), "--group-size", "2", "--groups-per-step", "2",
             "--sft-epochs", "2", "--max-tokens", "48", "--val-fraction", "0.1", "--eval-every", "1",
-            "--tool-choice", "required", "--max-turns", "2", *extra,
+            "--tool-choice", "required", "--max-turns", "2", "--base-model", "tiny", *extra,
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
@@ -87,7 +87,7 @@ def test_help_documents_every_flag() -> None:
 
 def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "art_mcp.cli", "train", "--server", "python -m examples.mcp_server.server", "--path", str(tmp_path)],
+        [sys.executable, "-m", "art_mcp.cli", "train", "--server", "python -m examples.mcp_server.server", "--path", str(tmp_path), "--base-model", "tiny"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 2 and "reward function" in out.stderr
@@ -120,6 +120,7 @@ def test_bad_inputs_are_one_line_errors_not_tracebacks(
     args = [str(empty) if a == "EMPTY" else a for a in args]
     base = {"--scenarios": "examples/mcp_server/scenarios.jsonl", "--reward": "examples.mcp_server.tasks:score"}  # fmt: skip
     base["--server"] = "python -m examples.mcp_server.server"
+    base["--base-model"] = "tiny"
     for flag, value in base.items():
         if flag not in args:
             args += [flag, value]

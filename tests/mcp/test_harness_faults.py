@@ -28,6 +28,7 @@ pytestmark = pytest.mark.slow
 def _cfg(tmp_path: Path, **kw: object) -> HarnessConfig:
     base: dict[str, object] = {
         "path": str(tmp_path),
+        "base_model": "tiny",
         "group_size": 2,
         "groups_per_step": 2,
         "sft_epochs": 0,
@@ -122,7 +123,7 @@ def _run(tmp_path: Path, interrupt_after: str | None) -> subprocess.CompletedPro
         "--path", str(tmp_path), "--steps", "2", "--eval-every", "1", "--group-size", "2",
         "--groups-per-step", "2", "--sft-epochs", "0", "--max-tokens", "24", "--max-turns", "2",
         "--tool-choice", "required", "--eval-scenarios", "2", "--eval-samples", "1",
-        "--val-fraction", "0.1",
+        "--val-fraction", "0.1", "--base-model", "tiny",
     ]  # fmt: skip
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stdout is not None

@@ -102,7 +102,7 @@ def test_art_mcp_train_with_a_server_per_rollout_leaves_the_folder_unchanged(
             "--path", str(tmp_path / "runs"), "--steps", "1", "--group-size", "2",
             "--groups-per-step", "2", "--max-tokens", "32", "--max-turns", "2",
             "--tool-choice", "required", "--eval-samples", "1", "--val-fraction", "0.34",
-            "--deny-tools", "directory_tree", "--max-servers", "3",
+            "--deny-tools", "directory_tree", "--max-servers", "3", "--base-model", "tiny",
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip

@@ -48,6 +48,7 @@ def test_art_mcp_train_with_generated_scenarios_and_the_local_judge(tmp_path: Pa
             "--scenario-tool-words", "false",
             "--steps", "1", "--group-size", "2", "--groups-per-step", "1", "--max-turns", "2",
             "--max-tokens", "32", "--path", str(tmp_path), "--name", "timeagent",
+            "--base-model", "tiny",
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip

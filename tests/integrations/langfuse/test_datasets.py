@@ -289,6 +289,7 @@ async def test_art_mcp_train_closes_the_langfuse_loop(
     monkeypatch.delenv("ART_LANGFUSE", raising=False)
     cfg = HarnessConfig(
         path=str(tmp_path),
+        base_model="tiny",
         steps=1,
         group_size=2,
         groups_per_step=1,
@@ -440,7 +441,7 @@ async def test_art_mcp_train_stops_on_a_clashing_dataset_before_any_rollout(
     monkeypatch.setenv("LANGFUSE_BASE_URL", base_url(handle))
     monkeypatch.delenv("ART_LANGFUSE", raising=False)
     rec.add_dataset("mcp-agent-held-out", {"owner": "the support team"})
-    cfg = HarnessConfig(path=str(tmp_path), name="agent", steps=1, sft_epochs=0)
+    cfg = HarnessConfig(path=str(tmp_path), base_model="tiny", name="agent", steps=1)
     with pytest.raises(DatasetClashError, match="mcp-agent-held-out"):
         await train(
             "python -m examples.mcp_server.server",

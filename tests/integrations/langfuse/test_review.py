@@ -512,6 +512,7 @@ async def test_an_art_mcp_run_sends_rollouts_to_review_and_reports_the_judge(
     root = Path(__file__).resolve().parents[3]
     cfg = HarnessConfig(
         path=str(tmp_path),
+        base_model="tiny",
         steps=1,
         group_size=2,
         groups_per_step=3,

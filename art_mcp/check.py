@@ -1,0 +1,299 @@
+"""`art-mcp check`: will this setup learn? One small step's rollouts, before any compute is spent.
+
+ART's own advice is to validate a reward function on a handful of rollouts before
+scaling; `check` does it with the arguments `train` takes. It runs the first step's
+rollouts of the untrained model (`groups_per_step` scenarios of the train split,
+`group_size` each at the training temperature, plus one greedy episode per scenario),
+times them, trains that step on a throwaway copy of the model (in a temporary folder) to
+time training too, and reports (`Preflight`):
+
+- sampled and greedy success, the format rate (the first call names the right tool and
+  runs), the reward's mean and spread;
+- the share of groups whose rollouts all got one reward: GRPO learns nothing from them;
+- the reward function's errors (count and first traceback);
+- the time of a step and of the whole run (`steps`, and the evaluations) on this machine;
+- a verdict: learnable as set up, or what to change (`verdict`).
+
+`summarize` builds the same report from any step's groups: `train` prints it for its
+first step.
+
+Left out: the judge's cost (a RULER run is timed with the rollouts it scores only in
+`train`); scenarios generated for the check are not saved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+import art_langgraph as art
+from art_langgraph.devices import describe_machine
+from art_langgraph.errors import UsageError
+from art_langgraph.utils import iterate_dataset
+from art_mcp.config import HarnessConfig
+from art_mcp.evaluation import episode_format
+from art_mcp.progress import say, terminal
+from art_mcp.rollouts import Rollouts
+from art_mcp.scenario_source import run_scenarios
+from art_mcp.scenarios import Scenario, load_scenarios, split_scenarios
+from art_mcp.scoring import RewardFn, load_reward
+from art_mcp.servers import Servers, check_server
+
+__all__ = ["Preflight", "check", "summarize"]
+
+FLAT_GROUPS_LIMIT = 0.5
+"""Past this share of groups with one reward for all rollouts, a step trains on too little."""
+TOO_HARD = 0.05
+"""Sampled success below this: GRPO rarely sees a success to reinforce."""
+TOO_EASY = 0.9
+"""Sampled success above this, with most groups flat: little left to learn."""
+
+
+class Preflight(BaseModel):
+    """What one step's untrained rollouts say about a setup (see the module doc)."""
+
+    rollouts: int
+    """Sampled rollouts scored (groups x group size, less the dropped ones)."""
+    groups: int
+    sampled_success: float
+    """Share of sampled rollouts at or above `success_reward`."""
+    greedy_success: float | None
+    """Share of the scenarios whose greedy episode succeeded; None when none was run."""
+    format_rate: float
+    """Share of sampled rollouts whose first call named the right tool and ran."""
+    reward_mean: float
+    reward_sd: float
+    flat_groups: float
+    """Share of groups whose rollouts all got one reward (no signal for GRPO)."""
+    reward_errors: int
+    """Rollouts whose reward function raised (dropped from training)."""
+    first_error: str = ""
+    rollout_s: float | None = None
+    """Wall time of the step's rollouts (seconds)."""
+    train_s: float | None = None
+    """Wall time of training on them (seconds); None when not measured."""
+    run_s: float | None = None
+    """Estimated wall time of the whole run: `steps` steps and the held-out evaluations."""
+    ok: bool
+    """Learnable as set up."""
+    verdict: str
+    """One line: learnable, or what to change."""
+
+    def lines(self) -> list[str]:
+        """The report, as the lines `check` and `train` print."""
+        greedy = "-" if self.greedy_success is None else f"{self.greedy_success:.2f}"
+        out = [
+            f"{self.rollouts} rollouts in {self.groups} groups: sampled success "
+            f"{self.sampled_success:.2f}, greedy {greedy}, format {self.format_rate:.2f}, "
+            f"reward {self.reward_mean:.2f} +- {self.reward_sd:.2f}; "
+            f"{self.flat_groups:.0%} of groups had one reward for all rollouts",
+        ]
+        if self.reward_errors:
+            out.append(
+                f"the reward function raised in {self.reward_errors} episodes; first:\n"
+                f"{self.first_error}"
+            )
+        if self.rollout_s is not None:
+            t = f"time: rollouts {self.rollout_s:.0f} s"
+            if self.train_s is not None:
+                t += f", training {self.train_s:.0f} s, a step ~{self.rollout_s + self.train_s:.0f} s"
+            if self.run_s is not None:
+                t += f"; the run ~{self.run_s / 60:.0f} min with its evaluations"
+            out.append(t)
+        out.append(("learnable as set up: " if self.ok else "change the setup: ") + self.verdict)
+        return out
+
+
+def summarize(
+    groups: list[art.TrajectoryGroup],
+    scenarios: list[Scenario],
+    cfg: HarnessConfig,
+    *,
+    greedy: list[art.Trajectory] | None = None,
+    errors: tuple[int, str] = (0, ""),
+) -> Preflight:
+    """The report of one step's groups (their trajectories carry `metadata["scenario"]`,
+    `scenarios` the scenarios they ran); `greedy`: one greedy episode per scenario."""
+    by_id = {s.id: s for s in scenarios}
+    trajs = [t for g in groups for t in g.trajectories]
+    rewards = [float(t.reward) for t in trajs]
+    won = [r >= cfg.success_reward for r in rewards]
+    formats = [
+        episode_format(t, by_id[t.metadata["scenario"]])
+        for t in trajs
+        if t.metadata.get("scenario") in by_id
+    ]
+    flat = [len({t.reward for t in g.trajectories}) <= 1 for g in groups if len(g.trajectories) > 1]
+    n_err, first = errors
+    p = Preflight(
+        rollouts=len(trajs),
+        groups=len(groups),
+        sampled_success=_mean(won),
+        greedy_success=(
+            _mean([t.reward >= cfg.success_reward for t in greedy]) if greedy else None
+        ),
+        format_rate=_mean(formats),
+        reward_mean=_mean(rewards),
+        reward_sd=statistics.pstdev(rewards) if rewards else 0.0,
+        flat_groups=_mean(flat),
+        reward_errors=n_err,
+        first_error=first,
+        ok=True,
+        verdict="",
+    )
+    p.ok, p.verdict = _verdict(p, cfg, rewards)
+    return p
+
+
+def _mean(xs: list[bool] | list[float]) -> float:
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def _verdict(p: Preflight, cfg: HarnessConfig, rewards: list[float]) -> tuple[bool, str]:
+    if p.reward_errors:
+        return False, (
+            f"the reward function raised in {p.reward_errors} episodes (train drops them): "
+            "fix it and check again"
+        )
+    if not rewards:
+        return False, "no rollout finished: see the log above for why"
+    if len(set(rewards)) == 1:
+        return False, (
+            f"every rollout got reward {rewards[0]:g}: the reward gives GRPO no signal; try "
+            "the reward function on a rollout by hand (a constant, a wrong field, a "
+            "success_reward the reward never reaches)"
+        )
+    if p.sampled_success < TOO_HARD and p.flat_groups > FLAT_GROUPS_LIMIT:
+        return False, (
+            f"too hard: sampled success {p.sampled_success:.2f} and {p.flat_groups:.0%} of "
+            "groups without a spread; give easier scenarios, partial credit in the reward, "
+            "more turns (--max-turns), an SFT warm start (--sft-epochs), or a larger model"
+        )
+    if p.sampled_success > TOO_EASY and p.flat_groups > FLAT_GROUPS_LIMIT:
+        return False, (
+            f"too easy: sampled success {p.sampled_success:.2f} before training; give harder "
+            "scenarios or a stricter reward"
+        )
+    if p.flat_groups > FLAT_GROUPS_LIMIT:
+        return False, (
+            f"{p.flat_groups:.0%} of groups had one reward for all {cfg.group_size} rollouts: "
+            "raise --group-size, or give the reward partial credit"
+        )
+    return True, (
+        f"{1 - p.flat_groups:.0%} of groups carry a signal, sampled success {p.sampled_success:.2f}"
+    )
+
+
+def run_estimate(
+    cfg: HarnessConfig, step_s: float, episode_s: float, held_out: int, *, done: int = 0
+) -> float:
+    """Seconds left for a run at RL step `done`: the steps to `cfg.steps` at `step_s` each,
+    and the held-out evaluations still to come (before RL when `done` is 0, every
+    `eval_every` steps, after the last) at `episode_s` an episode."""
+    evals = sum(
+        k == cfg.steps or bool(cfg.eval_every and k % cfg.eval_every == 0)
+        for k in range(done + 1, cfg.steps + 1)
+    ) + (done == 0)
+    n_eval = min(cfg.eval_scenarios or held_out, held_out)
+    return (cfg.steps - done) * step_s + evals * n_eval * (1 + cfg.eval_samples) * episode_s
+
+
+async def check(
+    server: Any,
+    config: HarnessConfig | None = None,
+    *,
+    scenarios: list[Scenario] | str | Path | None = None,
+    reward: RewardFn | str | None = None,
+    env: dict[str, str] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Preflight:
+    """Run the first step's rollouts of the untrained model and report (see the module
+    doc). Nothing is written under `config.path`: the model, its step and the generated
+    scenarios live in a temporary folder, removed at the end."""
+    cfg = config or HarnessConfig()
+    log = log or say
+    if cfg.backend is not None:
+        raise UsageError("check runs on the embedded backend; leave --backend out")
+    check_server(server, cfg)
+    reward_fn = load_reward(reward) if isinstance(reward, str) else reward
+    if reward_fn is None:
+        raise UsageError("check needs the reward function (--reward module:function)")
+    if isinstance(scenarios, str | Path):
+        scenarios = load_scenarios(scenarios)
+    from art_langgraph.presets import check_base_model
+
+    check_base_model(cfg.base_model)
+    log(f"machine: {describe_machine(cfg.engine_dtype, cfg.compute_dtype)}")
+    with tempfile.TemporaryDirectory(prefix="art-check-") as tmp:
+        local = cfg.model_copy(update={"path": tmp})
+        backend = art.LocalBackend(path=tmp, engine=cfg.engine)
+        servers = Servers(server, local, env=env, stderr_log=Path(tmp) / "mcp-server.log")
+        try:
+            await servers.toolset.start()
+            model = art.TrainableModel(
+                name="check",
+                project=cfg.project,
+                base_model=cfg.base_model,
+                training=art.ModelConfig(compute_dtype=cfg.compute_dtype),
+            )
+            await model.register(backend)
+            folder = Path(tmp) / cfg.project / "models" / "check"
+            scen = await run_scenarios(scenarios, local, servers.toolset, model, folder, log)
+            train_set, val_set = split_scenarios(scen, cfg.val_fraction, cfg.seed)
+            batch = next(
+                iter(
+                    iterate_dataset(
+                        train_set, groups_per_step=cfg.groups_per_step, num_epochs=1, seed=cfg.seed
+                    )
+                )
+            )
+            rollouts = Rollouts(model, servers, cfg, reward_fn)
+            sampled, greedy_agent = rollouts.agent(cfg.temperature), rollouts.agent(0.0)
+            log(
+                f"{len(batch.items)} scenarios x {cfg.group_size} rollouts at temperature "
+                f"{cfg.temperature:g}, and one greedy episode each, untrained"
+            )
+            tick = time.perf_counter()
+            groups_task = art.gather_trajectory_groups(
+                (
+                    art.TrajectoryGroup(rollouts.run(s, sampled) for _ in range(cfg.group_size))
+                    for s in batch.items
+                ),
+                progress=terminal(),
+                max_exceptions=math.inf,  # a raising reward is counted, not fatal
+            )
+            greedy_task = asyncio.gather(
+                *(rollouts.run(s, greedy_agent, held_out=True) for s in batch.items)
+            )
+            groups, greedy = await asyncio.gather(groups_task, greedy_task)
+            rollout_s = time.perf_counter() - tick
+            report = summarize(
+                groups, batch.items, cfg, greedy=list(greedy), errors=rollouts.errors.take()
+            )
+            report.rollout_s = rollout_s
+            if any(len({t.reward for t in g.trajectories}) > 1 for g in groups):
+                tick = time.perf_counter()
+                await model.train(
+                    groups,
+                    art.TrainConfig(
+                        learning_rate=cfg.learning_rate, micro_batch_tokens=cfg.micro_batch_tokens
+                    ),
+                )
+                report.train_s = time.perf_counter() - tick
+            episodes = sum(len(g.trajectories) for g in groups) + len(greedy)
+            step_s = rollout_s + (report.train_s or 0.0)
+            report.run_s = run_estimate(cfg, step_s, rollout_s / max(episodes, 1), len(val_set))
+        finally:
+            await servers.close()
+            await backend.close()
+    for line in report.lines():
+        log(line)
+    return report
