@@ -94,14 +94,22 @@ def split_scenarios(
     return order[n_val:], order[:n_val]
 
 
-_SENTENCE = r'^[A-Z][^ \n"\\]{0,20}( [^ \n"\\]{1,20}){2,16} [^ \n"\\]{0,20}[.?!]$'
-"""A task is a sentence: a capital first, 4 to 19 words of at most 21 characters, a final
-. ? or ! (enforced where the generator decodes under the JSON schema, as the local
-backend does). The bounds keep an item under `_ITEM_TOKENS`, so a reply asked for k
-items always fits its token budget."""
-_ITEM_TOKENS = 120
-"""Token budget of one item: a task of at most 420 characters (~105 tokens of ordinary
-words) and its difficulty. A reply asked for k items gets k times this, plus 32."""
+_WORD = 15
+"""Most characters in one word of a generated task."""
+_WORDS = 16
+"""Most words in a generated task (and at least 4)."""
+_SENTENCE = (
+    rf'^[A-Z][^ \n"\\]{{0,{_WORD - 1}}}( [^ \n"\\]{{1,{_WORD}}}){{2,{_WORDS - 2}}} '
+    rf'[^ \n"\\]{{0,{_WORD - 1}}}[.?!]$'
+)
+"""A task is a sentence: a capital first, 4 to `_WORDS` words of at most `_WORD`
+characters, a final . ? or ! (enforced where the generator decodes under the JSON schema,
+as the local backend does)."""
+_ITEM_TOKENS = (_WORD + 1) * _WORDS + 32
+"""Token budget of one item, from the bounds above: every character of the longest task a
+token of its own, and the item's JSON around it. A reply asked for k items gets k times
+this, plus 32, so the schema's items always fit; a reply cut short anyway keeps its
+complete items (`_parse`)."""
 
 
 def _schema(k: int) -> dict[str, Any]:
@@ -276,8 +284,7 @@ async def generate_scenarios(
     attempts = 0
     while attempts < max_attempts and len(seen) < n:
         fmt = formats[0]
-        # Items bounded in number and length (`_schema`), and a budget that holds them all:
-        # a reply cut short anyway keeps its complete items (`_parse`).
+        # Items bounded in number and length (`_schema`), and a budget that holds them all.
         ask = max(1, min(batch, n - len(seen), (max_tokens - 32) // _ITEM_TOKENS))
         kwargs: dict[str, Any] = {
             "temperature": temperature,

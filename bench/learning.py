@@ -1,17 +1,21 @@
 """Does RL make the real model better? `art-mcp train` over several seeds and a control arm.
 
-Each run is `art-mcp train` as a user runs it (defaults, plus only the task's server,
-scenarios and reward, and `--seed`), in a child process of its own, one after another:
-`--seeds` seeds (1-5), then as many control runs (`--shuffle-rewards`: the same run with
-each step's rewards permuted across its rollouts, so whatever it gains is not learning
-from the reward). Each run's report gives the held-out success of the untrained model
-and after the last step, greedy and sampled (4 samples at temperature 1), paired per
-scenario; its peak RSS and wall time are measured here.
+Each run is `art-mcp train` as a user runs it (the library's defaults, plus only the
+task's server, scenarios and reward, and `--seed`), in a child process of its own, one
+after another: `--seeds` seeds, then the control runs (`--shuffle-rewards`: the same run
+with each step's rewards permuted across its rollouts, so whatever it gains is not
+learning from the reward). Each run's report gives the held-out success of the untrained
+model and after the last step, greedy and sampled at temperature 1, paired per scenario;
+its peak RSS and wall time are measured here.
 
-    .venv/bin/python -m bench.learning [--seeds 1,2,3,4,5] [--controls 1,2,3] [--steps N]
+    .venv/bin/python -m bench.learning [--task capitals|books|directory] [--seeds 1,2,3,4,5]
+        [--controls 1,2,3] [--extra "--learning-rate 1e-4"] [--tag NAME]
 
-Writes bench/results/learning.json, docs/learning_band.png (train reward per step, the
-seeds' band against the control's) and the README table between its markers.
+`--task`: the bundled capital/currency task (examples/mcp_server, the demo's), the book
+facts task (examples/mcp_books, never used to choose a default) or the staff directory
+(examples/mcp_directory). Writes bench/results/learning_<task>[_<tag>].json,
+docs/learning_band_<task>.png (train reward per step, the seeds' band against the
+control's) and the docs table between its markers.
 
 Left out: running seeds side by side (2 cores: they would only share them).
 """
@@ -34,26 +38,40 @@ from typing import Any
 from art_mcp.evaluation import Evaluation
 from bench.engines import _tree_peak_rss_mib
 from bench.readme import update_readme, write_results
+from bench.trainer_roofline import cpu_flags
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results" / "learning.json"
-PLOT = ROOT / "docs" / "learning_band.png"
-TASK = [
-    "--server",
-    f"{sys.executable} -m examples.mcp_directory.server",
-    "--scenarios",
-    "examples/mcp_directory/scenarios.jsonl",
-    "--reward",
-    "examples.mcp_directory.tasks:score",
-    "--base-model",
-    "smollm2-135m",
-]
+TASKS = {
+    "capitals": ("examples.mcp_server.server", "examples/mcp_server", "examples.mcp_server.tasks"),
+    "books": ("examples.mcp_books.server", "examples/mcp_books", "examples.mcp_books.tasks"),
+    "directory": (
+        "examples.mcp_directory.server",
+        "examples/mcp_directory",
+        "examples.mcp_directory.tasks",
+    ),
+}
+"""Task name -> its server module, folder (scenarios.jsonl) and reward module."""
 
 
-def run_one(seed: int, control: bool, extra: list[str], folder: Path) -> dict[str, Any]:
+def task_args(task: str) -> list[str]:
+    """The `art-mcp train` flags of a task: its server, scenarios and reward, nothing else."""
+    server, folder, reward = TASKS[task]
+    return [
+        "--server",
+        f"{sys.executable} -m {server}",
+        "--scenarios",
+        f"{folder}/scenarios.jsonl",
+        "--reward",
+        f"{reward}:score",
+    ]
+
+
+def run_one(
+    task: str, seed: int, control: bool, extra: list[str], folder: Path, name: str | None = None
+) -> dict[str, Any]:
     """One `art-mcp train` run; its report's figures, wall time and peak RSS."""
-    name = f"{'control' if control else 'seed'}-{seed}"
-    cmd = [sys.executable, "-m", "art_mcp.cli", "train", *TASK, "--seed", str(seed)]
+    name = name or f"{'control' if control else 'seed'}-{seed}"
+    cmd = [sys.executable, "-m", "art_mcp.cli", "train", *task_args(task), "--seed", str(seed)]
     cmd += ["--path", str(folder), "--name", name, *extra]
     if control:
         cmd.append("--shuffle-rewards")
@@ -84,6 +102,8 @@ def run_one(seed: int, control: bool, extra: list[str], folder: Path) -> dict[st
         "control": control,
         "wall_s": wall,
         "peak_rss_mib": peak,
+        "evaluated": len(first.greedy),
+        "samples": max((len(v) for v in first.sampled.values()), default=0),
         "greedy_before": first.greedy_success,
         "greedy_after": last.greedy_success,
         "sampled_before": first.sampled_success,
@@ -98,7 +118,7 @@ def run_one(seed: int, control: bool, extra: list[str], folder: Path) -> dict[st
     }
 
 
-def _band_plot(rows: list[dict[str, Any]]) -> None:
+def _band_plot(rows: list[dict[str, Any]], task: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -121,12 +141,13 @@ def _band_plot(rows: list[dict[str, Any]]) -> None:
         )
     ax.set_xlabel("RL step")
     ax.set_ylabel("train reward (mean, min-max band)")
-    ax.set_title("SmolLM2-135M over the staff directory")
+    ax.set_title(f"SmolLM2-135M, task {task}: RL against the shuffled-reward control")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left")
     fig.tight_layout()
-    PLOT.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(PLOT)
+    plot = ROOT / "docs" / f"learning_band_{task}.png"
+    plot.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(plot)
     plt.close(fig)
 
 
@@ -158,9 +179,11 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    p.add_argument("--task", choices=sorted(TASKS), default="capitals")
     p.add_argument("--seeds", default="1,2,3,4,5")
     p.add_argument("--controls", default="1,2,3")
     p.add_argument("--extra", default="", help="more `art-mcp train` flags, as one string")
+    p.add_argument("--tag", default="", help="a suffix for the results file")
     args = p.parse_args(argv)
     extra = args.extra.split()
     plan = [(int(s), False) for s in args.seeds.split(",") if s]
@@ -168,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed, control in plan:
-            row = run_one(seed, control, extra, Path(tmp))
+            row = run_one(args.task, seed, control, extra, Path(tmp))
             print(
                 f"{row['run']}: sampled {row['sampled_before']:.2f} -> {row['sampled_after']:.2f}, "
                 f"greedy {row['greedy_before']:.2f} -> {row['greedy_after']:.2f}, "
@@ -178,16 +201,18 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(row)
     data = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "task": TASK,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, CPU flags: {cpu_flags()}",
+        "task": args.task,
+        "args": task_args(args.task),
         "extra": extra,
         "rows": rows,
     }
-    write_results(RESULTS, data)
-    _band_plot(rows)
+    suffix = f"_{args.tag}" if args.tag else ""
+    write_results(ROOT / "bench" / "results" / f"learning_{args.task}{suffix}.json", data)
+    _band_plot(rows, args.task)
     text = table(rows)
     print(text)
-    update_readme("learning", text)
+    update_readme(f"learning_{args.task}{suffix}", text)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,30 @@ def test_reply_parsing() -> None:
         _parse("not json")
 
 
+def test_a_reply_cut_short_keeps_its_complete_items() -> None:
+    cut = '{"scenarios": [{"task": "Who wrote Emma?", "difficulty": 1}, {"task": "When was Du'
+    assert _parse(cut) == [{"task": "Who wrote Emma?", "difficulty": 1}]
+    assert _parse('[{"task": "A b c d.", "difficulty": 2} , {"task"') == [
+        {"task": "A b c d.", "difficulty": 2}
+    ]
+    with pytest.raises(ValueError):
+        _parse('{"scenarios": [{"task": "Unterminated')
+
+
+def test_the_schema_bounds_a_reply_to_its_budget() -> None:
+    import re
+
+    from art_mcp.scenarios import _ITEM_TOKENS, _SENTENCE, _schema
+
+    longest = "A" + "b" * 14 + (" " + "c" * 15) * 14 + " " + "d" * 14 + "."
+    assert re.match(_SENTENCE, longest) and not re.match(_SENTENCE, longest.replace("A", "Ab"))
+    # one token per character, at worst: the longest item and its JSON fit the budget
+    assert len(json.dumps({"task": longest, "difficulty": 5}) + ", ") <= _ITEM_TOKENS
+    assert re.match(_SENTENCE, "Who wrote the novel Dracula, and when?")
+    assert not re.match(_SENTENCE, " ".join(["Word"] * 17) + ".")  # too many words
+    assert _schema(3)["properties"]["scenarios"]["maxItems"] == 3
+
+
 @pytest.fixture(scope="module")
 def generator_server(tiny_path: Path) -> Iterator[ServerHandle]:
     engine = TorchEngine.from_pretrained(str(tiny_path))
@@ -69,9 +94,13 @@ def generator_server(tiny_path: Path) -> Iterator[ServerHandle]:
     engine.close_sync()
 
 
-async def test_generate_scenarios_with_the_local_engine(generator_server: ServerHandle) -> None:
-    from examples.mcp_server.server import server
+@pytest.mark.parametrize("module", ["examples.mcp_server.server", "examples.mcp_books.server"])
+async def test_generate_scenarios_with_the_local_engine(
+    generator_server: ServerHandle, module: str
+) -> None:
+    import importlib
 
+    server = importlib.import_module(module).server
     async with MCPToolset(server) as ts:
         scen = await generate_scenarios(
             ts,
