@@ -45,9 +45,7 @@ def raises(traj: art.Trajectory, scenario: Scenario) -> float:
 
 async def test_a_constant_reward_is_no_signal(tmp_path: Path) -> None:
     said: list[str] = []
-    p = await check(
-        SERVER, _cfg(tmp_path), scenarios=SCENARIOS, reward=constant, log=said.append
-    )
+    p = await check(SERVER, _cfg(tmp_path), scenarios=SCENARIOS, reward=constant, log=said.append)
     assert not p.ok and "every rollout got reward 0.5" in p.verdict
     assert p.rollouts == 4 and p.flat_groups == 1.0 and p.reward_sd == 0.0
     assert said[0].startswith("machine: ") and "; engine " in said[0]

@@ -21,11 +21,17 @@ from art_langgraph.rewards import ruler_score_group
 from art_langgraph.serving import ServerHandle
 from art_mcp import MCPToolset
 from art_mcp.scenarios import generate_scenarios
+from examples.mcp_books.server import BOOKS
 
 pytestmark = pytest.mark.slow
-SERVER = f"{sys.executable} -m examples.mcp_server.server"
-# The bundled server's tools (add, multiply, capital, currency), as a task would name them.
-TOOL_WORDS = re.compile(r"\badd|multipl|capital|currenc", re.IGNORECASE)
+SERVERS = {
+    # The bundled server's tools (add, multiply, capital, currency), as a task would name them
+    "examples.mcp_server.server": re.compile(r"\badd|multipl|capital|currenc", re.IGNORECASE),
+    # A server no other generation test uses: book facts (author, year, and its titles)
+    "examples.mcp_books.server": re.compile(
+        r"author|wr[io]te|year|publish|book|novel|" + "|".join(BOOKS), re.IGNORECASE
+    ),
+}
 
 
 def _readable(text: str) -> bool:
@@ -34,11 +40,12 @@ def _readable(text: str) -> bool:
     return len(words) >= 3 and letters >= 0.7 * len(text)
 
 
+@pytest.mark.parametrize("module", sorted(SERVERS))
 async def test_generated_scenarios_are_readable_tasks_for_the_tools(
-    smol_server: tuple[TorchEngine, ServerHandle],
+    smol_server: tuple[TorchEngine, ServerHandle], module: str
 ) -> None:
     smol = smol_server[1]
-    async with MCPToolset(SERVER) as toolset:
+    async with MCPToolset(f"{sys.executable} -m {module}") as toolset:
         scenarios = await generate_scenarios(
             toolset,
             4,
@@ -51,7 +58,7 @@ async def test_generated_scenarios_are_readable_tasks_for_the_tools(
     assert scenarios
     tasks = [s.task for s in scenarios]
     assert all(_readable(t) for t in tasks), tasks
-    fitting = [t for t in tasks if TOOL_WORDS.search(t)]
+    fitting = [t for t in tasks if SERVERS[module].search(t)]
     assert len(fitting) >= len(tasks) / 2, tasks
 
 
