@@ -72,6 +72,15 @@ class TorchEngineConfig:
 
     max_batch_size: int = 64
     """Most sequences decoded together; more wait in the queue."""
+    max_kv_bytes: int | None = None
+    """Memory budget of the running batch's KV cache, in bytes: a request waits in the queue
+    while admitting it could take the batch past it, counting every row at the batch's
+    widest length (rows are left-padded to it), each row's prompt plus its max_tokens (at
+    most `_KV_GROWTH` more). One request always runs. None: 1/16 of the device's memory, at
+    most 1 GiB on the CPU: SmolLM2-135M in float32 holds 46 KB a token, so ~28 rows of an
+    agent's 750-token turns, past the 16-32 rows where a 2-core CPU's decode throughput
+    stops growing (bench/results/engine_packed.json), and the demo's peak RSS stays under
+    4 GiB (it was 6.4 GiB with 64 such rows); on CUDA 1/4 of its memory. 0: no budget."""
     scheduling: Literal["continuous", "dynamic"] = "continuous"
     """continuous: new requests join the running batch at the next step.
     dynamic: new requests wait until the running batch has finished."""
@@ -118,6 +127,8 @@ class TorchEngineConfig:
                 f"prefix_cache_bytes must be >= 0 (0 turns the prefix cache off), "
                 f"got {self.prefix_cache_bytes}"
             )
+        if self.max_kv_bytes is not None and self.max_kv_bytes < 0:
+            raise UsageError(f"max_kv_bytes must be >= 0 (0: no budget), got {self.max_kv_bytes}")
         if self.prefix_cache_block_size < 1:
             raise UsageError(
                 f"prefix_cache_block_size must be >= 1, got {self.prefix_cache_block_size}"
@@ -209,6 +220,8 @@ class TorchEngine:
         """Decode steps run so far (for tests and metrics)."""
         self.shared_prefix_tokens = 0
         """Prompt tokens not prefilled because a batch shared them (for tests and metrics)."""
+        self._kv_token_bytes = _kv_token_bytes(model.config, next(model.parameters()).dtype)
+        self._kv_budget = _kv_budget(self.config.max_kv_bytes, self.device)
         self._prefix = PrefixCache(
             _prefix_budget(self.config.prefix_cache_bytes, self.device),
             self.config.prefix_cache_block_size,
@@ -442,7 +455,7 @@ class TorchEngine:
                 continue
             if item.cancelled:
                 continue
-            if room <= len(new):
+            if room <= len(new) or not self._kv_fits(new, item):
                 self._inbox.put(item)  # no room: it waits for the next step
                 break
             item.t_start = time.perf_counter()
@@ -450,6 +463,21 @@ class TorchEngine:
             if block and deadline is None:
                 deadline = time.perf_counter() + self.config.admit_wait_s
         return new
+
+    def _kv_fits(self, new: list[_Request], item: _Request) -> bool:
+        """Whether `item` can join the batch (its running rows and `new`) within the KV budget
+        (`TorchEngineConfig.max_kv_bytes`): every row counted at the widest row's prompt
+        plus max_tokens. The first request of an empty batch always fits."""
+        rows = [*self._live(), *new, item]
+        if not self._kv_budget or len(rows) == 1:
+            return True
+        width = max(
+            len(r.prompt_ids)
+            + len(r.completion)
+            + min(r.sampling.max_tokens or _KV_GROWTH, _KV_GROWTH)
+            for r in rows
+        )
+        return len(rows) * width * self._kv_token_bytes <= self._kv_budget
 
     def _forward(self, input_ids, mask, pos, cache, keys: list[str]) -> torch.Tensor:
         kwargs: dict[str, Any] = {}
@@ -1056,6 +1084,26 @@ def _device_memory(device: torch.device) -> int:
     import os
 
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+_KV_GROWTH = 512
+"""Most tokens a row is counted to grow by in the KV budget (its max_tokens, when smaller)."""
+
+
+def _kv_token_bytes(config: Any, dtype: torch.dtype) -> int:
+    """Bytes of KV cache one token takes: keys and values of every layer's KV heads."""
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    element = torch.empty((), dtype=dtype).element_size()
+    return int(config.num_hidden_layers) * 2 * int(heads) * int(head_dim) * element
+
+
+def _kv_budget(budget: int | None, device: torch.device) -> int:
+    """The running batch's KV budget in bytes (`TorchEngineConfig.max_kv_bytes`; 0: none)."""
+    if budget is not None:
+        return budget
+    total = _device_memory(device)
+    return total // 4 if device.type == "cuda" else min(total // 16, 1 << 30)
 
 
 def _prefix_budget(budget: int | None, device: torch.device) -> int:

@@ -406,3 +406,38 @@ async def test_a_caller_whose_loop_closed_mid_decode_costs_the_batch_nothing(
     assert out.finish_reason == "length" and len(out.completion_token_ids) == 48
     await engine.generate(_prompt(engine, "after"), SamplingParams(max_tokens=4, temperature=0))
     assert "engine step failed" not in caplog.text
+
+
+async def test_the_kv_budget_holds_rows_back_and_changes_no_output(tiny_path: Path) -> None:
+    """`max_kv_bytes` for two rows at their widest: five requests run two at a time (the
+    others wait in the queue), and each still equals its own greedy generation."""
+    from art_langgraph.engine import TorchEngineConfig
+
+    probe = TorchEngine.from_pretrained(str(tiny_path))
+    per_token = probe._kv_token_bytes
+    probe.close_sync()
+    prompts = [_prompt(probe, f"word {k} " * 3) for k in range(5)]
+    width = max(len(p) for p in prompts) + 16
+    eng = TorchEngine.from_pretrained(
+        str(tiny_path), TorchEngineConfig(max_kv_bytes=2 * width * per_token + per_token)
+    )
+    try:
+        greedy = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
+        most = 0
+
+        async def watch() -> None:
+            nonlocal most
+            while True:
+                most = max(most, eng.active)
+                await asyncio.sleep(0.001)
+
+        watcher = asyncio.create_task(watch())
+        results = await asyncio.gather(*(eng.generate(p, greedy) for p in prompts))
+        watcher.cancel()
+        assert most == 2
+        for p, r in zip(prompts, results, strict=True):
+            assert r.completion_token_ids == _greedy_reference(eng, p, 16)
+    finally:
+        eng.close_sync()
+    with pytest.raises(UsageError, match="max_kv_bytes must be >= 0"):
+        TorchEngineConfig(max_kv_bytes=-1)
