@@ -284,7 +284,7 @@ async def check(
                 await model.train(
                     groups,
                     art.TrainConfig(
-                        learning_rate=cfg.learning_rate, micro_batch_tokens=cfg.micro_batch_tokens
+                        learning_rate=cfg.lr(), micro_batch_tokens=cfg.micro_batch_tokens
                     ),
                 )
                 report.train_s = time.perf_counter() - tick

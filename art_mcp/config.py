@@ -10,11 +10,41 @@ repeated here.
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-__all__ = ["HarnessConfig"]
+__all__ = ["SWEPT_LEARNING_RATE", "HarnessConfig", "default_learning_rate"]
+
+SWEPT_LEARNING_RATE = 3e-4
+"""The learning rate bench.defaults_sweep chose on SmolLM2-135M-Instruct (bench/results/
+defaults_sweep.json: one seed per setting, the bundled capital/currency task)."""
+_SWEPT_WIDTH = 576
+"""SmolLM2-135M's hidden size, where SWEPT_LEARNING_RATE was chosen."""
+_PRESET_WIDTHS = {"smollm2-135m": 576}
+
+
+def default_learning_rate(base_model: str) -> tuple[float, str]:
+    """The learning rate for `base_model` when none is given, and why, in words: the
+    tiny preset's 5e-4; else `SWEPT_LEARNING_RATE` scaled by sqrt(576 / the model's hidden
+    size), read from a preset's known width or a local folder's config.json; a model whose
+    width cannot be read without loading it (a Hub id) gets the swept value."""
+    if base_model == "tiny":
+        return 5e-4, "the tiny preset's"
+    width = _PRESET_WIDTHS.get(base_model)
+    if width is None:
+        try:
+            config = json.loads((Path(base_model).expanduser() / "config.json").read_text())
+            width = int(config.get("hidden_size") or config["text_config"]["hidden_size"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return SWEPT_LEARNING_RATE, "swept on SmolLM2-135M (this model's width is unknown)"
+    lr = SWEPT_LEARNING_RATE * math.sqrt(_SWEPT_WIDTH / width)
+    if width == _SWEPT_WIDTH:
+        return lr, "swept on SmolLM2-135M"
+    return lr, f"swept on SmolLM2-135M (width 576), times sqrt(576 / {width})"
 
 
 class HarnessConfig(BaseModel):
@@ -122,8 +152,15 @@ class HarnessConfig(BaseModel):
             "gains is not learning from the reward; subtract it."
         ),
     )
-    learning_rate: float = Field(
-        3e-4, gt=0, description="GRPO learning rate (the tiny preset: 5e-4; 7B: ~1e-5)."
+    learning_rate: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "GRPO learning rate of the LoRA adapter; None: from the model's width "
+            "(`default_learning_rate`): SWEPT_LEARNING_RATE, chosen by bench.defaults_sweep on "
+            "SmolLM2-135M (hidden size 576), times sqrt(576 / hidden size) for other models "
+            "(an extrapolation not measured beyond 135M); 5e-4 for the tiny preset."
+        ),
     )
     eval_every: int = Field(
         0,
@@ -287,6 +324,10 @@ class HarnessConfig(BaseModel):
     review_fraction: float = Field(
         0.1, ge=0, le=1, description="Share of each step's rollouts sent to --review-queue."
     )
+
+    def lr(self) -> float:
+        """The learning rate this run trains with: `learning_rate`, else the model's default."""
+        return self.learning_rate or default_learning_rate(self.base_model)[0]
 
     @field_validator("allow_tools", "deny_tools", mode="before")
     @classmethod

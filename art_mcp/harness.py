@@ -40,7 +40,7 @@ from art_langgraph.errors import UsageError
 from art_langgraph.utils import iterate_dataset
 from art_mcp.agent import demonstrations
 from art_mcp.check import run_estimate, summarize
-from art_mcp.config import HarnessConfig
+from art_mcp.config import HarnessConfig, default_learning_rate
 from art_mcp.evaluation import (
     Evaluation,
     check_langfuse_dataset,
@@ -125,6 +125,9 @@ async def train(
     backend = _backend_for(cfg, backend, log)
     if own_backend and cfg.backend is None:
         log(f"machine: {describe_machine(cfg.engine_dtype, cfg.compute_dtype)}")
+    if cfg.learning_rate is None:
+        lr, why = default_learning_rate(cfg.base_model)
+        log(f"learning rate {lr:g}: {why} (--learning-rate sets one)")
     server_log = Path(cfg.path) / cfg.project / "logs" / "mcp-server.log"
     server_log.parent.mkdir(parents=True, exist_ok=True)
     server_log.write_bytes(b"")  # this run's: a failure quotes nothing of an earlier run
@@ -354,7 +357,7 @@ async def train(
                 result = await model.train(
                     groups,
                     art.TrainConfig(
-                        learning_rate=cfg.learning_rate, micro_batch_tokens=cfg.micro_batch_tokens
+                        learning_rate=cfg.lr(), micro_batch_tokens=cfg.micro_batch_tokens
                     ),
                     progress=progress,
                 )
