@@ -348,6 +348,7 @@ async def train(
             errors = report_errors(f"RL step {done}")
             if batch.step == 0:  # the pre-flight summary (art-mcp check), from this step
                 first = summarize(groups, batch.items, cfg, errors=errors)
+                first.rollout_s = rollout_s
                 for text in first.lines():
                     log(f"RL step 1 pre-flight: {text}")
             if cfg.shuffle_rewards:
