@@ -139,60 +139,28 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # run as a program: on tcmalloc where installed (allocator.py)
         reexec_with_tcmalloc()
     args = _parser().parse_args(argv)
-    if args.command == "scenarios":
-        values = {k: getattr(args, k) for k in (*_SCENARIO_FIELDS, "n_scenarios")}
-        try:
-            asyncio.run(
-                write_scenarios(args.server, args.out, HarnessConfig(**values), env=_env(args.env))
-            )
-        except (ArtError, ValueError) as exc:
-            print(f"art-mcp: error: {exc}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            print("art-mcp: interrupted; nothing written", file=sys.stderr)
-            return 130
-        return 0
-    if args.command == "check":
-        values = {k: getattr(args, k) for k in HarnessConfig.model_fields}
-        try:
-            preflight = asyncio.run(
-                check(
-                    args.server,
-                    HarnessConfig(**values),
-                    scenarios=args.scenarios,
-                    reward=args.reward,
-                    env=_env(args.env),
-                )
-            )
-        except (ArtError, ValueError) as exc:
-            print(f"art-mcp: error: {exc}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            print("art-mcp: interrupted; nothing written", file=sys.stderr)
-            return 130
-        return 0 if preflight.ok else 1
-    if args.command == "train":
-        values = {k: getattr(args, k) for k in HarnessConfig.model_fields}
-        try:
+    try:
+        if args.command == "scenarios":
+            values = {k: getattr(args, k) for k in (*_SCENARIO_FIELDS, "n_scenarios")}
             config = HarnessConfig(**values)
-            report = asyncio.run(
-                train(
-                    args.server,
-                    config,
-                    scenarios=args.scenarios,
-                    reward=args.reward,
-                    sft=args.sft,
-                    env=_env(args.env),
-                )
-            )
-        except (ArtError, ValueError) as exc:
-            print(f"art-mcp: error: {exc}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:  # train() said where it stopped and how to resume
-            return 130
-        from art_mcp.report import summary_lines
+            asyncio.run(write_scenarios(args.server, args.out, config, env=_env(args.env)))
+            return 0
+        config = HarnessConfig(**{k: getattr(args, k) for k in HarnessConfig.model_fields})
+        given = {"scenarios": args.scenarios, "reward": args.reward, "env": _env(args.env)}
+        if args.command == "check":
+            preflight = asyncio.run(check(args.server, config, **given))
+            return 0 if preflight.ok else 1
+        report = asyncio.run(train(args.server, config, sft=args.sft, **given))
+    except (ArtError, ValueError) as exc:
+        print(f"art-mcp: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # train() said where it stopped and how to resume
+        if args.command != "train":
+            print("art-mcp: interrupted; nothing written", file=sys.stderr)
+        return 130
+    from art_mcp.report import summary_lines
 
-        print("\n".join(summary_lines(report)))
+    print("\n".join(summary_lines(report)))
     return 0
 
 
