@@ -11,7 +11,7 @@ import art_langgraph as art
 from art_langgraph.errors import UsageError
 from art_mcp.agent import SYSTEM, complete_task_tool, demonstrations
 from art_mcp.evaluation import eval_sample
-from art_mcp.scenarios import load_scenarios
+from art_mcp.scenarios import Scenario, load_scenarios
 from art_mcp.scoring import load_reward
 from examples.mcp_server import tasks
 
@@ -69,3 +69,31 @@ def test_eval_sample_is_a_fixed_subset_in_order() -> None:
     assert len(some) == 5 and some == eval_sample(scen, 5, 0)  # the same in every process
     assert [scen.index(s) for s in some] == sorted(scen.index(s) for s in some)
     assert eval_sample(scen, 5, 1) != some  # the seed draws it
+
+
+@pytest.mark.parametrize("package", ["examples.mcp_server", "examples.mcp_books"])
+def test_bundled_tasks_hold_out_entities_and_phrasings(package: str) -> None:
+    """No held-out scenario is ever trained on, nor its entity, nor its phrasing."""
+    import importlib
+
+    task = importlib.import_module(f"{package}.tasks")
+    folder = package.replace(".", "/")
+    on_disk = load_scenarios(ROOT / folder / "scenarios.jsonl")
+    assert [s.model_dump() for s in on_disk] == [s.model_dump() for s in task.build()]
+    train = [s for s in on_disk if s.split == "train"]
+    val = [s for s in on_disk if s.split == "val"]
+    assert len(train) == len(val) == 144 and len(train) + len(val) == len(on_disk)
+
+    def entity(s: Scenario) -> str:
+        return str(next(iter(s.metadata["args"].values())))
+
+    def phrasing(s: Scenario) -> int:
+        return int(s.id.rsplit("-", 1)[1])
+
+    assert not {entity(s) for s in train} & {entity(s) for s in val if phrasing(s) not in
+                                              task.HELD_OUT_PHRASINGS}  # fmt: skip
+    assert not {phrasing(s) for s in train} & set(task.HELD_OUT_PHRASINGS)
+    assert {s.task for s in train}.isdisjoint(s.task for s in val)
+    s = next(x for x in val if x.answer)
+    t = art.Trajectory(metadata={"answer": f"It is {s.answer}."})
+    assert task.score(t, s) == 1.0
