@@ -13,7 +13,10 @@ What is done is saved as it happens, so the same command resumes an interrupted 
 model's name and recipe: recipe.py) and the report (`art_mcp.report`: JSON, markdown with
 changed episodes, a reward curve PNG in the model's folder) is rebuilt from what was saved.
 A reward function that raises is counted and shown per step; a step that trained on
-nothing says so (progress.py).
+nothing says so (progress.py). Before it starts, a run prints the machine and the dtypes
+`auto` chose; after the untrained evaluation, an estimate of its time, refined after its
+first step, whose rollouts also get `art-mcp check`'s summary and verdict (check.py).
+Episodes themselves are played and scored by `Rollouts` (rollouts.py).
 
 This module is the loop; each part it drives lives in the module named above, and the
 knobs in config.py (`HarnessConfig`). It re-exports the names it always had.
