@@ -38,6 +38,7 @@ SETTINGS: dict[str, list[str]] = {
     "lr1e-4": ["--learning-rate", "1e-4"],
     "lr3e-4": ["--learning-rate", "3e-4"],
     "lr1e-3": ["--learning-rate", "1e-3"],
+    "lr3e-3": ["--learning-rate", "3e-3"],
     "lr3e-4-t0.8": ["--learning-rate", "3e-4", "--temperature", "0.8"],
 }
 """Setting name -> the flags it changes from the defaults."""
