@@ -77,10 +77,11 @@ class TorchEngineConfig:
     while admitting it could take the batch past it, counting every row at the batch's
     widest length (rows are left-padded to it), each row's prompt plus its max_tokens (at
     most `_KV_GROWTH` more). One request always runs. None: 1/16 of the device's memory, at
-    most 1 GiB on the CPU: SmolLM2-135M in float32 holds 46 KB a token, so ~28 rows of an
-    agent's 750-token turns, past the 16-32 rows where a 2-core CPU's decode throughput
-    stops growing (bench/results/engine_packed.json), and the demo's peak RSS stays under
-    4 GiB (it was 6.4 GiB with 64 such rows); on CUDA 1/4 of its memory. 0: no budget."""
+    most 512 MiB on the CPU: SmolLM2-135M in float32 holds 46 KB a token, so ~15 rows of an
+    agent's 750-token turns, where a 2-core CPU's decode throughput has stopped growing
+    (109 tokens/s at 16 rows, 99 at 32: bench/results/engine_packed.json), and a real-model
+    `art-mcp train` run stays under 4 GiB (it took 7.4 GiB with 64 such rows, 4.1 GiB with
+    1 GiB of KV); on CUDA 1/4 of its memory. 0: no budget."""
     scheduling: Literal["continuous", "dynamic"] = "continuous"
     """continuous: new requests join the running batch at the next step.
     dynamic: new requests wait until the running batch has finished."""
@@ -1103,7 +1104,7 @@ def _kv_budget(budget: int | None, device: torch.device) -> int:
     if budget is not None:
         return budget
     total = _device_memory(device)
-    return total // 4 if device.type == "cuda" else min(total // 16, 1 << 30)
+    return total // 4 if device.type == "cuda" else min(total // 16, 512 << 20)
 
 
 def _prefix_budget(budget: int | None, device: torch.device) -> int:
