@@ -226,7 +226,7 @@ def test_art_mcp_trains_on_a_remote_backend(backend_server: Backend, tmp_path: P
         "--path", str(tmp_path), "--name", "mcp-remote", "--group-size", "2",
         "--groups-per-step", "2", "--sft-epochs", "1", "--max-tokens", "32",
         "--val-fraction", "0.1", "--steps", "1", "--tool-choice", "required",
-        "--backend", backend_server.url, "--base-model", "tiny",
+        "--backend", backend_server.url, "--base-model", "tiny", "--eval-scenarios", "4",
     ]
     # fmt: on
     out = subprocess.run(

@@ -298,7 +298,7 @@ def test_art_mcp_train_with_the_vllm_engine(tmp_path: Path) -> None:
         "--path", str(tmp_path), "--name", "mcp-vllm", "--group-size", "2",
         "--groups-per-step", "2", "--sft-epochs", "1", "--max-tokens", "32",
         "--val-fraction", "0.1", "--steps", "1", "--tool-choice", "required",
-        "--engine", "vllm", "--base-model", "tiny",
+        "--engine", "vllm", "--base-model", "tiny", "--eval-scenarios", "4",
     ]
     # fmt: on
     out = subprocess.run(
