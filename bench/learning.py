@@ -167,10 +167,10 @@ def table(rows: list[dict[str, Any]]) -> str:
     for control in (False, True):
         rises = [r["sampled_after"] - r["sampled_before"] for r in rows if r["control"] == control]
         if rises:
-            sd = statistics.stdev(rises) if len(rises) > 1 else float("nan")
+            sd = f" ± {statistics.stdev(rises):.2f}" if len(rises) > 1 else " (one run)"
             lines.append(
                 f"| **{'control' if control else 'RL'} mean ± sd** | | "
-                f"**{statistics.fmean(rises):+.2f} ± {sd:.2f}** | | | | |"
+                f"**{statistics.fmean(rises):+.2f}{sd}** | | | | |"
             )
     return "\n".join(lines)
 

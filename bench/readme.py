@@ -3,7 +3,7 @@
     <!-- bench:NAME:start --> ... <!-- bench:NAME:end -->
 
 Every benchmark calls `update_readme(NAME, text)` after saving its JSON, so the docs
-always show the last measured table. The markers live in `docs/benchmarks.md` (and the
+always show the last measured table. The markers live in `docs/benchmarks.md` and `docs/results.md` (and the
 config tables' markers, `kind="config"`, in `docs/configuration.md`, which
 `scripts/docs.py` fills); the first page that holds a block's markers gets the text.
 Left out: anything but the text between markers.
@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 BENCHMARKS = ROOT / "docs" / "benchmarks.md"
 CONFIGURATION = ROOT / "docs" / "configuration.md"
-PAGES = (BENCHMARKS, CONFIGURATION, README)
+RESULTS = ROOT / "docs" / "results.md"
+PAGES = (BENCHMARKS, CONFIGURATION, RESULTS, README)
 """Where marker blocks are looked for, in this order."""
 
 
