@@ -57,7 +57,7 @@ def test_one_step_end_to_end_then_resume_without_a_name(tmp_path: Path) -> None:
     assert calls and max(calls) <= 2, calls
     # the untrained model is evaluated first, then after the warm start, then after RL
     assert [e["rl_step"] for e in report["evaluations"]] == [0, 0, 1]
-    assert all(len(v) == 4 for v in report["evaluations"][0]["sampled"].values())
+    assert all(len(v) == 2 for v in report["evaluations"][0]["sampled"].values())  # the default
     # --eval-scenarios 2: every evaluation runs the same two held-out scenarios
     evaluated = [sorted(e["greedy"]) for e in report["evaluations"]]
     assert len(evaluated[0]) == 2 and all(ids == evaluated[0] for ids in evaluated)

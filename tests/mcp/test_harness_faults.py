@@ -61,7 +61,7 @@ async def test_a_raising_reward_is_counted_and_a_flat_step_says_it_trained_nothi
     )
     text = "\n".join(said)
     # held out: scored 0 and counted, with the first traceback; the evaluation finished
-    assert "held-out evaluation at step 0: the reward function raised in 2 episodes" in text
+    assert "the untrained model's held-out evaluation: the reward function raised in 2 episodes" in text
     first = text.split("episodes (scored 0); first:\n", 1)[1]
     assert first.startswith("Traceback") and ("KeyError: 'no field" in first or "nan" in first)
     assert len(report.evaluations) == 2 and all(len(e.greedy) == 2 for e in report.evaluations)
@@ -71,7 +71,7 @@ async def test_a_raising_reward_is_counted_and_a_flat_step_says_it_trained_nothi
     # progress, a line per phase (no terminal here)
     assert re.search(r"RL step 1: \d of 4 rollouts in \d+ s; training", text), text
     assert "RL step 1: trained 0 micro-batches (0 tokens)" in text
-    assert "held-out evaluation at step 0: 4 episodes in" in text
+    assert "the untrained model's held-out evaluation: 4 episodes in" in text
     assert "1 of 1 RL steps trained on nothing" in (Path(report.folder) / "report.md").read_text()
 
 
