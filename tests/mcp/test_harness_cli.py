@@ -149,7 +149,8 @@ def test_scenarios_command_writes_nothing_when_no_task_reaches_a_tool(tmp_path: 
     out = tmp_path / "scen.jsonl"
     run = subprocess.run(
         [sys.executable, "-m", "art_mcp.cli", "scenarios", "--server", "python -m examples.mcp_server.server",
-         "-n", "2", "--out", str(out), "--path", str(tmp_path), "--instructions", "Ask about capitals."],
+         "-n", "2", "--out", str(out), "--path", str(tmp_path), "--instructions", "Ask about capitals.",
+         "--base-model", "tiny"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert run.returncode == 2, run.stdout + run.stderr
