@@ -207,6 +207,10 @@ class TorchEngine:
         self._keys = itertools.count(1)
         self._generator = torch.Generator(device="cpu").manual_seed(self.config.seed)
         self._inbox: queue.Queue[Any] = queue.Queue()
+        self._held: _Request | None = None
+        """The oldest request that did not fit the batch: it is the next one admitted, ahead
+        of everything in the inbox (re-queued at the back, it could wait behind later and
+        smaller requests for as long as they keep coming)."""
         self._closing = False
         self.admitted_in_place = 0
         """Rows admitted into free slots of a running batch (no copy of the others)."""
@@ -328,7 +332,7 @@ class TorchEngine:
             prefix_cache_bytes=self._prefix.bytes,
             prefix_cache_capacity_bytes=self._prefix.budget_bytes,
             running=self.active,
-            waiting=self._inbox.qsize(),
+            waiting=self._inbox.qsize() + (self._held is not None),
         )
 
     async def drop_prefix_cache(self) -> None:
@@ -419,7 +423,7 @@ class TorchEngine:
                 for r in failed.values():
                     r.emit(InfrastructureError(f"engine step failed: {exc!r}"))
                 self._reset_batch()
-        for r in self._live():
+        for r in [*self._live(), *([self._held] if self._held else [])]:
             r.emit(self._result(r, "abort"))
         while not self._inbox.empty():
             item = self._inbox.get_nowait()
@@ -431,19 +435,24 @@ class TorchEngine:
         room = self.config.max_batch_size - self.active
         if self.config.scheduling == "dynamic" and self.active:
             room = 0
+        running = self._live()
+        width = max((self._kv_width(r) for r in running), default=0)
         deadline = None
         while True:
-            try:
-                if block and not new:
-                    item = self._inbox.get(timeout=0.5)
-                elif deadline is not None:
-                    item = self._inbox.get(timeout=max(0.0, deadline - time.perf_counter()))
-                else:
-                    item = self._inbox.get_nowait()
-            except queue.Empty:
-                if block and not new and not self._closing:
-                    continue
-                break
+            if self._held is not None:
+                item, self._held = self._held, None
+            else:
+                try:
+                    if block and not new:
+                        item = self._inbox.get(timeout=0.5)
+                    elif deadline is not None:
+                        item = self._inbox.get(timeout=max(0.0, deadline - time.perf_counter()))
+                    else:
+                        item = self._inbox.get_nowait()
+                except queue.Empty:
+                    if block and not new and not self._closing:
+                        continue
+                    break
             if item is None:
                 break
             if isinstance(item, tuple):
@@ -456,29 +465,31 @@ class TorchEngine:
                 continue
             if item.cancelled:
                 continue
-            if room <= len(new) or not self._kv_fits(new, item):
-                self._inbox.put(item)  # no room: it waits for the next step
+            rows = len(running) + len(new) + 1
+            wide = max(width, self._kv_width(item))
+            if room <= len(new) or (
+                # The KV budget (TorchEngineConfig.max_kv_bytes): every row counted at the
+                # widest row; the first request of an empty batch always runs.
+                self._kv_budget
+                and rows > 1
+                and rows * wide * self._kv_token_bytes > self._kv_budget
+            ):
+                self._held = item  # no room: it is the first to join at a later step
                 break
+            width = wide
             item.t_start = time.perf_counter()
             new.append(item)
             if block and deadline is None:
                 deadline = time.perf_counter() + self.config.admit_wait_s
         return new
 
-    def _kv_fits(self, new: list[_Request], item: _Request) -> bool:
-        """Whether `item` can join the batch (its running rows and `new`) within the KV budget
-        (`TorchEngineConfig.max_kv_bytes`): every row counted at the widest row's prompt
-        plus max_tokens. The first request of an empty batch always fits."""
-        rows = [*self._live(), *new, item]
-        if not self._kv_budget or len(rows) == 1:
-            return True
-        width = max(
-            len(r.prompt_ids)
-            + len(r.completion)
-            + min(r.sampling.max_tokens or _KV_GROWTH, _KV_GROWTH)
-            for r in rows
-        )
-        return len(rows) * width * self._kv_token_bytes <= self._kv_budget
+    @staticmethod
+    def _kv_width(r: _Request) -> int:
+        """The most tokens of KV row `r` can come to hold: its prompt and completion so far,
+        and what it may still sample (at most `_KV_GROWTH` counted)."""
+        done = len(r.prompt_ids) + len(r.completion)
+        left = (r.sampling.max_tokens or _KV_GROWTH) - len(r.completion)
+        return done + max(0, min(left, _KV_GROWTH))
 
     def _forward(self, input_ids, mask, pos, cache, keys: list[str]) -> torch.Tensor:
         kwargs: dict[str, Any] = {}

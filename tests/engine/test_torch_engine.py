@@ -441,3 +441,44 @@ async def test_the_kv_budget_holds_rows_back_and_changes_no_output(tiny_path: Pa
         eng.close_sync()
     with pytest.raises(UsageError, match="max_kv_bytes must be >= 0"):
         TorchEngineConfig(max_kv_bytes=-1)
+
+
+async def test_a_request_held_back_by_the_kv_budget_joins_before_later_ones(
+    tiny_path: Path,
+) -> None:
+    """Room for two rows: while two long generations run, a long prompt arrives, then six
+    short ones. The long prompt is held and joins first when room frees, not after the
+    short ones that came later (re-queued behind them, it would join first only if the
+    rotation happened to leave it in front: 1 time in 7)."""
+    from art_langgraph.engine import TorchEngineConfig
+
+    probe = TorchEngine.from_pretrained(str(tiny_path))
+    per_token = probe._kv_token_bytes
+    probe.close_sync()
+    long = _prompt(probe, "word " * 60)
+    shorts = [_prompt(probe, f"hi {k}") for k in range(8)]
+    running = SamplingParams(max_tokens=120, temperature=0, ignore_eos=True)
+    quick = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    widest = max(len(shorts[0]) + 120, len(long) + 8)
+    eng = TorchEngine.from_pretrained(
+        str(tiny_path), TorchEngineConfig(max_kv_bytes=2 * widest * per_token)
+    )
+    joined: list[int] = []
+    prefill = eng._prefill
+
+    def record(new: list[Any]) -> None:
+        joined.extend(len(r.prompt_ids) for r in new)
+        prefill(new)
+
+    eng._prefill = record  # type: ignore[method-assign]
+    try:
+        first = [asyncio.create_task(eng.generate(p, running)) for p in shorts[:2]]
+        while eng.active < 2:
+            await asyncio.sleep(0.001)
+        later = [asyncio.create_task(eng.generate(long, quick))]
+        await asyncio.sleep(0.02)
+        later += [asyncio.create_task(eng.generate(p, quick)) for p in shorts[2:]]
+        await asyncio.gather(*first, *later)
+        assert joined[2] == len(long), joined  # the first to join after the two running rows
+    finally:
+        eng.close_sync()

@@ -61,7 +61,10 @@ async def test_a_raising_reward_is_counted_and_a_flat_step_says_it_trained_nothi
     )
     text = "\n".join(said)
     # held out: scored 0 and counted, with the first traceback; the evaluation finished
-    assert "the untrained model's held-out evaluation: the reward function raised in 2 episodes" in text
+    assert (
+        "the untrained model's held-out evaluation: the reward function raised in 2 episodes"
+        in text
+    )
     first = text.split("episodes (scored 0); first:\n", 1)[1]
     assert first.startswith("Traceback") and ("KeyError: 'no field" in first or "nan" in first)
     assert len(report.evaluations) == 2 and all(len(e.greedy) == 2 for e in report.evaluations)
