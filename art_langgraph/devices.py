@@ -24,6 +24,7 @@ __all__ = [
     "cpu_flags",
     "cpu_has_fast_bf16",
     "describe_machine",
+    "matmul_flags",
     "pick_compute_dtype",
     "pick_device",
     "pick_dtype",
@@ -79,6 +80,14 @@ def cpu_flags() -> set[str]:
         return set()
 
 
+def matmul_flags() -> str:
+    """The CPU's matmul-relevant flags, for a log line or a benchmark table: amx_bf16,
+    avx512_bf16, avx512f, avx2 (those it has, comma-separated)."""
+    have = cpu_flags()
+    wanted = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
+    return ",".join(f for f in wanted if f in have) or "none of amx/avx512/avx2"
+
+
 def cpu_has_fast_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 in hardware (AMX or AVX-512-BF16). Without it
     (AVX2 only) bfloat16 matmuls are emulated: measured 3-5x slower than float32 on a
@@ -93,7 +102,6 @@ def describe_machine(engine_dtype: str | None = None, compute_dtype: str | None 
     import os
 
     device = pick_device()
-    flags = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in cpu_flags()]
     engine = pick_engine_dtype(None if engine_dtype == "auto" else engine_dtype, device)
     weights = pick_dtype(None, device)
     compute = pick_compute_dtype(compute_dtype, weights, device)
@@ -102,7 +110,7 @@ def describe_machine(engine_dtype: str | None = None, compute_dtype: str | None 
 
         where = torch.cuda.get_device_name(0)
     else:
-        where = f"CPU, {os.cpu_count()} cores, flags {','.join(flags) or 'none of amx/avx512/avx2'}"
+        where = f"CPU, {os.cpu_count()} cores, flags {matmul_flags()}"
         if not cpu_has_fast_bf16():
             where += " (no AMX or AVX-512-BF16: bfloat16 would be emulated)"
     return f"{where}; engine {engine}, trainer {compute}"

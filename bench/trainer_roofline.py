@@ -56,12 +56,10 @@ BATCHES = ("agent", "short")
 
 
 def cpu_flags() -> str:
-    """The CPU's matmul-relevant flags, for every table: amx_bf16, avx512_bf16, avx512f, avx2."""
-    from art_langgraph.devices import cpu_flags as flags
+    """The CPU's matmul-relevant flags, for every table (`devices.matmul_flags`)."""
+    from art_langgraph.devices import matmul_flags
 
-    have = flags()
-    wanted = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
-    return ",".join(f for f in wanted if f in have) or "none of amx/avx512/avx2"
+    return matmul_flags()
 
 
 def batch(name: str, args: argparse.Namespace) -> list[Any]:
