@@ -10,12 +10,16 @@ its peak RSS and wall time are measured here.
 
     .venv/bin/python -m bench.learning [--task capitals|books|directory] [--seeds 1,2,3,4,5]
         [--controls 1,2,3] [--extra "--learning-rate 1e-4"] [--tag NAME]
+    .venv/bin/python -m bench.learning --task capitals --combine
 
 `--task`: the bundled capital/currency task (examples/mcp_server, the demo's), the book
 facts task (examples/mcp_books, never used to choose a default) or the staff directory
 (examples/mcp_directory). Writes bench/results/learning_<task>[_<tag>].json,
 docs/learning_band_<task>.png (train reward per step, the seeds' band against the
-control's) and the docs table between its markers.
+control's) and the docs table between its markers. Runs may be made one at a time, each
+with its own `--tag` (a session's end then loses at most the run under way); `--combine`
+gathers every bench/results/learning_<task>_<tag>.json into learning_<task>.json, the
+plot and the docs table.
 
 Left out: running seeds side by side (2 cores: they would only share them).
 """
@@ -151,28 +155,141 @@ def _band_plot(rows: list[dict[str, Any]], task: str) -> None:
     plt.close(fig)
 
 
+def _rise(r: dict[str, Any]) -> float:
+    return float(r["sampled_after"] - r["sampled_before"])
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| run | sampled success before -> after | rise | greedy before -> after | format before -> after | wall | peak RSS |",
+        "| run | sampled success before -> after | rise ± s.e. | greedy before -> after | format before -> after | wall | peak RSS |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
+        se = r.get("paired", {}).get("sampled", {}).get("se")
         lines.append(
             f"| {r['run']} | {r['sampled_before']:.2f} -> {r['sampled_after']:.2f} | "
-            f"{r['sampled_after'] - r['sampled_before']:+.2f} | "
+            f"{_rise(r):+.2f}{f' ± {se:.2f}' if se is not None else ''} | "
             f"{r['greedy_before']:.2f} -> {r['greedy_after']:.2f} | "
             f"{r['format_before']:.2f} -> {r['format_after']:.2f} | "
             f"{r['wall_s'] / 60:.0f} min | {r['peak_rss_mib'] / 1024:.1f} GiB |"
         )
+    means = {}
     for control in (False, True):
-        rises = [r["sampled_after"] - r["sampled_before"] for r in rows if r["control"] == control]
+        rises = [_rise(r) for r in rows if r["control"] == control]
         if rises:
-            sd = f" ± {statistics.stdev(rises):.2f}" if len(rises) > 1 else " (one run)"
+            means[control] = statistics.fmean(rises)
+            sd = f" ± {statistics.stdev(rises):.2f} sd" if len(rises) > 1 else " (one run)"
             lines.append(
-                f"| **{'control' if control else 'RL'} mean ± sd** | | "
-                f"**{statistics.fmean(rises):+.2f}{sd}** | | | | |"
+                f"| **{'control' if control else 'RL'} mean, {len(rises)} run(s)** | | "
+                f"**{means[control]:+.2f}{sd}** | | | | |"
             )
+    if len(means) == 2:
+        lines.append(f"| **RL minus control** | | **{means[False] - means[True]:+.2f}** | | | | |")
     return "\n".join(lines)
+
+
+def summary(data: dict[str, Any]) -> str:
+    """The docs section of a task: what ran where, the table, the plot, and the held-out
+    rollouts of the first seed before and after."""
+    rows = data["rows"]
+    seeds = [r["seed"] for r in rows if not r["control"]]
+    controls = [r["seed"] for r in rows if r["control"]]
+    head = (
+        f"Seeds {', '.join(map(str, seeds)) or 'none'}; control runs (shuffled rewards) "
+        f"{', '.join(map(str, controls)) or 'none yet'}. {data['machine']}; "
+        "`art-mcp train` with the defaults, one run at a time, alone on the host. "
+        "Rises are paired per held-out scenario"
+        + (
+            f" ({rows[0]['evaluated']} scenarios x {rows[0]['samples']} samples at T=1)."
+            if rows
+            else "."
+        )
+    )
+    parts = [
+        head,
+        "",
+        table(rows),
+        "",
+        f"![train reward per step](learning_band_{data['task']}.png)",
+    ]
+    first = next((r for r in rows if not r["control"] and r.get("examples")), None)
+    if first:
+        parts += ["", f"Held-out rollouts of {first['run']}, untrained -> after its last step:", ""]
+        for ex in first["examples"][:3]:
+            parts += [
+                f"- *{ex['task']}*",
+                f"  - before ({ex['before_reward']:.1f}): `{ex['before']}`",
+                f"  - after ({ex['after_reward']:.1f}): `{ex['after']}`",
+            ]
+    return "\n".join(parts)
+
+
+def headline(data: dict[str, Any]) -> str:
+    """The README's first-screen lines: mean before -> after over the seeds, the control's
+    rise, wall time and peak, and the host."""
+    rl = [r for r in data["rows"] if not r["control"]]
+    ctl = [r for r in data["rows"] if r["control"]]
+    if not rl:
+        return ""
+
+    def mean(rows: list[dict[str, Any]], key: str) -> float:
+        return statistics.fmean(float(r[key]) for r in rows)
+
+    def spread(rows: list[dict[str, Any]]) -> str:
+        rises = [_rise(r) for r in rows]
+        return f" ± {statistics.stdev(rises):.2f} sd" if len(rises) > 1 else ""
+
+    steps = len(rl[0]["train_reward"])
+    lines = [
+        f"| held-out success (never trained on) | untrained | after {steps} RL steps | rise |",
+        "|---|---:|---:|---:|",
+        f"| sampled at T=1, RL, {len(rl)} seed(s) | {mean(rl, 'sampled_before'):.2f} | "
+        f"{mean(rl, 'sampled_after'):.2f} | **{statistics.fmean(map(_rise, rl)):+.2f}**"
+        f"{spread(rl)} |",
+        f"| greedy, RL, {len(rl)} seed(s) | {mean(rl, 'greedy_before'):.2f} | "
+        f"{mean(rl, 'greedy_after'):.2f} | "
+        f"{mean(rl, 'greedy_after') - mean(rl, 'greedy_before'):+.2f} |",
+    ]
+    if ctl:
+        lines.append(
+            f"| sampled at T=1, control (shuffled rewards), {len(ctl)} run(s) | "
+            f"{mean(ctl, 'sampled_before'):.2f} | {mean(ctl, 'sampled_after'):.2f} | "
+            f"{statistics.fmean(map(_rise, ctl)):+.2f}{spread(ctl)} |"
+        )
+    walls = [r["wall_s"] / 60 for r in data["rows"]]
+    peak = max(r["peak_rss_mib"] for r in data["rows"]) / 1024
+    lines += [
+        "",
+        f"One run, evaluations included: {min(walls):.0f}-{max(walls):.0f} min, peak RSS "
+        f"{peak:.1f} GiB; {data['machine']}. Per seed: [docs/results.md](docs/results.md).",
+    ]
+    return "\n".join(lines)
+
+
+def combine(task: str) -> dict[str, Any]:
+    """Every tagged result of a task (bench/results/learning_<task>_<tag>.json), one row per
+    run name: seeds in order, then the controls."""
+    rows: dict[str, dict[str, Any]] = {}
+    machines, args = set(), None
+    for path in sorted((ROOT / "bench" / "results").glob(f"learning_{task}_*.json")):
+        part = json.loads(path.read_text())
+        if part.get("extra"):
+            continue  # a run with other flags is not a run of the defaults
+        machines.add(part["machine"])
+        args = part["args"]
+        for r in part["rows"]:
+            rows[r["run"]] = r
+    if len(machines) > 1:
+        raise SystemExit(f"results from more than one host: {sorted(machines)}")
+    ordered = sorted(rows.values(), key=lambda r: (r["control"], r["seed"]))
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machines.pop() if machines else "",
+        "task": task,
+        "args": args,
+        "extra": [],
+        "rows": ordered,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -184,7 +301,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--controls", default="1,2,3")
     p.add_argument("--extra", default="", help="more `art-mcp train` flags, as one string")
     p.add_argument("--tag", default="", help="a suffix for the results file")
+    p.add_argument("--combine", action="store_true", help="gather the tagged results; run nothing")
     args = p.parse_args(argv)
+    if args.combine:
+        data = combine(args.task)
+        write_results(ROOT / "bench" / "results" / f"learning_{args.task}.json", data)
+        _band_plot(data["rows"], args.task)
+        text = summary(data)
+        print(text)
+        update_readme(f"learning_{args.task}", text)
+        update_readme(f"learning_headline_{args.task}", headline(data))
+        return
     extra = args.extra.split()
     plan = [(int(s), False) for s in args.seeds.split(",") if s]
     plan += [(int(s), True) for s in args.controls.split(",") if s]
@@ -209,10 +336,10 @@ def main(argv: list[str] | None = None) -> None:
     }
     suffix = f"_{args.tag}" if args.tag else ""
     write_results(ROOT / "bench" / "results" / f"learning_{args.task}{suffix}.json", data)
-    _band_plot(rows, args.task)
-    text = table(rows)
-    print(text)
-    update_readme(f"learning_{args.task}{suffix}", text)
+    if not args.tag:  # a tagged part waits for --combine
+        _band_plot(rows, args.task)
+        update_readme(f"learning_{args.task}", summary(data))
+    print(table(rows))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # The test command: sets up .venv, then runs lint, format check, the type checker, the
-# docs build and the whole test suite (slow tests included). Extra arguments go to pytest.
+# docs build and the whole test suite, in two jobs: the main job, then the slow job (tests
+# marked `slow_job`: a slower path to what a main-job test already proves, such as a second
+# front end on the vLLM engine). Both run by default, as CI runs them; `--main` runs only
+# the main job, `--slow-job` only the slow job's tests. Other arguments go to pytest.
 set -euo pipefail
+job=all
+case "${1:-}" in
+  --main) job=main; shift ;;
+  --slow-job) job=slow; shift ;;
+esac
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
 # vLLM's CPU build in its own environment (about 2-3 minutes the first time): the vllm
@@ -27,18 +35,43 @@ if [ "${ART_SKIP_CHROMIUM:-0}" != "1" ]; then
 fi
 venv="${ART_VENV:-$root/.venv}"
 cd "$root"
-"$venv/bin/ruff" check .
-"$venv/bin/ruff" format --check .
-"$venv/bin/mypy"
-# The docs site (mkdocs.yml): strict, so a broken link, anchor or API reference fails the
-# run. Not -q: mkdocs then drops the warnings before strict mode counts them.
-NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict
-set +e
-"$venv/bin/python" -m pytest "$@"
-rc=$?
-set -e
-if [ "$rc" -eq 5 ]; then
-  echo "test: pytest collected no tests; that is a failure" >&2
+if [ "$job" != "slow" ]; then
+  "$venv/bin/ruff" check .
+  "$venv/bin/ruff" format --check .
+  "$venv/bin/mypy"
+  # The docs site (mkdocs.yml): strict, so a broken link, anchor or API reference fails the
+  # run. Not -q: mkdocs then drops the warnings before strict mode counts them.
+  NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict
+fi
+# pytest's exit 5 (no test collected) is a failure, not a pass. With arguments that pick
+# tests (-k, a path), one of the two jobs may find none of them; the other must.
+filtered=no
+if [ "$job" = "all" ] && [ "$#" -gt 0 ] && [ "$*" != "-q" ]; then filtered=yes; fi
+empty=0
+run_pytest() {
+  set +e
+  "$venv/bin/python" -m pytest "$@"
+  local rc=$?
+  set -e
+  if [ "$rc" -eq 5 ] && [ "$filtered" = "yes" ]; then
+    empty=$((empty + 1))
+    return 0
+  fi
+  if [ "$rc" -eq 5 ]; then
+    echo "test: pytest collected no tests; that is a failure" >&2
+    return 1
+  fi
+  return "$rc"
+}
+if [ "$job" != "slow" ]; then
+  echo "test: the main job" >&2
+  run_pytest -m "not slow_job" "$@"
+fi
+if [ "$job" != "main" ]; then
+  echo "test: the slow job (tests marked slow_job)" >&2
+  run_pytest -m "slow_job" "$@"
+fi
+if [ "$empty" -eq 2 ]; then
+  echo "test: pytest collected no tests in either job; that is a failure" >&2
   exit 1
 fi
-exit "$rc"

@@ -289,6 +289,7 @@ def test_vllm_dies_with_the_process_that_started_it(end: str, tmp_path: Path) ->
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow_job  # the GRPO step above, from the art-mcp front end
 def test_art_mcp_train_with_the_vllm_engine(tmp_path: Path) -> None:
     # fmt: off
     args = [
@@ -315,6 +316,7 @@ def test_art_mcp_train_with_the_vllm_engine(tmp_path: Path) -> None:
     assert [p.name for p in sorted((folder / "checkpoints").iterdir())] == ["0001", "0002"]
 
 
+@pytest.mark.slow_job  # the GRPO step above, from the LangGraph example
 def test_the_langgraph_example_with_the_vllm_engine(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "examples.langgraph_agent", "--steps", "1", "--groups-per-step",

@@ -83,6 +83,7 @@ def test_summary_verdicts() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.slow_job  # the rules above on the real model; the demo prints this summary
 def test_the_bundled_task_on_the_real_model_is_learnable(tmp_path: Path) -> None:
     """The real preset with the library's defaults, but 4 groups: the untrained SmolLM2 has
     a sampled success of about 0.1-0.2 here (docs/results.md), far from both limits."""
