@@ -2,7 +2,7 @@
 
 Each run is `art-mcp train` as a user runs it (the library's defaults, plus only the
 task's server, scenarios and reward, and `--seed`), in a child process of its own, one
-after another: `--seeds` seeds, then the control runs (`--shuffle-rewards`: the same run
+after another: `--seeds` seeds, then the control runs (`--shuffle-rewards true`: the same run
 with each step's rewards permuted across its rollouts, so whatever it gains is not
 learning from the reward). Each run's report gives the held-out success of the untrained
 model and after the last step, greedy and sampled at temperature 1, paired per scenario;
@@ -78,7 +78,7 @@ def run_one(
     cmd = [sys.executable, "-m", "art_mcp.cli", "train", *task_args(task), "--seed", str(seed)]
     cmd += ["--path", str(folder), "--name", name, *extra]
     if control:
-        cmd.append("--shuffle-rewards")
+        cmd += ["--shuffle-rewards", "true"]
     t0 = time.perf_counter()
     log = folder / f"{name}.log"  # a file, not a pipe: a chatty child never blocks on it
     with log.open("w") as out:
