@@ -145,7 +145,7 @@ def _band_plot(rows: list[dict[str, Any]], task: str) -> None:
         )
     ax.set_xlabel("RL step")
     ax.set_ylabel("train reward (mean, min-max band)")
-    ax.set_title(f"SmolLM2-135M, task {task}: RL against the shuffled-reward control")
+    ax.set_title(f"SmolLM2-135M, {task}: RL against shuffled rewards", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left")
     fig.tight_layout()
