@@ -197,7 +197,7 @@ def summary(data: dict[str, Any]) -> str:
     head = (
         f"Seeds {', '.join(map(str, seeds)) or 'none'}; control runs (shuffled rewards) "
         f"{', '.join(map(str, controls)) or 'none yet'}. {data['machine']}; "
-        "`art-mcp train` with the defaults, one run at a time, alone on the host. "
+        "`art-mcp train` with the defaults, one run at a time, no test or other benchmark beside it. "
         "Rises are paired per held-out scenario"
         + (
             f" ({rows[0]['evaluated']} scenarios x {rows[0]['samples']} samples at T=1)."
