@@ -418,7 +418,11 @@ async def test_a_reply_the_client_refuses_to_parse_is_still_recorded_to_train(
     punish them), with the error, and the graph's exception reaches the caller."""
     import openai
 
-    llm = styles_model.chat_model(max_tokens=2).with_structured_output(Verdict, method="json_mode")
+    # json_schema: its grammar cannot close an object in 2 tokens. json_mode could (`{}`),
+    # and then the reply ends on "stop" and fails the Verdict validation instead.
+    llm = styles_model.chat_model(max_tokens=2).with_structured_output(
+        Verdict, method="json_schema"
+    )
 
     async def node(state: MessagesState) -> dict[str, Any]:
         await llm.ainvoke(state["messages"])
