@@ -10,7 +10,7 @@ its peak RSS and wall time are measured here.
 
     .venv/bin/python -m bench.learning [--task capitals|books|directory] [--seeds 1,2,3,4,5]
         [--controls 1,2,3] [--extra "--learning-rate 1e-4"] [--tag NAME]
-    .venv/bin/python -m bench.learning --task capitals --combine
+    .venv/bin/python -m bench.learning --task capitals --combine [--tag ci]
 
 `--task`: the bundled capital/currency task (examples/mcp_server, the demo's), the book
 facts task (examples/mcp_books, never used to choose a default) or the staff directory
@@ -18,8 +18,10 @@ facts task (examples/mcp_books, never used to choose a default) or the staff dir
 docs/learning_band_<task>.png (train reward per step, the seeds' band against the
 control's) and the docs table between its markers. Runs may be made one at a time, each
 with its own `--tag` (a session's end then loses at most the run under way); `--combine`
-gathers every bench/results/learning_<task>_<tag>.json into learning_<task>.json, the
-plot and the docs table.
+gathers every bench/results/learning_<task>_<tag>.json of the defaults into
+learning_<task>.json, the plot and the docs table; `--combine --tag ci` gathers the runs
+tagged ci_* (made with the same `--extra`: the CI learning test's arguments) into
+learning_<task>_ci.json and its docs table, with the margin a test may require.
 
 Left out: running seeds side by side (2 cores: they would only share them).
 """
@@ -188,7 +190,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def summary(data: dict[str, Any]) -> str:
+def summary(data: dict[str, Any], plot: bool = True) -> str:
     """The docs section of a task: what ran where, the table, the plot, and the held-out
     rollouts of the first seed before and after."""
     rows = data["rows"]
@@ -197,7 +199,9 @@ def summary(data: dict[str, Any]) -> str:
     head = (
         f"Seeds {', '.join(map(str, seeds)) or 'none'}; control runs (shuffled rewards) "
         f"{', '.join(map(str, controls)) or 'none yet'}. {data['machine']}; "
-        "`art-mcp train` with the defaults, one run at a time, no test or other benchmark beside it. "
+        "`art-mcp train` with the defaults"
+        + (f" and `{' '.join(data['extra'])}`" if data.get("extra") else "")
+        + ", one run at a time, no test or other benchmark beside it. "
         "Rises are paired per held-out scenario"
         + (
             f" ({rows[0]['evaluated']} scenarios x {rows[0]['samples']} samples at T=1)."
@@ -205,13 +209,9 @@ def summary(data: dict[str, Any]) -> str:
             else "."
         )
     )
-    parts = [
-        head,
-        "",
-        table(rows),
-        "",
-        f"![train reward per step](learning_band_{data['task']}.png)",
-    ]
+    parts = [head, "", table(rows)]
+    if plot:
+        parts += ["", f"![train reward per step](learning_band_{data['task']}.png)"]
     first = next((r for r in rows if not r["control"] and r.get("examples")), None)
     if first:
         parts += ["", f"Held-out rollouts of {first['run']}, untrained -> after its last step:", ""]
@@ -266,28 +266,56 @@ def headline(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def combine(task: str) -> dict[str, Any]:
-    """Every tagged result of a task (bench/results/learning_<task>_<tag>.json), one row per
-    run name: seeds in order, then the controls."""
+def pooled_rise(r: dict[str, Any]) -> float:
+    """The paired rise in held-out success over the greedy and the sampled episodes pooled:
+    with one sample per scenario, the mean of the greedy and the sampled rise."""
+    p = r["paired"]
+    return float(p["greedy"]["rise"] + p["sampled"]["rise"]) / 2
+
+
+def margin(rows: list[dict[str, Any]]) -> str:
+    """What a test of these runs' arguments may require: the seeds' pooled rises (mean, sd,
+    least) against the controls'."""
+    rl = [pooled_rise(r) for r in rows if not r["control"]]
+    ctl = [pooled_rise(r) for r in rows if r["control"]]
+    if len(rl) < 2:
+        return ""
+    mean, sd = statistics.fmean(rl), statistics.stdev(rl)
+    return (
+        f"Pooled paired rise (greedy and sampled episodes together), seeds: "
+        f"{', '.join(f'{x:+.2f}' for x in rl)}; mean {mean:+.2f} ± {sd:.2f} sd, least "
+        f"{min(rl):+.2f}, mean - 3 sd {mean - 3 * sd:+.2f}. Controls: "
+        f"{', '.join(f'{x:+.2f}' for x in ctl) or 'none'}."
+    )
+
+
+def combine(task: str, tag: str = "") -> dict[str, Any]:
+    """Every tagged result of a task, one row per run name: seeds in order, then the
+    controls. Without `tag`, the runs of the defaults (bench/results/learning_<task>_*.json
+    with no extra flags); with it, the runs tagged `<tag>_*`, which must share their flags."""
     rows: dict[str, dict[str, Any]] = {}
-    machines, args = set(), None
-    for path in sorted((ROOT / "bench" / "results").glob(f"learning_{task}_*.json")):
+    machines, args, extras = set(), None, set()
+    pattern = f"learning_{task}_{tag}_*.json" if tag else f"learning_{task}_*.json"
+    for path in sorted((ROOT / "bench" / "results").glob(pattern)):
         part = json.loads(path.read_text())
-        if part.get("extra"):
+        if bool(part.get("extra")) != bool(tag):
             continue  # a run with other flags is not a run of the defaults
         machines.add(part["machine"])
+        extras.add(tuple(part.get("extra", [])))
         args = part["args"]
         for r in part["rows"]:
             rows[r["run"]] = r
     if len(machines) > 1:
         raise SystemExit(f"results from more than one host: {sorted(machines)}")
+    if len(extras) > 1:
+        raise SystemExit(f"runs with different flags: {sorted(extras)}")
     ordered = sorted(rows.values(), key=lambda r: (r["control"], r["seed"]))
     return {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machines.pop() if machines else "",
         "task": task,
         "args": args,
-        "extra": [],
+        "extra": list(extras.pop()) if extras else [],
         "rows": ordered,
     }
 
@@ -303,6 +331,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tag", default="", help="a suffix for the results file")
     p.add_argument("--combine", action="store_true", help="gather the tagged results; run nothing")
     args = p.parse_args(argv)
+    if args.combine and args.tag:  # runs with their own flags (the CI test's): no plot
+        data = combine(args.task, args.tag)
+        name = f"learning_{args.task}_{args.tag}"
+        write_results(ROOT / "bench" / "results" / f"{name}.json", data)
+        text = "\n".join([summary(data, plot=False), "", margin(data["rows"])])
+        print(text)
+        update_readme(name, text)
+        return
     if args.combine:
         data = combine(args.task)
         write_results(ROOT / "bench" / "results" / f"learning_{args.task}.json", data)

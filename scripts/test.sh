@@ -11,14 +11,23 @@ case "${1:-}" in
   --slow-job) job=slow; shift ;;
 esac
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$root/scripts/setup.sh"
-# vLLM's CPU build in its own environment (about 2-3 minutes the first time): the vllm
-# tests are the only proof that the vLLM engine works, so CI runs them, and a missing
-# environment fails the run instead of skipping them. ART_SKIP_VLLM=1 skips both.
+# vLLM's CPU build in its own environment (about 2-3 minutes the first time), set up beside
+# the main environment, lint and type checks (both set-ups are mostly one pip each, and
+# there are 2 cores): the vllm tests are the only proof that the vLLM engine works, so CI
+# runs them, and a missing environment fails the run instead of skipping them.
+# ART_SKIP_VLLM=1 skips both.
+vllm_setup=""
+kill_tree() {  # a process and its descendants: nothing started here outlives the script
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
 if [ "${ART_SKIP_VLLM:-0}" != "1" ]; then
-  "$root/scripts/setup-vllm.sh"
-  export ART_REQUIRE_VLLM=1
+  "$root/scripts/setup-vllm.sh" &
+  vllm_setup=$!
+  trap 'if [ -n "$vllm_setup" ]; then kill_tree "$vllm_setup"; fi' EXIT
 fi
+"$root/scripts/setup.sh"
 # Debian's Chromium for the review page's browser test (tests/test_review_page.py), from
 # the Debian registry when this machine can install packages; the test then fails instead
 # of skipping if the browser is missing. ART_SKIP_CHROMIUM=1 skips both.
@@ -42,6 +51,11 @@ if [ "$job" != "slow" ]; then
   # The docs site (mkdocs.yml): strict, so a broken link, anchor or API reference fails the
   # run. Not -q: mkdocs then drops the warnings before strict mode counts them.
   NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict
+fi
+if [ -n "$vllm_setup" ]; then
+  wait "$vllm_setup" || { echo "test: setting up .venv-vllm failed" >&2; exit 1; }
+  vllm_setup=""
+  export ART_REQUIRE_VLLM=1
 fi
 # pytest's exit 5 (no test collected) is a failure, not a pass. With arguments that pick
 # tests (-k, a path), one of the two jobs may find none of them; the other must.
