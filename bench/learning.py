@@ -256,12 +256,15 @@ def headline(data: dict[str, Any]) -> str:
             f"{mean(ctl, 'sampled_before'):.2f} | {mean(ctl, 'sampled_after'):.2f} | "
             f"{statistics.fmean(map(_rise, ctl)):+.2f}{spread(ctl)} |"
         )
-    walls = [r["wall_s"] / 60 for r in data["rows"]]
+    else:
+        lines.append("| control (shuffled rewards) | no run yet | | |")
+    walls = [round(r["wall_s"] / 60) for r in data["rows"]]
+    took = f"{min(walls)}-{max(walls)}" if min(walls) != max(walls) else f"{walls[0]}"
     peak = max(r["peak_rss_mib"] for r in data["rows"]) / 1024
     lines += [
         "",
-        f"One run, evaluations included: {min(walls):.0f}-{max(walls):.0f} min, peak RSS "
-        f"{peak:.1f} GiB; {data['machine']}. Per seed: [docs/results.md](docs/results.md).",
+        f"One run, evaluations included: {took} min, peak RSS {peak:.1f} GiB; "
+        f"{data['machine']}. Per seed: [docs/results.md](docs/results.md).",
     ]
     return "\n".join(lines)
 
