@@ -13,10 +13,10 @@ The margin comes from `bench.learning` with these arguments, 5 seeds and a contr
 (bench/results/learning_capitals_ci.json, docs/results.md#the-ci-learning-test; 2 AVX2
 cores, 7-9 min a run). The paired rise in held-out success, greedy and sampled episodes
 pooled, was +0.38, +0.38, +0.09, +0.06 and +0.47 for seeds 1-5 (mean +0.28 ± 0.18 sd) and
--0.16 for the shuffled-reward control. MIN_RISE is the seeds' mean minus 2.33 sd (about 1
-run in 100 of a normal spread below it): the test fails a run that makes the model worse,
-as the control did, but 4 small steps learn too unevenly for it to tell weak learning from
-none. That RL beats the control is shown by the 6-step runs of docs/results.md.
+-0.16 for the shuffled-reward control. MIN_RISE is the seeds' mean minus 2.33 sd, -0.154
+(bench.learning's MARGIN_SDS; about 1 run in 100 of a normal spread below it): the test
+fails a run that makes the model clearly worse, and the control sits just below it
+(-0.156), but 4 small steps learn too unevenly for it to tell weak learning from none. That RL beats the control is shown by the 6-step runs of docs/results.md.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CI_ARGS = ["--steps", "4", "--groups-per-step", "4", "--eval-samples", "1", "--eval-scenarios", "16"]  # fmt: skip
 """The arguments of this test and of its bench runs (`bench.learning --extra`)."""
-MIN_RISE = -0.14
+MIN_RISE = -0.15
 """The least paired rise in held-out success (greedy and sampled episodes pooled) the test
 accepts: the 5 seeds' mean minus 2.33 sd (the module docstring)."""
 
