@@ -3,7 +3,8 @@
 # docs build and the whole test suite, in two jobs: the main job, then the slow job (tests
 # marked `slow_job`: a slower path to what a main-job test already proves, such as a second
 # front end on the vLLM engine). Both run by default, as CI runs them; `--main` runs only
-# the main job, `--slow-job` only the slow job's tests. Other arguments go to pytest.
+# the main job, `--slow-job` only the slow job's tests. Other arguments go to pytest. Tests
+# run on two pytest-xdist workers, but those marked `serial` run alone afterwards.
 set -euo pipefail
 job=all
 case "${1:-}" in
@@ -58,11 +59,13 @@ if [ -n "$vllm_setup" ]; then
   export ART_REQUIRE_VLLM=1
 fi
 # pytest's exit 5 (no test collected) is a failure, not a pass. With arguments that pick
-# tests (-k, a path), one of the two jobs may find none of them; the other must.
+# tests (-k, a path), some of the runs below may find none of them; one must.
 filtered=no
-if [ "$job" = "all" ] && [ "$#" -gt 0 ] && [ "$*" != "-q" ]; then filtered=yes; fi
+if [ "$#" -gt 0 ] && [ "$*" != "-q" ]; then filtered=yes; fi
+runs=0
 empty=0
 run_pytest() {
+  runs=$((runs + 1))
   set +e
   "$venv/bin/python" -m pytest "$@"
   local rc=$?
@@ -77,15 +80,23 @@ run_pytest() {
   fi
   return "$rc"
 }
+# Two pytest-xdist workers ($ART_TEST_WORKERS): most tests start a server or a CLI process
+# and keep one core busy, so two at a time fill both cores (the main job: 33 min in one
+# process). tests/conftest.py keeps each file, every SmolLM2 file and every vLLM file on one
+# worker (WORKER_GROUPS). Tests marked `serial` (the learning test, whose budget is both cores) run alone
+# after them.
+workers="${ART_TEST_WORKERS:-2}"
 if [ "$job" != "slow" ]; then
   echo "test: the main job" >&2
-  run_pytest -m "not slow_job" "$@"
+  run_pytest -n "$workers" --dist loadscope -m "not slow_job and not serial" "$@"
+  echo "test: the main job's serial tests" >&2
+  run_pytest -m "serial and not slow_job" "$@"
 fi
 if [ "$job" != "main" ]; then
   echo "test: the slow job (tests marked slow_job)" >&2
-  run_pytest -m "slow_job" "$@"
+  run_pytest -n "$workers" --dist loadscope -m "slow_job" "$@"
 fi
-if [ "$empty" -eq 2 ]; then
-  echo "test: pytest collected no tests in either job; that is a failure" >&2
+if [ "$empty" -eq "$runs" ]; then
+  echo "test: pytest collected no tests in any run; that is a failure" >&2
   exit 1
 fi

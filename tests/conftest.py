@@ -115,9 +115,40 @@ async def fresh_model(
     return model
 
 
+WORKER_GROUPS = {
+    "tests/engine/test_vllm_engine.py": "vllm",
+    "tests/engine/test_vllm_replicas.py": "vllm",
+    "tests/langgraph/test_drift_real.py": "smol",
+    "tests/mcp/test_real_model.py": "smol",
+    "tests/mcp/test_turns_extend.py": "smol",
+    "tests/presets/test_smollm2.py": "smol",
+}
+"""Files that share a pytest-xdist worker (the test command runs two): every file with a
+`vllm` test, so two vLLM servers never run at once, and every file with a SmolLM2 test
+(`smol_server`), so one copy of the real model is loaded. Any other file is a group of its
+own, so its module fixtures start once. Collection fails when a file is missing here."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """pytest-xdist's `loadscope` scheduling, by `WORKER_GROUPS` instead of by file.
+
+    Its own `--dist loadgroup` does not group on pytest 9.2, which no longer reads the
+    node id that xdist 3.8 rewrites."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroups(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return WORKER_GROUPS.get(path, path)
+
+    return FileGroups(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip `gpu` tests cleanly without CUDA, and `vllm` tests without a vLLM environment;
-    with $ART_REQUIRE_VLLM=1 (the test command sets it) a missing vLLM is a failure."""
+    with $ART_REQUIRE_VLLM=1 (the test command sets it) a missing vLLM is a failure. A
+    `vllm` or SmolLM2 test in a file outside its `WORKER_GROUPS` group is an error."""
     import os
 
     import torch
@@ -133,7 +164,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "ART_REQUIRE_VLLM=1 but no vLLM environment: run scripts/setup-vllm.sh"
         )
     for item in items:
+        path = item.nodeid.split("::")[0]
+        for needs, group in (("vllm" in item.keywords, "vllm"), (_uses_smol(item), "smol")):
+            if needs and WORKER_GROUPS.get(path) != group:
+                raise pytest.UsageError(f"{path}: add it to WORKER_GROUPS as {group!r}")
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(no_gpu)
         if "vllm" in item.keywords and not has_vllm:
             item.add_marker(no_vllm)
+
+
+def _uses_smol(item: pytest.Item) -> bool:
+    return "smol_server" in getattr(item, "fixturenames", ())

@@ -37,6 +37,7 @@ accepts: the 5 seeds' mean minus 2.33 sd (the module docstring)."""
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_the_main_job_trains_the_real_model_and_does_not_make_it_worse(tmp_path: Path) -> None:
     out = subprocess.run(
         ["bash", "scripts/demo.sh", *CI_ARGS],

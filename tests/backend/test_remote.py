@@ -356,3 +356,17 @@ def test_the_idempotency_key_is_the_same_for_the_same_call() -> None:
     assert headers.get("content-encoding") == "gzip" and a == b
     assert idempotency_key(spec, 3, a) == idempotency_key(spec, 3, b)
     assert idempotency_key(spec, 4, a) != idempotency_key(spec, 3, a)
+
+
+def test_a_keyed_backend_checks_the_key_before_any_model_is_registered(tmp_path: Path) -> None:
+    """Before the first model, `/v1` answers 503 but only to a client with the key: without
+    it, 401, as after (the backend used to tell anyone that no model was registered yet)."""
+    local = art.LocalBackend(tmp_path, http=False)
+    with start_app_server(create_backend_app(local, api_key=KEY)) as handle:
+        url = f"http://127.0.0.1:{handle.port}"
+        keyed = {"authorization": f"Bearer {KEY}"}
+        assert httpx.get(url + "/v1/models").status_code == 401
+        assert httpx.get(url + "/metrics").status_code == 401
+        assert httpx.get(url + "/v1/models", headers=keyed).status_code == 503
+        assert httpx.get(url + "/health").json() == {"status": "ok", "models": []}
+    asyncio.run(local.close())

@@ -30,7 +30,9 @@ def _calls(group: art.TrajectoryGroup, node: str) -> list[LLMCall]:
 
 
 @pytest.mark.parametrize(
-    "train_nodes", [["agent"], "research", lambda call: call.node == "agent"], ids=str
+    "train_nodes",
+    [["agent"], "research", lambda call: call.node == "agent"],
+    ids=["list", "name", "predicate"],  # one id in every pytest-xdist worker
 )
 async def test_only_the_chosen_nodes_tokens_are_trained(
     fresh_model: art.TrainableModel, train_nodes: object

@@ -328,19 +328,25 @@ def create_backend_app(
     )
     guarded_art = Guard(art, api_key=api_key, max_body_bytes=limits.max_upload_bytes)
 
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            return
-        path = scope.get("path", "")
-        if path.startswith("/art/"):
-            await guarded_art(scope, receive, send)
-        elif backend.app is not None:
-            await backend.app(scope, receive, send)
-        elif path == "/health":
+    async def not_ready(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("path", "") == "/health":
             await _answer(send, 200, json.dumps({"status": "ok", "models": []}).encode())
         else:
             message = "no model is registered yet: the OpenAI endpoint starts with the first"
             await _answer(send, 503, error_json(message, "server_error"))
+
+    # The key is checked before a client learns whether a model is registered.
+    guarded_not_ready = Guard(not_ready, api_key=api_key, max_body_bytes=limits.max_upload_bytes)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            return
+        if scope.get("path", "").startswith("/art/"):
+            await guarded_art(scope, receive, send)
+        elif backend.app is not None:
+            await backend.app(scope, receive, send)
+        else:
+            await guarded_not_ready(scope, receive, send)
 
     return app
 
