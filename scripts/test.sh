@@ -80,11 +80,11 @@ run_pytest() {
   fi
   return "$rc"
 }
-# Two pytest-xdist workers ($ART_TEST_WORKERS): most tests start a server or a CLI process
-# and keep one core busy, so two at a time fill both cores (the main job: 33 min in one
-# process). tests/conftest.py keeps each file, every SmolLM2 file and every vLLM file on one
-# worker (WORKER_GROUPS). Tests marked `serial` (the learning test, whose budget is both cores) run alone
-# after them.
+# Two pytest-xdist workers ($ART_TEST_WORKERS; 0 runs one process): most tests start a
+# server or a CLI process and keep one core busy, so two at a time fill both cores
+# (docs/development.md has the timings). tests/conftest.py keeps each file, every SmolLM2
+# file and every vLLM file on one worker (WORKER_GROUPS). Tests marked `serial` (the
+# learning test, whose budget is both cores) run alone after them.
 workers="${ART_TEST_WORKERS:-2}"
 if [ "$job" != "slow" ]; then
   echo "test: the main job" >&2

@@ -164,10 +164,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "ART_REQUIRE_VLLM=1 but no vLLM environment: run scripts/setup-vllm.sh"
         )
     for item in items:
-        path = item.nodeid.split("::")[0]
-        for needs, group in (("vllm" in item.keywords, "vllm"), (_uses_smol(item), "smol")):
-            if needs and WORKER_GROUPS.get(path) != group:
-                raise pytest.UsageError(f"{path}: add it to WORKER_GROUPS as {group!r}")
+        path = item.nodeid.split("::", 1)[0]
+        group = "vllm" if "vllm" in item.keywords else "smol" if _uses_smol(item) else None
+        if group is not None and WORKER_GROUPS.get(path) != group:
+            raise pytest.UsageError(f"{path}: add it to WORKER_GROUPS as {group!r}")
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(no_gpu)
         if "vllm" in item.keywords and not has_vllm:

@@ -16,7 +16,8 @@ pooled, was +0.38, +0.38, +0.09, +0.06 and +0.47 for seeds 1-5 (mean +0.28 ± 0.
 -0.16 for the shuffled-reward control. MIN_RISE is the seeds' mean minus 2.33 sd, -0.154
 (bench.learning's MARGIN_SDS; about 1 run in 100 of a normal spread below it): the test
 fails a run that makes the model clearly worse, and the control sits just below it
-(-0.156), but 4 small steps learn too unevenly for it to tell weak learning from none. That RL beats the control is shown by the 6-step runs of docs/results.md.
+(-0.156), but 4 small steps learn too unevenly for it to tell weak learning from none.
+That RL beats the control is shown by the 6-step runs of docs/results.md.
 """
 
 from __future__ import annotations
