@@ -39,7 +39,10 @@ SETTINGS: dict[str, list[str]] = {
     "lr3e-4": ["--learning-rate", "3e-4"],
     "lr1e-3": ["--learning-rate", "1e-3"],
     "lr3e-3": ["--learning-rate", "3e-3"],
-    "lr3e-4-t0.8": ["--learning-rate", "3e-4", "--temperature", "0.8"],
+    # the rollouts' temperature at the frozen learning rate; held-out sampling stays at 1
+    "t0.7": ["--temperature", "0.7"],
+    "t1.0": ["--temperature", "1.0"],
+    "t1.3": ["--temperature", "1.3"],
 }
 """Setting name -> the flags it changes from the defaults."""
 
