@@ -131,7 +131,11 @@ def run_ours(seqs: list[Any], dtype: str, args: argparse.Namespace) -> dict[str,
 
 
 def run_plain(seqs: list[Any], dtype: str, args: argparse.Namespace) -> dict[str, Any]:
-    """A TRL-style loop over the peft model: padded rows, logits for each row's tail."""
+    """A TRL-style loop over the peft model: padded rows, logits for each row's tail.
+
+    On the CPU: float32 weights, `dtype` the matmuls' (autocast for bfloat16). `args.device`
+    (default "cpu") and `args.weights_dtype` (default "float32") move it elsewhere:
+    bench.gpu_speed runs it on CUDA over bfloat16 weights, as our trainer's `auto` does."""
     import contextlib
 
     import torch
@@ -141,10 +145,12 @@ def run_plain(seqs: list[Any], dtype: str, args: argparse.Namespace) -> dict[str
     from art_langgraph.presets.resolve import resolve_preset
     from art_langgraph.training.config import ModelConfig
 
+    device = torch.device(getattr(args, "device", None) or "cpu")
+    weights = getattr(torch, getattr(args, "weights_dtype", None) or "float32")
     mc = ModelConfig()
     base = AutoModelForCausalLM.from_pretrained(
-        resolve_preset(args.base_model), dtype=torch.float32, attn_implementation="sdpa"
-    )
+        resolve_preset(args.base_model), dtype=weights, attn_implementation="sdpa"
+    ).to(device)
     lora = LoraConfig(
         r=mc.lora_r,
         lora_alpha=mc.lora_alpha,
@@ -155,8 +161,8 @@ def run_plain(seqs: list[Any], dtype: str, args: argparse.Namespace) -> dict[str
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-5)
     autocast: Any = (
-        torch.autocast("cpu", dtype=torch.bfloat16)
-        if dtype == "bfloat16"
+        torch.autocast(device.type, dtype=torch.bfloat16)
+        if dtype == "bfloat16" and weights != torch.bfloat16
         else contextlib.nullcontext()
     )
     rows = max(1, args.plain_rows)
@@ -178,11 +184,12 @@ def run_plain(seqs: list[Any], dtype: str, args: argparse.Namespace) -> dict[str
                 att[r, : len(s)] = 1
                 train[r, : len(s)] = torch.tensor(s.trainable)
                 adv[r, 0] = s.advantage
+            ids, att, train, adv = (t.to(device) for t in (ids, att, train, adv))
             first = int(train.float().argmax(dim=1).min())  # earliest trained position
             keep = width - first + 1  # logits for positions first-1 .. width-1
             with autocast:
                 hidden = model.base_model.model.model(input_ids=ids, attention_mask=att)[0]
-            logits = head(hidden[:, -keep:-1].float()).float()  # (R, K-1, V)
+            logits = head(hidden[:, -keep:-1].to(head.weight.dtype)).float()  # (R, K-1, V)
             lp = logits.log_softmax(-1).gather(-1, ids[:, -keep + 1 :, None]).squeeze(-1)
             m = train[:, -keep + 1 :]
             ratio = torch.exp(lp - lp.detach())
@@ -191,6 +198,8 @@ def run_plain(seqs: list[Any], dtype: str, args: argparse.Namespace) -> dict[str
             loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     return {"times": _timed(step, args), "processed_tokens": sum(len(s) for s in seqs)}
 

@@ -415,6 +415,8 @@ def _placement(device: str, ranks: int) -> tuple[list[str], str]:
     """Each rank's device, and the collective backend: NCCL with a CUDA device per rank,
     gloo on the CPU. One rank takes `device` as it is."""
     if ranks == 1 or not device.startswith("cuda"):
+        if device == "cuda":  # a rank sets its device, which needs an index
+            device = "cuda:0"
         return [device] * ranks, "nccl" if device.startswith("cuda") else "gloo"
     import torch
 

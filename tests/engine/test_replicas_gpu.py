@@ -1,5 +1,5 @@
 """Torch replicas on CUDA (marker `gpu`: skipped without CUDA): replica i on cuda:(i mod the
-GPUs), both serving. Not run on the machines that wrote it (no GPU was lent)."""
+GPUs), both serving. Passed on a lent H200 (one GPU: both replicas on cuda:0)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from safetensors.torch import load_file
 import art_langgraph as art
 from art_langgraph.errors import TrainerRankError, UsageError
 from art_langgraph.training.config import ModelConfig, TrainConfig
-from art_langgraph.training.distributed import DistributedTrainer, shard
+from art_langgraph.training.distributed import DistributedTrainer, _placement, shard
 from art_langgraph.training.protocol import Trainer
 from art_langgraph.training.tensorize import TrainSequence
 from art_langgraph.training.trainer import LoRATrainer
@@ -71,6 +71,15 @@ def seqs_for(single: LoRATrainer, seed: int) -> list[TrainSequence]:
     )
     seqs[2].sampler_logprobs = [x + 0.4 for x in seqs[2].sampler_logprobs]
     return seqs
+
+
+def test_one_cuda_rank_gets_an_indexed_device() -> None:
+    """A rank calls torch.cuda.set_device, which refuses a bare "cuda" (found on an H200:
+    one FSDP rank with device="cuda" failed at start). Needs no GPU: one rank is placed
+    without counting devices."""
+    assert _placement("cuda", 1) == (["cuda:0"], "nccl")
+    assert _placement("cuda:1", 1) == (["cuda:1"], "nccl")
+    assert _placement("cpu", 2) == (["cpu", "cpu"], "gloo")
 
 
 @pytest.fixture(scope="module")

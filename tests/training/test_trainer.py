@@ -41,7 +41,7 @@ def trainer(make_trainer: Callable[[], LoRATrainer]) -> LoRATrainer:
 
 def logprobs(trainer: LoRATrainer, tokens: list[int]) -> list[float]:
     """log p(token t | tokens < t) under the trainer's current weights; NaN for t = 0."""
-    ids = torch.tensor([tokens])
+    ids = torch.tensor([tokens], device=trainer.device)
     with torch.no_grad():
         logits = trainer.model(input_ids=ids, use_cache=False).logits[0, :-1].float()
     lp = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1)
