@@ -17,7 +17,6 @@ backends (a `RemoteBackend` implements the same protocol).
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -161,18 +160,13 @@ class TrainableModel(Model):
     @model_validator(mode="before")
     @classmethod
     def _settings_given_as_config(cls, data: Any) -> Any:
-        """`config=ModelConfig(...)` meant the training settings before they had their own
-        name: move it there, and say so once."""
+        """A `ModelConfig` passed as `config` would be kept as the user's own settings and
+        never trained with: refuse it, naming the field it belongs in."""
         if isinstance(data, dict) and isinstance(data.get("config"), ModelConfig):
-            if "training" in data:
-                raise UsageError("give the ModelConfig as training=..., not also as config=...")
-            warnings.warn(
-                "TrainableModel(config=ModelConfig(...)) is now TrainableModel(training=...); "
-                "config is left for your own settings, as in ART",
-                DeprecationWarning,
-                stacklevel=4,
+            raise UsageError(
+                "TrainableModel(config=ModelConfig(...)): the LoRA and run settings go in "
+                "training=ModelConfig(...); config is for your own rollout settings, as in ART"
             )
-            data = {**data, "training": data["config"], "config": None}
         return data
 
     @property

@@ -25,17 +25,10 @@ def test_config_is_the_users_own() -> None:
     assert tuned.training.lora_r == 4 and tuned.config is None
 
 
-def test_a_model_config_given_as_config_still_works_and_says_where_it_goes() -> None:
-    with pytest.warns(DeprecationWarning, match="training="):
-        model = art.TrainableModel(
-            name="a", project="p", base_model="tiny", config=art.ModelConfig(lora_r=4)
-        )
-    assert model.training.lora_r == 4 and model.config is None
-    with pytest.raises(ValueError, match="not also as config"):
+def test_a_model_config_given_as_config_is_refused_with_where_it_goes() -> None:
+    """It would sit in `config` (the user's own settings) and never be trained with: a
+    pydantic ValidationError naming the field."""
+    with pytest.raises(ValueError, match=r"go in training=ModelConfig"):
         art.TrainableModel(
-            name="a",
-            project="p",
-            base_model="tiny",
-            config=art.ModelConfig(),
-            training=art.ModelConfig(),
+            name="a", project="p", base_model="tiny", config=art.ModelConfig(lora_r=4)
         )
