@@ -10,6 +10,7 @@ import torch: `LocalBackend` loads it on first use, `RemoteBackend` never does.
 
 from typing import TYPE_CHECKING
 
+from art_langgraph import loggers as _loggers
 from art_langgraph import rewards
 from art_langgraph._lazy import lazy_getattr
 from art_langgraph.branch import branch
@@ -56,6 +57,10 @@ __getattr__ = lazy_getattr(
         "RemoteBackend": "art_langgraph.backend.remote",
     },
 )
+
+# The loggers a backend given none takes from the environment (Langfuse's keys): filled
+# here, above the integrations, since the backends sit below them (tests/test_import_graph).
+_loggers.register_env_factory("art_langgraph.integrations.env:langfuse_loggers")
 
 __version__ = "0.1.0"
 

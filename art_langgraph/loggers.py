@@ -10,26 +10,33 @@ id and URL) and the saved JSONL keeps them. After a step commits, it calls `log_
 `LoggerSet` is how a backend calls them: every call is guarded, so a logger that raises
 is reported once as a warning and never fails or blocks a training step; the
 trajectories JSONL stays the source of truth. `loggers_from_env()` is the default when a
-backend is given no `loggers`: a `LangfuseLogger` when `LANGFUSE_PUBLIC_KEY` and
-`LANGFUSE_SECRET_KEY` are set and the `langfuse` extra is installed.
+backend is given no `loggers`: what the factories registered with `register_env_factory`
+return (the package root registers `integrations.env`: a `LangfuseLogger` when
+`LANGFUSE_PUBLIC_KEY` and `LANGFUSE_SECRET_KEY` are set and the `langfuse` extra is
+installed). This module imports no integration: the backends sit below them.
 
-`RunInfo` and `TrajectoryLogger` are defined in `art_langgraph.logger_protocol` (re-exported
-here), which the loggers import instead of this module: `loggers_from_env` imports the
-Langfuse logger, so the Langfuse logger importing this module would close a circle.
+`RunInfo` and `TrajectoryLogger` are defined in `art_langgraph.logger_protocol`
+(re-exported here), which the loggers import.
 
 Left out: what each logger does (the modules under `art_langgraph.integrations`).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
-import os
 from collections.abc import Iterable
 
 from art_langgraph.logger_protocol import RunInfo, TrajectoryLogger
 from art_langgraph.trajectory import TrajectoryGroup
 
-__all__ = ["LoggerSet", "RunInfo", "TrajectoryLogger", "loggers_from_env"]
+__all__ = [
+    "LoggerSet",
+    "RunInfo",
+    "TrajectoryLogger",
+    "loggers_from_env",
+    "register_env_factory",
+]
 
 log = logging.getLogger(__name__)
 
@@ -85,20 +92,24 @@ class LoggerSet:
                 self._guard(lg, "close", exc)
 
 
+_ENV_FACTORIES: list[str] = []
+"""`"module:function"` names of the functions `loggers_from_env` calls, in order."""
+
+
+def register_env_factory(target: str) -> None:
+    """Add a function (`"module:function"`, imported when first called) that returns the
+    loggers its environment asks for. The package root registers the integrations'
+    (`art_langgraph.integrations.env`), so this module names none of them."""
+    if target not in _ENV_FACTORIES:
+        _ENV_FACTORIES.append(target)
+
+
 def loggers_from_env() -> list[TrajectoryLogger]:
-    """A `LangfuseLogger` when LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY are set (and the
-    `langfuse` extra is installed); else none. `ART_LANGFUSE=0` turns this off."""
-    if os.environ.get("ART_LANGFUSE", "1") == "0":
-        return []
-    if not (os.environ.get("LANGFUSE_PUBLIC_KEY") and os.environ.get("LANGFUSE_SECRET_KEY")):
-        return []
-    try:
-        from art_langgraph.integrations.langfuse import LangfuseLogger
-    except ImportError as exc:
-        log.warning(
-            "LANGFUSE_* is set but the langfuse extra is not installed "
-            "(pip install 'art-langgraph[langfuse]'): no traces are sent (%s)",
-            exc,
-        )
-        return []
-    return [LangfuseLogger()]
+    """What every registered factory returns: a `LangfuseLogger` when LANGFUSE_PUBLIC_KEY
+    and LANGFUSE_SECRET_KEY are set and the `langfuse` extra is installed
+    (`ART_LANGFUSE=0` turns it off); else none."""
+    out: list[TrajectoryLogger] = []
+    for target in _ENV_FACTORIES:
+        module, _, name = target.partition(":")
+        out.extend(getattr(importlib.import_module(module), name)())
+    return out

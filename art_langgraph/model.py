@@ -94,12 +94,12 @@ class Model(BaseModel):
         client runs the training rollouts; the app's own clients get the promoted step)."""
         from openai import AsyncOpenAI
 
-        from art_langgraph.chat_model import shared_async_transport
+        from art_langgraph.http_pool import shared_async_transport
         from art_langgraph.openai_capture import CapturingTransport
 
         self.backend()
         # Our own http_client: openai's default one closes itself from `__del__`, which can
-        # unregister live sockets of other clients from the event loop (see chat_model.py).
+        # unregister live sockets of other clients from the event loop (see http_pool.py).
         transport: httpx.AsyncBaseTransport = CapturingTransport(shared_async_transport())
         if self._rollout_step() is not None:
             transport = _AtLatest(transport, self.name)

@@ -117,7 +117,7 @@ async def fresh_model(
 
 WORKER_GROUPS = {
     "tests/engine/test_vllm_engine.py": "vllm",
-    "tests/engine/test_vllm_replicas.py": "vllm",
+    "tests/scaleout/test_vllm_replicas.py": "vllm",
     "tests/langgraph/test_drift_real.py": "smol",
     "tests/mcp/test_real_model.py": "smol",
     "tests/mcp/test_turns_extend.py": "smol",

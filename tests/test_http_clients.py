@@ -1,4 +1,4 @@
-"""The shared HTTP clients (chat_model.py): aiohttp's pools under httpx, per event loop.
+"""The shared HTTP clients (http_pool.py): aiohttp's pools under httpx, per event loop.
 
 Errors keep httpx's own types (openai reports a refused connection or a server that hung
 up as a connection error, not as "Request timed out"), and a loop's pool closes with
@@ -18,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from art_langgraph.chat_model import async_http_client, shared_async_transport
+from art_langgraph.http_pool import async_http_client, shared_async_transport
 
 
 def _closed_port() -> int:

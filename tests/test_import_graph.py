@@ -1,4 +1,11 @@
-"""No import circles in art_langgraph and art_mcp, type-only ones included.
+"""Layers that import one way, and no import circles, in art_langgraph and art_mcp.
+
+**Layers.** Each package of art_langgraph (a subpackage, or a top-level module) sits in one
+layer of `LAYERS`, and imports only from its own layer and the layers below it; art_mcp,
+built on art_langgraph, is the top layer. `python -m pytest tests/test_import_graph.py -v`
+names each layer as its test passes. A new package must be placed in a layer here.
+
+**Circles.** No module imports another that imports it back, within a layer too.
 
 Every `import` and `from ... import` counts, wherever it is: at the top, inside a
 function, under `if TYPE_CHECKING:`. A circle there is still a design smell (two modules
@@ -16,11 +23,41 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("art_langgraph", "art_mcp")
 
 ALLOWED: set[frozenset[str]] = set()
 """Pairs of modules allowed to import each other: none."""
+
+LAYERS: list[tuple[str, frozenset[str]]] = [
+    (
+        "base",  # no model, no records: errors, names, devices, event-loop and HTTP plumbing
+        frozenset(
+            {"errors", "_lazy", "loops", "utils", "names", "devices", "memory", "allocator"}
+            | {"http_pool"}
+        ),
+    ),
+    ("records", frozenset({"trajectory", "late_rewards", "logger_protocol", "loggers"})),
+    ("presets", frozenset({"presets"})),  # the offline models
+    ("engine", frozenset({"engine"})),  # token ids in, token ids out
+    ("serving", frozenset({"serving"})),  # the OpenAI-compatible server over an engine
+    ("training", frozenset({"training"})),  # GRPO: groups -> sequences -> a LoRA step
+    ("scaleout", frozenset({"scaleout"})),  # several engines and trainer ranks, Ray
+    ("backend", frozenset({"backend"})),  # the Backend contract, local and remote
+    (
+        "agent",  # the LangGraph / OpenAI plugin: models, capture, rollouts, rewards
+        frozenset(
+            {"model", "chat_model", "capture", "openai_capture", "threads", "branch"}
+            | {"gather", "rewards", "review_page"}
+        ),
+    ),
+    ("integrations", frozenset({"integrations"})),  # Langfuse, W&B
+    ("entry", frozenset({"art_langgraph", "cli"})),  # the package's root and its CLI
+    ("art_mcp", frozenset({"art_mcp"})),  # the MCP harness, built on all of the above
+]
+"""Layers, lowest first: a package imports from its own layer and those below only."""
 
 
 def _module_name(path: Path) -> str:
@@ -110,6 +147,54 @@ def test_no_import_circles() -> None:
     assert not bad, "import circles:\n" + "\n".join(lines)
 
 
+def package_of(module: str) -> str:
+    """The unit `LAYERS` places: art_mcp whole; in art_langgraph the subpackage or
+    top-level module (`art_langgraph.engine.base` -> `engine`), the root itself as
+    `art_langgraph`."""
+    parts = module.split(".")
+    if parts[0] == "art_mcp":
+        return "art_mcp"
+    return parts[1] if len(parts) > 1 else "art_langgraph"
+
+
+def layer_of(package: str) -> int:
+    found = [i for i, (_, members) in enumerate(LAYERS) if package in members]
+    assert len(found) == 1, f"{package!r} must be in exactly one of LAYERS (found {found})"
+    return found[0]
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {package_of(m) for m in import_graph()}
+    for package in packages:
+        layer_of(package)
+    placed = set().union(*(members for _, members in LAYERS))
+    assert not placed - packages, f"LAYERS names packages that do not exist: {placed - packages}"
+
+
+@pytest.mark.parametrize("index", range(len(LAYERS)), ids=[name for name, _ in LAYERS])
+def test_a_layer_imports_only_itself_and_the_layers_below(index: int) -> None:
+    graph = import_graph()
+    name, members = LAYERS[index]
+    upward = sorted(
+        f"{module} imports {target} ({LAYERS[layer_of(package_of(target))][0]})"
+        for module, targets in graph.items()
+        if package_of(module) in members
+        for target in targets
+        if layer_of(package_of(target)) > index
+    )
+    assert not upward, f"layer {name!r} imports from above it:\n" + "\n".join(upward)
+
+
+def test_the_layer_rule_sees_an_upward_import() -> None:
+    """The walk sees what the rule judges: engine.torch_engine imports engine.base (same
+    layer), and an engine module importing training would be upward."""
+    graph = import_graph()
+    assert "art_langgraph.engine.base" in graph["art_langgraph.engine.torch_engine"]
+    assert layer_of(package_of("art_langgraph.training.trainer")) > layer_of("engine")
+    assert package_of("art_langgraph") == "art_langgraph"
+    assert package_of("art_mcp.harness") == "art_mcp"
+
+
 def test_the_walk_finds_circles_and_type_only_imports() -> None:
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     graph = import_graph()
@@ -122,5 +207,7 @@ def test_the_walk_finds_circles_and_type_only_imports() -> None:
 
 if __name__ == "__main__":
     g = import_graph()
+    for i, (layer, members) in enumerate(LAYERS):
+        print(f"{i:2d} {layer}: {', '.join(sorted(members))}")
     for c in circles(g):
         print(" <-> ".join(c), "(allowed)" if frozenset(c) in ALLOWED else "")

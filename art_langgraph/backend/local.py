@@ -20,8 +20,8 @@ With `ModelConfig.promote_on_evaluation`, the bare name serves the promoted step
 and never waits; `name@latest` is the latest step.
 
 One backend serves one base model. With `trainer_ranks` > 1 the trainer is data-parallel
-ranks in worker processes (`training/distributed.py`) behind the same `Trainer` protocol.
-With `ray`, the replicas and the ranks are Ray actors (`ray_cluster.py`).
+ranks in worker processes (`scaleout/distributed.py`) behind the same `Trainer` protocol.
+With `ray`, the replicas and the ranks are Ray actors (`scaleout/ray_cluster.py`).
 """
 
 from __future__ import annotations
@@ -106,10 +106,10 @@ class LocalBackend:
         metrics also go (`LangfuseLogger`, `WandbLogger`); None: a `LangfuseLogger` when
         `LANGFUSE_PUBLIC_KEY`/`LANGFUSE_SECRET_KEY` are set, else none. `replicas`: inference
         replicas (>= 1); above 1, each engine runs in a process of its own behind one
-        `ReplicaEngine` (engine/replicas.py: routing, all-or-nothing adapter loads, restarts).
+        `ReplicaEngine` (scaleout/replicas.py: routing, all-or-nothing adapter loads, restarts).
         `ray`: a Ray address, "auto" (this machine's cluster) or "local" (a Ray instance in
         this process): the `replicas` torch engines and the `trainer_ranks` ranks then run as
-        Ray actors placed on the cluster (ray_cluster.py; needs the `ray` extra, and `path`
+        Ray actors placed on the cluster (scaleout/ray_cluster.py; needs the `ray` extra, and `path`
         on a filesystem every node reads); None (default): local processes, no Ray.
         `trainer_fsdp` (with several ranks, or with Ray): shard the frozen base, the adapter
         and its optimizer state over the ranks with FSDP2; None (default): when the base's
@@ -267,9 +267,9 @@ class LocalBackend:
 
         self._base_path = resolve_preset(base_model)
         if self.ray_address is not None:
-            from art_langgraph.engine.replicas import ReplicaEngine
             from art_langgraph.engine.torch_engine import TorchEngineConfig
-            from art_langgraph.ray_cluster import connect, ray_module, shares
+            from art_langgraph.scaleout.ray_cluster import connect, ray_module, shares
+            from art_langgraph.scaleout.replicas import ReplicaEngine
 
             self._ray_started = not ray_module().is_initialized() and self.ray_address == "local"
             self._ray = connect(self.ray_address)
@@ -282,7 +282,7 @@ class LocalBackend:
                 self._share,
             )
         elif self.replicas > 1:
-            from art_langgraph.engine.replicas import ReplicaEngine
+            from art_langgraph.scaleout.replicas import ReplicaEngine
 
             self.engine = ReplicaEngine.start(
                 self._engine_kind(),
@@ -342,7 +342,7 @@ class LocalBackend:
         assert self._base_path is not None and run.model.trainable
         trainer: Trainer
         if self.trainer_ranks > 1 or self._ray is not None:
-            from art_langgraph.training.distributed import DistributedTrainer
+            from art_langgraph.scaleout.distributed import DistributedTrainer
 
             trainer = DistributedTrainer(
                 self._base_path,

@@ -97,7 +97,7 @@ class RemoteBackend:
 
     # ------------------------------------------------------------------ calls
     def _client(self, timeout: httpx.Timeout) -> httpx.AsyncClient:
-        from art_langgraph.chat_model import async_http_client  # shared per-loop pools
+        from art_langgraph.http_pool import async_http_client  # shared per-loop pools
 
         client = async_http_client()
         client.timeout = timeout

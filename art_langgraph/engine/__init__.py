@@ -1,7 +1,7 @@
 """Inference engines: token ids in, token ids out, with LoRA adapters served by name.
 
-`TorchEngine` and `ReplicaEngine` (R engines, each in a child process) load on first
-use, so the protocol can be imported without torch."""
+`TorchEngine` loads on first use, so the protocol can be imported without torch. R engines
+behind one router are `art_langgraph.scaleout.ReplicaEngine`."""
 
 from typing import TYPE_CHECKING
 
@@ -15,7 +15,6 @@ from art_langgraph.engine.base import (
 )
 
 if TYPE_CHECKING:
-    from art_langgraph.engine.replicas import ReplicaEngine
     from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
 
 __getattr__ = lazy_getattr(
@@ -23,7 +22,6 @@ __getattr__ = lazy_getattr(
     globals(),
     {
         **{n: "art_langgraph.engine.torch_engine" for n in ("TorchEngine", "TorchEngineConfig")},
-        "ReplicaEngine": "art_langgraph.engine.replicas",
     },
 )
 
@@ -31,7 +29,6 @@ __all__ = [
     "EngineMetrics",
     "GenerateResult",
     "InferenceEngine",
-    "ReplicaEngine",
     "SamplingParams",
     "TokenEvent",
     "TorchEngine",

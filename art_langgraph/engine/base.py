@@ -9,7 +9,8 @@ Log-probabilities are those of the model's raw distribution (temperature 1, befo
 top-p and before any grammar mask), as vLLM reports them by default: that is what a
 trainer recomputes, so the importance ratio compares like with like.
 
-Left out: the implementations (`engine/torch_engine.py`; a vLLM engine comes later).
+Left out: the implementations (`torch_engine.py`, `vllm_engine.py`; R engines behind one
+router: `scaleout/replicas.py`).
 """
 
 from __future__ import annotations

@@ -169,7 +169,7 @@ class TorchEngine:
         self.model = model  # becomes a PeftModel with the first adapter
         self._cache_kw = _cache_keyword(model)
         self.device = next(model.parameters()).device
-        from art_langgraph.training.shared_base import SharedBase, frozen_tensors
+        from art_langgraph.engine.shared_base import SharedBase, frozen_tensors
 
         self.shared_base = SharedBase(
             frozen_tensors(model), model, next(model.parameters()).dtype, self.device
@@ -947,7 +947,7 @@ class TorchEngine:
         merged copy serves their adapter; batches of the base or of several adapters run
         them through `F.linear`) until the merged copy is dropped: one packed copy of each
         layer in memory, not two."""
-        from art_langgraph.training.shared_base import model_over
+        from art_langgraph.engine.shared_base import model_over
 
         if self._merged is None:
             self._merged = model_over(self.shared_base.tensors, self.base_model).eval()

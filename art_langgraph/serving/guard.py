@@ -49,7 +49,7 @@ def _host_name(header: str) -> str:
 
 _KEYED_PATHS = ("/v1", "/art", "/metrics", "/engine")
 """Path prefixes that need the API key when the server has one (all but `/health`;
-`/engine` is a replica's token-level routes, `engine/replica_server.py`)."""
+`/engine` is a replica's token-level routes, `scaleout/replica_server.py`)."""
 
 
 class Guard:

@@ -30,10 +30,11 @@ step's counts); the norm is the full one; every rank runs as many passes as the 
 the most micro-batches (zero-weight passes), since each pass is a collective per layer.
 Checkpoints are gathered and are the same files as without FSDP. Measured on the tiny
 model, gloo on 2 CPU cores, W=2 against one process: the same loss, grad norm and metrics,
-adapters within 2.1e-6 after two steps (`tests/training/test_distributed.py`). Untested:
-NCCL on GPUs, mixed precision (the reduce-scatter runs in the weights' dtype), models
-whose decoder layers `_no_split_modules` does not name (then the root holds everything,
-gathered whole).
+adapters within 2.1e-6 after two steps (`tests/scaleout/test_distributed.py`). On one
+lent H200, one FSDP rank over NCCL started; its test stopped in its own helper before the
+first step (docs/benchmarks.md, GPU paths). Untested: several GPUs, mixed precision (the
+reduce-scatter runs in the weights' dtype), models whose decoder layers
+`_no_split_modules` does not name (then the root holds everything, gathered whole).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from typing import Any
 import torch
 
 from art_langgraph.devices import pick_compute_dtype, pick_device, pick_dtype, torch_dtype
+from art_langgraph.engine.shared_base import SharedBase, model_over
 from art_langgraph.errors import CheckpointError
 from art_langgraph.memory import heap_for_large_blocks
 from art_langgraph.training import loss as L
@@ -61,7 +63,6 @@ from art_langgraph.training.fsdp import (
     shard_model,
 )
 from art_langgraph.training.segments import register_attention
-from art_langgraph.training.shared_base import SharedBase, model_over
 from art_langgraph.training.tensorize import MicroBatch, TrainSequence, micro_batches
 
 __all__ = ["LoRATrainer", "ProgressFn", "token_logprobs"]

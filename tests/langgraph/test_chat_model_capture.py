@@ -241,7 +241,8 @@ def test_chat_models_share_loop_local_http_clients_without_finalizers() -> None:
 async def test_a_chat_model_built_directly_is_trainable_with_exact_ids(
     fresh_model: art.TrainableModel,
 ) -> None:
-    from art_langgraph.chat_model import TrainableChatModel, async_http_client
+    from art_langgraph.chat_model import TrainableChatModel
+    from art_langgraph.http_pool import async_http_client
 
     llm = TrainableChatModel(
         model=fresh_model.name,

@@ -13,9 +13,9 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from art_langgraph.chat_model import async_http_client
 from art_langgraph.engine import TorchEngine
 from art_langgraph.errors import UsageError
+from art_langgraph.http_pool import async_http_client
 from art_langgraph.serving import ModelRegistry, ServerHandle, start_server
 from tests.conftest import API_KEY
 

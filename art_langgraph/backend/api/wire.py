@@ -19,6 +19,7 @@ import hashlib
 import json
 import re
 import zlib
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -32,6 +33,7 @@ __all__ = [
     "IDEMPOTENCY_HEADER",
     "DeleteRequest",
     "EvaluationRequest",
+    "HeldModel",
     "LogRequest",
     "ModelSpec",
     "SFTItem",
@@ -82,18 +84,34 @@ class ModelSpec(_Wire):
             training=settings if isinstance(settings, ModelConfig) else None,
         )
 
-    def build(self) -> Any:
-        """The server-side `Model` / `TrainableModel` (names are checked on construction)."""
-        from art_langgraph.model import Model, TrainableModel
+    def build(self) -> HeldModel:
+        """The model as the server's backend holds it (names were checked on parsing)."""
+        return HeldModel(
+            name=self.name,
+            project=self.project,
+            base_model=self.base_model,
+            is_trainable=self.trainable,
+            training=self.training or ModelConfig(),
+        )
 
-        if self.trainable:
-            return TrainableModel(
-                name=self.name,
-                project=self.project,
-                base_model=self.base_model,
-                training=self.training or ModelConfig(),
-            )
-        return Model(name=self.name, project=self.project, base_model=self.base_model)
+
+@dataclass
+class HeldModel:
+    """A client's model as the training API's server holds it: the `ModelRef` the backend
+    sees (a `TrainableModelRef` when trainable), so the server needs no `art_langgraph.model`
+    (which sits above the backends)."""
+
+    name: str
+    project: str
+    base_model: str
+    is_trainable: bool
+    training: ModelConfig
+    inference_base_url: str | None = None
+    inference_api_key: str | None = None
+
+    @property
+    def trainable(self) -> bool:
+        return self.is_trainable
 
 
 class TrainRequest(_Wire):

@@ -17,6 +17,7 @@ Review (reviews back):
     review.py      review scores read back: as rewards (`import_scores`), against the
                    judge (`calibrate`)
     sft.py         SFT files from reviews: approved trajectories, reviewers' corrections
+    late_rewards.py  `langfuse_fetcher`: review scores as the rewards a wait is waiting for
 
 Why these names: each module is named for the one thing it holds, in Langfuse's own
 words where Langfuse has one (traces, scoring, datasets, annotation queues), so a reader
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 from art_langgraph.integrations.langfuse.config import LangfuseConfig
 from art_langgraph.integrations.langfuse.export import ExportReport, LangfuseLogger, export_folder
+from art_langgraph.integrations.langfuse.late_rewards import langfuse_fetcher
 from art_langgraph.integrations.langfuse.review import ReviewResult, import_scores
 from art_langgraph.integrations.langfuse.sft import approved_sft_file
 from art_langgraph.integrations.langfuse.traces import trace_id_for
@@ -45,5 +47,6 @@ __all__ = [
     "approved_sft_file",
     "export_folder",
     "import_scores",
+    "langfuse_fetcher",
     "trace_id_for",
 ]

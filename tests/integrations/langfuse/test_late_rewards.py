@@ -10,8 +10,8 @@ import socket
 import pytest
 
 import art_langgraph as art
-from art_langgraph.integrations.langfuse import LangfuseConfig, trace_id_for
-from art_langgraph.late_rewards import is_pending, langfuse_fetcher
+from art_langgraph.integrations.langfuse import LangfuseConfig, langfuse_fetcher, trace_id_for
+from art_langgraph.late_rewards import is_pending
 from art_langgraph.serving.runner import ServerHandle
 from tests.integrations.langfuse.receiver import Receiver
 from tests.test_late_rewards import _group

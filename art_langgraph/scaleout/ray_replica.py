@@ -1,7 +1,7 @@
 """An inference replica as a Ray actor: a `TorchEngine` behind our server, on any node.
 
 `ReplicaActor` is the actor: it loads the engine and serves the same app as a local
-replica child (`engine/replica_server.serve`: `/v1` and the token-level `/engine` routes),
+replica child (`scaleout/replica_server.serve`: `/v1` and the token-level `/engine` routes),
 bound to its node's address and guarded by an API key that only this backend knows (a
 fresh random key per replica). `RayReplica` is the `ReplicaEngine`'s side of it: the HTTP
 client of a local `TorchReplica`, with the process handling swapped for Ray's.
@@ -26,10 +26,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from art_langgraph.engine.replica_clients import TorchReplica
-from art_langgraph.engine.replica_server import serve
 from art_langgraph.errors import InfrastructureError
-from art_langgraph.ray_cluster import ActorShare, wait_ready
+from art_langgraph.scaleout.ray_cluster import ActorShare, wait_ready
+from art_langgraph.scaleout.replica_clients import TorchReplica
+from art_langgraph.scaleout.replica_server import serve
 
 __all__ = ["RayReplica", "ReplicaActor"]
 

@@ -13,7 +13,7 @@ pickled; an unauthenticated peer is dropped.
 
 Deaths: the actor is created with `max_restarts=0`. The rank's `run` call doubles as its
 life: when the actor dies the call fails, `RayRankProcess.poll` says so, and the trainer
-fails the step whole (see `training/distributed.py`); the backend then starts a new set.
+fails the step whole (see `scaleout/distributed.py`); the backend then starts a new set.
 
 Left out: restarting one rank alone (a process group cannot take a new member mid-life).
 """
@@ -30,7 +30,7 @@ from multiprocessing.connection import Client, Connection, answer_challenge, del
 from typing import Any
 
 from art_langgraph.errors import InfrastructureError
-from art_langgraph.ray_cluster import ActorShare, shares, wait_ready
+from art_langgraph.scaleout.ray_cluster import ActorShare, shares, wait_ready
 
 __all__ = ["RankActor", "RayLauncher", "RayRankProcess"]
 
@@ -43,7 +43,7 @@ class RankActor:
 
     def run(self, address: tuple[str, int], key: bytes) -> None:
         """Connect back, join the group, serve commands; returns when told to close."""
-        from art_langgraph.training.rank import serve
+        from art_langgraph.scaleout.rank import serve
 
         conn = Client(address, authkey=key)
         spec = conn.recv()

@@ -17,7 +17,7 @@ only the parent holds; a thread reads it and exits the process on EOF, however t
 parent ended. Once serving, it writes {port, pid, context_length, vocab_size} to
 `--ready FILE` (atomically). Run by `ReplicaEngine`, not by hand:
 
-    python -m art_langgraph.engine.replica_server --base PATH --ready FILE --watch FD \
+    python -m art_langgraph.scaleout.replica_server --base PATH --ready FILE --watch FD \
         [--config JSON] [--threads N] [--name NAME]
 
 Left out: a vLLM child (vLLM is its own server: `VLLMEngine` already is its client).
@@ -218,7 +218,7 @@ def serve(
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="art_langgraph.engine.replica_server")
+    ap = argparse.ArgumentParser(prog="art_langgraph.scaleout.replica_server")
     ap.add_argument("--base", required=True, help="the base model's folder")
     ap.add_argument("--ready", required=True, help="where to write {port, ...} once serving")
     ap.add_argument("--watch", type=int, required=True, help="read end of the parent's pipe")

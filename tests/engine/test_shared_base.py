@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import art_langgraph as art
-from art_langgraph.training.shared_base import frozen_tensors, model_over
+from art_langgraph.engine.shared_base import frozen_tensors, model_over
 
 
 def test_a_model_over_shared_tensors_computes_the_same_and_copies_nothing(tiny_path: Path) -> None:

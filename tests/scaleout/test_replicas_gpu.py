@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from art_langgraph.engine.base import SamplingParams
-from art_langgraph.engine.replicas import ReplicaEngine
 from art_langgraph.engine.torch_engine import TorchEngineConfig
+from art_langgraph.scaleout.replicas import ReplicaEngine
 
 pytestmark = pytest.mark.gpu
 

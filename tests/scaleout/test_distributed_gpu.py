@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from art_langgraph.scaleout.distributed import DistributedTrainer
 from art_langgraph.training.config import ModelConfig, TrainConfig
-from art_langgraph.training.distributed import DistributedTrainer
 from art_langgraph.training.trainer import LoRATrainer
-from tests.training.test_distributed import seqs_for
+from tests.scaleout.test_distributed import seqs_for
 from tests.training.test_trainer import LR
 
 pytestmark = pytest.mark.gpu

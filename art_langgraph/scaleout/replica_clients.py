@@ -1,12 +1,12 @@
 """One replica as `ReplicaEngine` sees it: the parent's side of a child process.
 
-`TorchReplica` starts a `TorchEngine` in a child (`engine/replica_server.py`), waits for
+`TorchReplica` starts a `TorchEngine` in a child (`scaleout/replica_server.py`), waits for
 its ready file, and speaks to it over HTTP (`/engine/...`); `VLLMReplica` wraps a
 `VLLMEngine`, already the client of its own managed vLLM server. Both say whether their
 process lives (`alive`), restart it with the adapters it held (`restart_sync`), and raise
 `ReplicaUnreachable` when the process did not answer, so the engine retries elsewhere.
 
-Left out: routing, all-or-nothing loads and supervision (`engine/replicas.py`).
+Left out: routing, all-or-nothing loads and supervision (`scaleout/replicas.py`).
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from typing import Any, Protocol
 import httpx
 
 from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
-from art_langgraph.engine.replica_server import (
+from art_langgraph.engine.watchdog import WATCH_FDS, spawn_watched
+from art_langgraph.errors import InfrastructureError
+from art_langgraph.loops import PerLoop
+from art_langgraph.scaleout.replica_server import (
     event_from_wire,
     raise_wire_error,
     result_from_wire,
     sampling_to_wire,
 )
-from art_langgraph.engine.watchdog import WATCH_FDS, spawn_watched
-from art_langgraph.errors import InfrastructureError
-from art_langgraph.loops import PerLoop
 
 __all__ = ["Replica", "ReplicaUnreachable", "TorchReplica", "VLLMReplica"]
 
@@ -129,7 +129,7 @@ class TorchReplica:
         ready.unlink(missing_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = [
-            sys.executable, "-m", "art_langgraph.engine.replica_server",
+            sys.executable, "-m", "art_langgraph.scaleout.replica_server",
             "--base", self.base_path, "--ready", str(ready),
             "--config", json.dumps(dataclasses.asdict(self.config)),
             "--threads", str(self.threads), "--name", "base",

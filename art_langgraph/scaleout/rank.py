@@ -1,15 +1,15 @@
 """One rank of `DistributedTrainer`, in its own process: join the group, then serve commands.
 
-The parent (`training/distributed.py`) sends a spec, then commands, over a connection: a
+The parent (`scaleout/distributed.py`) sends a spec, then commands, over a connection: a
 socket pair for a local child (`main`, run as `python -c`), or an authenticated socket for
-a Ray actor (`training/ray_ranks.py`). `join_group` joins the torch process group at the
+a Ray actor (`scaleout/ray_ranks.py`). `join_group` joins the torch process group at the
 parent's rendezvous store and builds the rank's `LoRATrainer` (sharded with FSDP when the
 spec asks, or when the base does not fit the rank's device); `rank_loop` runs `rl_step`,
 `sft_step`, `save`, `load` and the checks (`digest`, `describe`, `param_numel`) until told
 to close, sending ("ok", result), ("error", ...) or ("progress", ...) back. Errors travel
 as the exception itself when it survives pickling, with its traceback as text.
 
-Left out: the parent's side (sharding, failures, launchers: `training/distributed.py`).
+Left out: the parent's side (sharding, failures, launchers: `scaleout/distributed.py`).
 """
 
 from __future__ import annotations

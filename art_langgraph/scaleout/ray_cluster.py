@@ -1,7 +1,7 @@
 """Placement on Ray: connecting to a cluster, and what each replica and trainer rank asks of it.
 
 `LocalBackend(ray=ADDRESS)` (`art-langgraph backend --ray ADDRESS`) makes its inference
-replicas (`engine/ray_replica.py`) and its trainer ranks (`training/ray_ranks.py`) Ray
+replicas (`scaleout/ray_replica.py`) and its trainer ranks (`scaleout/ray_ranks.py`) Ray
 actors instead of local child processes. Ray only places, starts and restarts them: the
 step itself is HTTP to the replicas and torch.distributed between the ranks, as without
 Ray.

@@ -22,10 +22,10 @@ import httpx
 import pytest
 
 from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
-from art_langgraph.engine.replica_clients import ReplicaUnreachable
-from art_langgraph.engine.replica_router import ReplicaRouter
-from art_langgraph.engine.replicas import ReplicaEngine
 from art_langgraph.errors import InfrastructureError, UsageError
+from art_langgraph.scaleout.replica_clients import ReplicaUnreachable
+from art_langgraph.scaleout.replica_router import ReplicaRouter
+from art_langgraph.scaleout.replicas import ReplicaEngine
 from art_langgraph.serving import ModelRegistry, ServerHandle, start_server
 
 # ------------------------------------------------------------------ router
@@ -359,7 +359,7 @@ async def test_local_backend_with_two_replicas_serves_each_step_from_both(
 _ORPHAN = """
 import sys, time
 from pathlib import Path
-from art_langgraph.engine.replicas import ReplicaEngine
+from art_langgraph.scaleout.replicas import ReplicaEngine
 engine = ReplicaEngine.start_torch(sys.argv[1], 1, log_dir=Path(sys.argv[2]), threads=1)
 print(engine.replicas[0].pid, flush=True)
 time.sleep(600)

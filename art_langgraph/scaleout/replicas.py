@@ -3,14 +3,14 @@
 The server and `ChatService` see one engine; behind it:
 
 - **torch replicas** (`ReplicaEngine.start_torch`): each a `TorchEngine` in a child
-  process (`engine/replica_server.py`) behind our own OpenAI server on a free loopback
+  process (`scaleout/replica_server.py`) behind our own OpenAI server on a free loopback
   port, with the engine's calls (`/engine/generate`, `/engine/stream`, adapter loads)
   beside `/v1`, so token ids, logprobs and grammars cross exactly. Our server and not
   vLLM's, so the replica is the engine we test everywhere else, on CPUs too.
 - **vLLM replicas** (`ReplicaEngine.start_vllm`): R `VLLMEngine`s, each already the
   client of its own managed vLLM server (one GPU each when there are R).
 
-Routing (`engine/replica_router.py`): a request that continues a conversation goes to the
+Routing (`scaleout/replica_router.py`): a request that continues a conversation goes to the
 replica that served its earlier turn (its prefix cache is warm there); any other goes to
 the replica with the fewest requests in flight.
 
@@ -29,7 +29,7 @@ state). Children never outlive this process: each holds the read end of a pipe o
 write, and exits on EOF (a vLLM server runs under `engine/watchdog.py` for the same).
 
 - **Ray replicas** (`ReplicaEngine.start_ray`): the torch replica as a Ray actor on any
-  node of a cluster (`engine/ray_replica.py`), restarted by Ray when it dies.
+  node of a cluster (`scaleout/ray_replica.py`), restarted by Ray when it dies.
 
 Left out: vLLM replicas on Ray, replicas of different sizes, and moving a conversation
 off an overloaded replica.
@@ -49,15 +49,15 @@ from pathlib import Path
 from typing import Any
 
 from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
-from art_langgraph.engine.replica_clients import (
+from art_langgraph.errors import InfrastructureError, UsageError
+from art_langgraph.loops import PerLoop
+from art_langgraph.scaleout.replica_clients import (
     Replica,
     ReplicaUnreachable,
     TorchReplica,
     VLLMReplica,
 )
-from art_langgraph.engine.replica_router import ReplicaRouter
-from art_langgraph.errors import InfrastructureError, UsageError
-from art_langgraph.loops import PerLoop
+from art_langgraph.scaleout.replica_router import ReplicaRouter
 
 __all__ = ["ReplicaEngine"]
 
@@ -179,12 +179,12 @@ class ReplicaEngine:
         startup_timeout_s: float = 300.0,
         check_interval_s: float = 0.5,
     ) -> ReplicaEngine:
-        """R `TorchEngine`s as Ray actors (`engine/ray_replica.py`), each asking the cluster
+        """R `TorchEngine`s as Ray actors (`scaleout/ray_replica.py`), each asking the cluster
         for `share` (a `ray_cluster.ActorShare`; None: `shares(ray, replicas, 0)`); Ray
         restarts one that dies. `ray`: the connected module (`ray_cluster.connect`)."""
-        from art_langgraph.engine.ray_replica import RayReplica
         from art_langgraph.engine.torch_engine import TorchEngineConfig
-        from art_langgraph.ray_cluster import shares
+        from art_langgraph.scaleout.ray_cluster import shares
+        from art_langgraph.scaleout.ray_replica import RayReplica
 
         _check_count(replicas)
         config = config or TorchEngineConfig()
@@ -233,7 +233,7 @@ class ReplicaEngine:
     ) -> ReplicaEngine:
         """R managed vLLM servers (`VLLMEngine`); with R or more GPUs, replica i sees only
         GPU i (CUDA_VISIBLE_DEVICES). Tested with vLLM's CPU build
-        (tests/engine/test_vllm_replicas.py); on GPUs untested (none was lent)."""
+        (tests/scaleout/test_vllm_replicas.py); on GPUs untested (none was lent)."""
         from art_langgraph.engine.vllm_engine import VLLMEngine, VLLMEngineConfig
 
         _check_count(replicas)

@@ -27,8 +27,8 @@ from safetensors.torch import load_file
 
 import art_langgraph as art
 from art_langgraph.errors import TrainerRankError, UsageError
+from art_langgraph.scaleout.distributed import DistributedTrainer, _placement, shard
 from art_langgraph.training.config import ModelConfig, TrainConfig
-from art_langgraph.training.distributed import DistributedTrainer, _placement, shard
 from art_langgraph.training.protocol import Trainer
 from art_langgraph.training.tensorize import TrainSequence
 from art_langgraph.training.trainer import LoRATrainer
@@ -303,7 +303,7 @@ def test_ranks_exit_when_their_parent_is_killed(tiny_path: Path) -> None:
     code = (
         "import sys, time\n"
         "from art_langgraph.training.config import ModelConfig\n"
-        "from art_langgraph.training.distributed import DistributedTrainer\n"
+        "from art_langgraph.scaleout.distributed import DistributedTrainer\n"
         f"t = DistributedTrainer({str(tiny_path)!r}, ModelConfig(), ranks=2, device='cpu')\n"
         "print(*t.pids, flush=True)\n"
         "time.sleep(600)\n"
@@ -348,7 +348,7 @@ def test_fsdp_turns_on_when_the_base_takes_over_40_percent_of_a_cuda_device(
 ) -> None:
     import torch
 
-    from art_langgraph.training.rank import _fsdp_needed
+    from art_langgraph.scaleout.rank import _fsdp_needed
 
     config = ModelConfig()  # bfloat16 on CUDA: 650k parameters, 1.3 MB
     bytes_ = 2 * LoRATrainer(str(tiny_path), config, device="cpu").param_numel()["base_full"]

@@ -23,11 +23,11 @@ import httpx
 import pytest
 
 import art_langgraph as art
-from art_langgraph.engine.ray_replica import RayReplica
-from art_langgraph.engine.replicas import ReplicaEngine
 from art_langgraph.errors import InfrastructureError, MissingExtraError, TrainerRankError
-from art_langgraph.ray_cluster import ActorShare, ray_module
-from art_langgraph.training.distributed import DistributedTrainer
+from art_langgraph.scaleout.distributed import DistributedTrainer
+from art_langgraph.scaleout.ray_cluster import ActorShare, ray_module
+from art_langgraph.scaleout.ray_replica import RayReplica
+from art_langgraph.scaleout.replicas import ReplicaEngine
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ re-imports the user's `__main__`, which a training script without an `if __name_
 "__main__"` guard would run again in every rank. Not torchrun: the backend is a
 long-lived server that starts, watches and stops its ranks with the model. A rank needs
 only (rank, world size, store), so a torchrun entry point would be a few lines over
-`rank.serve` (`training/rank.py`).
+`rank.serve` (`scaleout/rank.py`).
 
 Failure: a rank that dies or raises fails the whole step. The parent kills every rank (a
 survivor may hold an update the others lack), closes the trainer and raises (the rank's
@@ -26,7 +26,7 @@ latest checkpoint, as after any failed step. Ranks never outlive the parent: eac
 when its parent's pid changes (orphaned), and the parent kills them at exit.
 
 Launchers (`RankLauncher`): `LocalLauncher` starts the ranks as child processes;
-`training/ray_ranks.RayLauncher` as Ray actors on any node of a cluster (then the
+`scaleout/ray_ranks.RayLauncher` as Ray actors on any node of a cluster (then the
 rendezvous and the command connections use this node's address, and the connections are
 authenticated). A rank actor that dies is not restarted alone: a torch process group
 cannot take a new member mid-life, so the step fails whole and the backend starts a new
@@ -74,7 +74,7 @@ __all__ = [
     "shard",
 ]
 
-_ENTRY = "import sys; from art_langgraph.training.rank import main; main(int(sys.argv[1]))"
+_ENTRY = "import sys; from art_langgraph.scaleout.rank import main; main(int(sys.argv[1]))"
 
 
 def shard(seqs: list[TrainSequence], ranks: int) -> list[list[TrainSequence]]:
@@ -113,7 +113,7 @@ class DistributedTrainer:
         rank r on cuda:r (W CUDA devices needed), the CPU splits its cores between ranks.
         `start_timeout_s`: how long the ranks may take to load the model and meet. `ray`:
         the connected `ray` module (`ray_cluster.connect`) to run the ranks as Ray actors
-        (`training/ray_ranks.py`), each asking for `share` (a `ray_cluster.ActorShare`;
+        (`scaleout/ray_ranks.py`), each asking for `share` (a `ray_cluster.ActorShare`;
         None: `shares(ray, 0, ranks)`); `device` is then the share's. `fsdp`: shard the
         base model, the adapter and its optimizer state over the ranks (FSDP2, each rank
         holds 1/W); None: when the base's weights take more than rank.FSDP_AUTO_FRACTION of a
@@ -128,7 +128,7 @@ class DistributedTrainer:
             self.devices, self.backend = _placement(pick_device(device), ranks)
             launcher = LocalLauncher(ranks, self.backend)
         else:
-            from art_langgraph.training.ray_ranks import RayLauncher
+            from art_langgraph.scaleout.ray_ranks import RayLauncher
 
             launcher = RayLauncher(ray, ranks, share, start_timeout_s)
             self.devices = [launcher.device] * ranks
@@ -355,7 +355,7 @@ class DistributedTrainer:
 
 class RankProcess(Protocol):
     """What the trainer needs of a rank's process: `subprocess.Popen`, or a Ray actor's
-    handle (`training/ray_ranks.py`)."""
+    handle (`scaleout/ray_ranks.py`)."""
 
     @property
     def pid(self) -> int: ...
