@@ -42,7 +42,7 @@ def _adapter(engine: Any, folder: Path) -> None:
     from peft import LoraConfig, get_peft_model
 
     import art_langgraph as art
-    from art_langgraph.training.shared_base import model_over
+    from art_langgraph.engine.shared_base import model_over
 
     mc = art.ModelConfig(lora_r=8, lora_alpha=16)
     lora = LoraConfig(
