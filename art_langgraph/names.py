@@ -5,7 +5,8 @@
 folders, separators, NUL, whitespace and anything a filesystem could read as a path, so
 `{path}/{project}/models/{name}` always stays inside `{path}`. `inference_name(name,
 step)` spells the served name, `name`, `name@step` or `name@latest` (`LATEST`: the latest
-step even when the bare name serves a promoted one, `backend/promotion.py`).
+step even when the bare name serves a promoted one, `backend/promotion.py`), and
+`parse_inference_name` reads one back: the one place each is done.
 
 Left out: unicode names (they would be safe as paths, but differ between filesystems'
 normalization forms).
@@ -17,7 +18,7 @@ import re
 
 from art_langgraph.errors import UsageError
 
-__all__ = ["LATEST", "check_path_name", "inference_name"]
+__all__ = ["LATEST", "check_path_name", "inference_name", "parse_inference_name"]
 
 LATEST = "latest"
 """`name@latest` always names the latest step; the bare `name` may serve a promoted one."""
@@ -39,3 +40,15 @@ def inference_name(name: str, step: int | str | None = None) -> str:
     """The served name: `name` (latest step, or the promoted one), `name@step` (pinned) or
     `name@latest` (step `LATEST`)."""
     return name if step is None else f"{name}@{step}"
+
+
+def parse_inference_name(served: str) -> tuple[str, int | str | None]:
+    """`inference_name` read back: `name` -> (name, None), `name@latest` -> (name, LATEST),
+    `name@12` -> (name, 12); any other text after the last '@' comes back as written (it
+    names no step: the registry answers it as an unknown model)."""
+    name, at, step = served.rpartition("@")
+    if not at:
+        return served, None
+    if step.isascii() and step.isdigit():
+        return name, int(step)
+    return name, step

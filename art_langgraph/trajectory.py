@@ -20,7 +20,6 @@ import inspect
 import json
 import math
 import os
-import re
 import traceback
 import uuid
 from collections.abc import Awaitable, Iterable, Iterator, Mapping
@@ -39,6 +38,7 @@ from pydantic import (
 )
 
 from art_langgraph.errors import NonFiniteRewardError, UsageError
+from art_langgraph.names import parse_inference_name
 
 __all__ = [
     "ExceptionInfo",
@@ -70,7 +70,6 @@ _NOT_SAMPLING = frozenset(
         "timeout",
     ]
 )
-_ADAPTER_STEP = re.compile(r"^.+@(\d+)$")
 
 TRAIN_NODES_KEY = "art_train_nodes"
 """`Trajectory.metadata` key holding the node names `capture(train_nodes=[...])` was given
@@ -299,8 +298,10 @@ class LLMCall(_Record):
                 f"completion_token_ids has {len(ids)} ids but logprobs has {len(lps)} values; "
                 "give one logprob per completion token (or leave logprobs None)"
             )
-        if self.adapter_step is None and self.model and (m := _ADAPTER_STEP.match(self.model)):
-            self.adapter_step = int(m.group(1))
+        if self.adapter_step is None and self.model:
+            name, step = parse_inference_name(self.model)
+            if name and isinstance(step, int):
+                self.adapter_step = step
         return self
 
     @classmethod

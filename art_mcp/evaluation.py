@@ -33,6 +33,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 import art_langgraph as art
+from art_langgraph.names import inference_name
 from art_mcp.config import HarnessConfig
 from art_mcp.scenarios import Scenario
 
@@ -247,7 +248,7 @@ async def log_to_langfuse(
     res = await asyncio.to_thread(
         log_evaluation,
         dataset=held_out_dataset(name, cfg),
-        run_name=f"{name}@{step}",
+        run_name=inference_name(name, step),
         items=[(s, t) for (s, _), t in zip(jobs, trajs, strict=True)],
         success_reward=cfg.success_reward,
         metadata={"model": name, "step": step, "rl_step": rl_step},

@@ -6,7 +6,7 @@ import pytest
 
 import art_langgraph as art
 from art_langgraph.errors import UsageError
-from art_langgraph.names import check_path_name, inference_name
+from art_langgraph.names import LATEST, check_path_name, inference_name, parse_inference_name
 
 BAD = [
     ".",
@@ -50,3 +50,24 @@ async def test_a_name_reassigned_after_construction_is_refused_at_register(tmp_p
         await model.register(backend)
     await backend.close()
     assert not (tmp_path / "art").exists() or not any((tmp_path / "art").rglob("*.json"))
+
+
+@pytest.mark.parametrize(
+    ("served", "parsed"),
+    [
+        ("agent", ("agent", None)),
+        ("agent@12", ("agent", 12)),
+        ("agent@latest", ("agent", LATEST)),
+        ("agent@0", ("agent", 0)),
+        ("agent@-1", ("agent", "-1")),  # names no step
+        ("agent@١", ("agent", "١")),  # a non-ASCII digit names no step
+        ("agent@", ("agent", "")),
+    ],
+)
+def test_a_served_name_reads_back_as_inference_name_spelled_it(
+    served: str, parsed: tuple[str, int | str | None]
+) -> None:
+    assert parse_inference_name(served) == parsed
+    name, step = parsed
+    if step is None or isinstance(step, int) or step == LATEST:
+        assert inference_name(name, step) == served

@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from art_langgraph.errors import UnknownModelError, UsageError
-from art_langgraph.names import LATEST, inference_name
+from art_langgraph.names import LATEST, inference_name, parse_inference_name
 
 __all__ = ["ModelRegistry", "Served"]
 
@@ -90,8 +90,8 @@ class ModelRegistry:
     def is_paused(self, model: str) -> bool:
         """True while a request for `model` must wait: it names a paused model's latest step
         (`name` without promotion, or `name@latest`)."""
-        name, at, step = model.partition("@")
-        if at:
+        name, step = parse_inference_name(model)
+        if step is not None:
             return step == LATEST and name in self._paused
         return name in self._paused and name not in self._promoted
 
@@ -102,9 +102,9 @@ class ModelRegistry:
     def resolve(self, model: str) -> Served:
         """`name` -> the latest (or promoted) step; `name@latest` -> the latest step;
         `name@step` -> that step. Raises UnknownModelError."""
-        name, _, step_s = model.rpartition("@") if "@" in model else (model, "", "")
+        name, asked = parse_inference_name(model)
         with self._lock:
-            promoted = self._promoted.get(name) if step_s == "" else None
+            promoted = self._promoted.get(name) if asked is None else None
         chosen = promoted() if promoted is not None else None  # a file stat: outside the lock
         with self._lock:
             steps = self._steps.get(name)
@@ -112,15 +112,12 @@ class ModelRegistry:
                 raise UnknownModelError(model, self._labels())
             if chosen is not None:
                 step = self._promoted_step(name, chosen, steps)
-            elif step_s in ("", LATEST):
+            elif asked is None or asked == LATEST:
                 step = max(steps)
+            elif isinstance(asked, int) and asked in steps:
+                step = asked
             else:
-                try:
-                    step = int(step_s)
-                except ValueError:
-                    raise UnknownModelError(model, self._labels()) from None
-                if step not in steps:
-                    raise UnknownModelError(model, self._labels())
+                raise UnknownModelError(model, self._labels())
             adapter, path = steps[step]
             return Served(name, step, adapter, path)
 

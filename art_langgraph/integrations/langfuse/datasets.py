@@ -85,6 +85,7 @@ from art_langgraph.integrations.langfuse.scoring import (
 )
 from art_langgraph.integrations.langfuse.sender import Sender
 from art_langgraph.integrations.langfuse.traces import score_bodies, trace_id_for
+from art_langgraph.names import inference_name
 from art_langgraph.trajectory import Trajectory
 
 try:
@@ -628,7 +629,7 @@ async def promote_from_langfuse(
     rule promotes it or not (the model must have `promote_on_evaluation` on). Returns the
     `PromotionDecision`, or None when Langfuse has no score for that run (yet)."""
     value = await asyncio.to_thread(
-        run_score, dataset, f"{model.name}@{step}", score=score, config=config
+        run_score, dataset, inference_name(model.name, step), score=score, config=config
     )
     if value is None:
         return None

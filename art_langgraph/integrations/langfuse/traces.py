@@ -36,6 +36,7 @@ from typing import Any
 
 from art_langgraph.integrations.langfuse.config import EXTRA_MISSING, LangfuseConfig
 from art_langgraph.logger_protocol import RunInfo
+from art_langgraph.names import inference_name
 from art_langgraph.trajectory import LLMCall, ToolEvent, Trajectory, TrajectoryGroup
 
 try:
@@ -173,7 +174,7 @@ class SpanBuilder:
         tags = ["art", f"model:{self.run.name}", f"split:{self.split}", f"step:{self.step}"]
         meta = {
             "project": self.run.project,
-            "model": f"{self.run.name}@{self.step}",
+            "model": inference_name(self.run.name, self.step),
             "base_model": self.run.base_model,
             "step": self.step,
             "split": self.split,
@@ -249,7 +250,8 @@ class SpanBuilder:
         }
         attrs = {
             "langfuse.observation.type": "generation",
-            "langfuse.observation.model.name": call.model or f"{self.run.name}@{self.step}",
+            "langfuse.observation.model.name": call.model
+            or inference_name(self.run.name, self.step),
             "langfuse.observation.model.parameters": json.dumps(call.sampling, default=str),
             "langfuse.observation.usage_details": json.dumps(usage_details),
             **self.io("input", call.messages),
