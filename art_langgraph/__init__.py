@@ -27,9 +27,9 @@ from art_langgraph.errors import (
     UsageError,
 )
 from art_langgraph.gather import gather_trajectories, gather_trajectory_groups
+from art_langgraph.interrupts import ThreadStore, resume_reward
 from art_langgraph.late_rewards import mark_pending, wait_for_rewards
 from art_langgraph.model import Model, TrainableModel, TrainResult
-from art_langgraph.threads import ThreadStore, resume_reward
 from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.trajectory import (
     ExceptionInfo,

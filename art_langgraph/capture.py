@@ -46,7 +46,7 @@ from langchain_core.tracers.context import register_configure_hook
 
 from art_langgraph.chat_model import ART_METADATA_KEY
 from art_langgraph.errors import UsageError
-from art_langgraph.threads import ThreadStore, thread_id_of
+from art_langgraph.interrupts import ThreadStore, thread_id_of
 from art_langgraph.trajectory import (
     TRAIN_NODES_KEY,
     ExceptionInfo,
@@ -406,7 +406,7 @@ class capture:
         thread: a LangGraph config (or its thread id) whose run may stop at `interrupt()`
             and be resumed later, in this process or another; needs `store`. A run that
             stops at an interrupt is saved in `store`, and the capture that resumes the
-            thread continues the same trajectory (`threads.py`).
+            thread continues the same trajectory (`interrupts.py`).
         store: the folder for `thread`'s waiting trajectory.
         part_of_thread: the block runs only part of a thread on purpose (`art.branch`
             does: a branch trains what follows its checkpoint), so resuming an interrupt

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from art_langgraph.loops import PerLoop
+from art_langgraph.event_loops import PerLoop
 
 __all__ = ["async_http_client", "shared_async_transport", "sync_http_client"]
 

@@ -11,7 +11,7 @@ steps then `--steps` timed ones each (median):
 
 - `dense`: attention under the packed rows' (L, L) mask (`ModelConfig(segmented_attention=False)`),
   every group's head its own tokens;
-- `segments`: each block attends to the keys it sees alone (the default; `training/segments.py`),
+- `segments`: each block attends to the keys it sees alone (the default; `training/segmented_attention.py`),
   the same batch;
 - `segments + tree`: the same shapes, but the first `--system` tokens of every head are
   the same in all groups, as an agent's system prompt and tool specs are (~650 tokens on

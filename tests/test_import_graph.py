@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     (
         "base",  # no model, no records: errors, names, devices, event-loop and HTTP plumbing
         frozenset(
-            {"errors", "_lazy", "loops", "utils", "names", "devices", "memory", "allocator"}
+            {"errors", "_lazy", "event_loops", "utils", "names", "devices", "heap", "allocator"}
             | {"http_pool"}
         ),
     ),
@@ -49,7 +49,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     (
         "agent",  # the LangGraph / OpenAI plugin: models, capture, rollouts, rewards
         frozenset(
-            {"model", "chat_model", "capture", "openai_capture", "threads", "branch"}
+            {"model", "chat_model", "capture", "openai_capture", "interrupts", "branch"}
             | {"gather", "rewards", "review_page"}
         ),
     ),

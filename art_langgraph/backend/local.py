@@ -37,18 +37,20 @@ from typing import Any, Literal
 
 from art_langgraph.backend.base import ModelRef, TrainableModelRef, TrainResult
 from art_langgraph.backend.checkpoints import CheckpointStore
+from art_langgraph.backend.engines import EngineChoice, start_engine
 from art_langgraph.backend.promotion import PromotionDecision, PromotionLog
+from art_langgraph.engine.base import InferenceEngine
 from art_langgraph.errors import CheckpointError, UsageError
+from art_langgraph.heap import release_free_memory
 from art_langgraph.loggers import LoggerSet, RunInfo, TrajectoryLogger
-from art_langgraph.memory import release_free_memory
 from art_langgraph.names import check_path_name, inference_name
 from art_langgraph.serving.app import create_app
 from art_langgraph.serving.config import ServerConfig
 from art_langgraph.serving.registry import ModelRegistry
 from art_langgraph.serving.runner import ServerHandle, start_app_server
+from art_langgraph.training.base import Trainer
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.prepare import prepare_step
-from art_langgraph.training.protocol import Trainer
 from art_langgraph.training.sft import sft_sequences
 from art_langgraph.training.tensorize import TrainSequence
 from art_langgraph.training.trainer import LoRATrainer, ProgressFn
@@ -119,7 +121,6 @@ class LocalBackend:
         self.replicas = replicas
         if engine not in ("auto", "torch", "vllm"):
             raise UsageError(f"engine must be 'auto', 'torch' or 'vllm', not {engine!r}")
-        self.engine_kind = engine
         self.path = Path(path).resolve()
         self.host, self.port, self.api_key = host, port, api_key
         self.engine_config, self.device = engine_config, device
@@ -133,6 +134,8 @@ class LocalBackend:
                 "with ray, or vLLM without ray"
             )
         self.ray_address = ray
+        self.engine_choice = EngineChoice(engine, replicas, ray, device, engine_config)
+        """The inference engine asked for (`backend/engines.py` starts it)."""
         if trainer_fsdp and trainer_ranks == 1 and ray is None:
             raise UsageError(
                 "trainer_fsdp=True shards the trainer over its ranks, and with trainer_ranks=1 "
@@ -144,7 +147,7 @@ class LocalBackend:
         self._ray_started: bool | None = None
         self._share: Any = None
         self.server_config = server_config
-        self.engine: Any = None
+        self.engine: InferenceEngine | None = None
         self.registry: ModelRegistry | None = None
         self.server: ServerHandle | None = None
         self.http = http
@@ -253,58 +256,22 @@ class LocalBackend:
             run.step = step
             return
 
-    def _engine_kind(self) -> str:
-        if self.engine_kind != "auto":
-            return self.engine_kind
-        from art_langgraph.devices import pick_device
-        from art_langgraph.engine.vllm_engine import vllm_python
-
-        on_gpu = pick_device(self.device).startswith("cuda")
-        return "vllm" if on_gpu and vllm_python() is not None else "torch"
+    def _engine(self) -> InferenceEngine:
+        """The engine, which the first `register` starts."""
+        if self.engine is None:
+            raise UsageError("this backend runs no engine yet: await model.register(backend) first")
+        return self.engine
 
     def _start(self, base_model: str, folder: Path, lora_rank: int) -> None:
         from art_langgraph.presets import resolve_preset
 
         self._base_path = resolve_preset(base_model)
-        if self.ray_address is not None:
-            from art_langgraph.engine.torch_engine import TorchEngineConfig
-            from art_langgraph.scaleout.ray_cluster import connect, ray_module, shares
-            from art_langgraph.scaleout.replicas import ReplicaEngine
-
-            self._ray_started = not ray_module().is_initialized() and self.ray_address == "local"
-            self._ray = connect(self.ray_address)
-            self._share = shares(self._ray, self.replicas, self.trainer_ranks)
-            self.engine = ReplicaEngine.start_ray(
-                self._ray,
-                self._base_path,
-                self.replicas,
-                self.engine_config or TorchEngineConfig(device=self.device),
-                self._share,
-            )
-        elif self.replicas > 1:
-            from art_langgraph.scaleout.replicas import ReplicaEngine
-
-            self.engine = ReplicaEngine.start(
-                self._engine_kind(),
-                self._base_path,
-                self.replicas,
-                self.engine_config,
-                folder / "logs",  # replica logs, as vLLM's, in the first model's folder
-                device=self.device,
-                lora_rank=lora_rank,
-            )
-        elif self._engine_kind() == "vllm":
-            from art_langgraph.engine.vllm_engine import VLLMEngine
-
-            # vLLM's log lands in the first model's folder (one engine serves them all)
-            self.engine = VLLMEngine.start(
-                self._base_path, self.engine_config, folder / "logs" / "vllm.log", lora_rank
-            )
-        else:
-            from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
-
-            cfg = self.engine_config or TorchEngineConfig(device=self.device)
-            self.engine = TorchEngine.from_pretrained(self._base_path, cfg)
+        # logs (vLLM's, the replicas') land in the first model's folder: one engine serves all
+        started = start_engine(
+            self.engine_choice, self._base_path, folder / "logs", lora_rank, self.trainer_ranks
+        )
+        self.engine = started.engine
+        self._ray, self._share, self._ray_started = started.ray, started.share, started.ray_started
         self.registry = ModelRegistry(base_model)
         self.app = create_app(
             self.engine, self.registry, api_key=self.api_key, config=self.server_config
@@ -330,12 +297,12 @@ class LocalBackend:
         assert self.registry is not None
         name = run.model.name
         path = str(run.store.path(step))
-        await self.engine.load_adapter(_adapter(name, step), path)
+        await self._engine().load_adapter(_adapter(name, step), path)
         self.registry.set_step(name, step, _adapter(name, step), path)
         run.loaded.append(step)
         while len(run.loaded) > self.max_loaded_adapters:
             old = run.loaded.pop(0)
-            await self.engine.unload_adapter(_adapter(name, old))
+            await self._engine().unload_adapter(_adapter(name, old))
 
     def _build_trainer(self, run: _Run) -> Trainer:
         """A trainer holding exactly the latest checkpoint (adapter and optimizer)."""
@@ -380,7 +347,7 @@ class LocalBackend:
                 self.registry.drop_step(run.model.name, bad)
                 if bad in run.loaded:
                     run.loaded.remove(bad)
-                    await self.engine.unload_adapter(_adapter(run.model.name, bad))
+                    await self._engine().unload_adapter(_adapter(run.model.name, bad))
                 log.warning(
                     "checkpoint %d of %s cannot resume training (%s); set aside as %s",
                     bad,
@@ -417,8 +384,8 @@ class LocalBackend:
                 groups,
                 config,
                 new_step,
-                tokenizer=self.engine.tokenizer,
-                vocab_size=self.engine.vocab_size,
+                tokenizer=self._engine().tokenizer,
+                vocab_size=self._engine().vocab_size,
             )
             self.loggers.trajectories(_info(run), new_step, "train", groups)
             write_jsonl(run.store.trajectories_path("train", new_step), groups)
@@ -481,7 +448,7 @@ class LocalBackend:
                 run.trainer = None
                 raise
             finally:
-                # The step's activations, back to the OS (memory.py), beside the swap:
+                # The step's activations, back to the OS (heap.py), beside the swap:
                 # malloc_trim runs without the GIL.
                 trim = asyncio.ensure_future(asyncio.to_thread(release_free_memory))
             t_swap = time.perf_counter()
@@ -517,7 +484,7 @@ class LocalBackend:
             if request_id and (done := self._replay(run, request_id)):
                 return done
             await self._trainer(run)
-            seqs, stats = sft_sequences(self.engine.tokenizer, items, config.max_seq_length)
+            seqs, stats = sft_sequences(self._engine().tokenizer, items, config.max_seq_length)
             if not seqs:
                 raise UsageError("train_sft got nothing to train on")
             metrics: dict[str, float] = {f"tensorize/{k}": float(v) for k, v in vars(stats).items()}
@@ -605,7 +572,7 @@ class LocalBackend:
                 self.registry.drop_step(model.name, s)
                 if s in run.loaded:
                     run.loaded.remove(s)
-                    await self.engine.unload_adapter(_adapter(model.name, s))
+                    await self._engine().unload_adapter(_adapter(model.name, s))
             run.store.delete(doomed)
             return doomed
 

@@ -128,6 +128,8 @@ class InferenceEngine(Protocol):
     """Most tokens (prompt + completion) one sequence may hold."""
     tokenizer: Any
     """The HF tokenizer whose ids the engine speaks (chat templates are applied outside)."""
+    vocab_size: int
+    """The model's vocabulary: every token id is below it."""
     grammars: GrammarCompiler
     """Compiles constraints (JSON schemas, forced tool calls) into grammars for `SamplingParams`."""
 

@@ -57,7 +57,7 @@ from art_langgraph.engine.packed_linear import PackedLinear, can_pack, pack_line
 from art_langgraph.engine.prefix_cache import PrefixCache, PrefixHit
 from art_langgraph.engine.sampling import raw_logprobs, sample_rows
 from art_langgraph.errors import InfrastructureError, UsageError
-from art_langgraph.memory import release_free_memory, use_mmap_for_large_blocks
+from art_langgraph.heap import release_free_memory, use_mmap_for_large_blocks
 
 __all__ = ["TorchEngine", "TorchEngineConfig"]
 
@@ -176,7 +176,7 @@ class TorchEngine:
         )
         """The frozen weights, as loaded: a trainer in this process trains over them (one copy)."""
         if self.device.type == "cpu":
-            use_mmap_for_large_blocks()  # KV blocks go back to the OS when freed (memory.py)
+            use_mmap_for_large_blocks()  # KV blocks go back to the OS when freed (heap.py)
             # Masked prefill and batched decode read each key/value head for its query heads
             # in SDPA (`enable_gqa`, which torch's CPU kernel supports with a mask) instead of
             # transformers' `repeat_kv` copies: transformers enables it on the CPU only
@@ -837,7 +837,7 @@ class TorchEngine:
 
     def _reset_batch(self) -> None:
         self._rows, self._cache, self._mask, self._next, self._pos = [], None, None, None, None
-        release_free_memory()  # the KV cache's blocks, back to the OS (memory.py)
+        release_free_memory()  # the KV cache's blocks, back to the OS (heap.py)
 
     # ---------------------------------------------------------------- adapters
     def _load_adapter(self, name: str, path: str) -> None:

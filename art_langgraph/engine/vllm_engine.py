@@ -59,7 +59,7 @@ import httpx
 from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
 from art_langgraph.engine.watchdog import WATCH_FDS, WATCHDOG, spawn_watched
 from art_langgraph.errors import ContextLengthError, InfrastructureError, UsageError
-from art_langgraph.loops import PerLoop
+from art_langgraph.event_loops import PerLoop
 
 __all__ = ["VLLMEngine", "VLLMEngineConfig", "to_lark", "vllm_python"]
 

@@ -30,7 +30,7 @@ import httpx
 from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
 from art_langgraph.engine.watchdog import WATCH_FDS, spawn_watched
 from art_langgraph.errors import InfrastructureError
-from art_langgraph.loops import PerLoop
+from art_langgraph.event_loops import PerLoop
 from art_langgraph.scaleout.replica_server import (
     event_from_wire,
     raise_wire_error,

@@ -50,7 +50,7 @@ from typing import Any
 
 from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
 from art_langgraph.errors import InfrastructureError, UsageError
-from art_langgraph.loops import PerLoop
+from art_langgraph.event_loops import PerLoop
 from art_langgraph.scaleout.replica_clients import (
     Replica,
     ReplicaUnreachable,

@@ -185,7 +185,7 @@ class ModelConfig(BaseModel):
         True,
         description=(
             "Packed rows attend block by block (each sequence, shared head and rest over only "
-            "the keys it sees; `training/segments.py`) instead of under one dense (L, L) mask, "
+            "the keys it sees; `training/segmented_attention.py`) instead of under one dense (L, L) mask, "
             "which costs every row its length squared. The same attention; False: the dense "
             "mask (a reference for tests)."
         ),

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from art_langgraph.errors import UsageError
-from art_langgraph.training.segments import RowSegments, Segment, dense_mask
+from art_langgraph.training.segmented_attention import RowSegments, Segment, dense_mask
 from art_langgraph.trajectory import LLMCall, Trajectory
 
 __all__ = [

@@ -52,7 +52,7 @@ import torch
 from art_langgraph.devices import pick_compute_dtype, pick_device, pick_dtype, torch_dtype
 from art_langgraph.engine.shared_base import SharedBase, model_over
 from art_langgraph.errors import CheckpointError
-from art_langgraph.memory import heap_for_large_blocks
+from art_langgraph.heap import heap_for_large_blocks
 from art_langgraph.training import loss as L
 from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.fsdp import (
@@ -62,7 +62,7 @@ from art_langgraph.training.fsdp import (
     shard_like,
     shard_model,
 )
-from art_langgraph.training.segments import register_attention
+from art_langgraph.training.segmented_attention import register_attention
 from art_langgraph.training.tensorize import MicroBatch, TrainSequence, micro_batches
 
 __all__ = ["LoRATrainer", "ProgressFn", "token_logprobs"]

@@ -28,8 +28,8 @@ from safetensors.torch import load_file
 import art_langgraph as art
 from art_langgraph.errors import TrainerRankError, UsageError
 from art_langgraph.scaleout.distributed import DistributedTrainer, _placement, shard
+from art_langgraph.training.base import Trainer
 from art_langgraph.training.config import ModelConfig, TrainConfig
-from art_langgraph.training.protocol import Trainer
 from art_langgraph.training.tensorize import TrainSequence
 from art_langgraph.training.trainer import LoRATrainer
 from tests.backend.rollouts import rollout

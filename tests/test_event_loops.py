@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from art_langgraph.loops import PerLoop
+from art_langgraph.event_loops import PerLoop
 
 
 def test_one_value_per_loop_and_closed_loops_are_forgotten() -> None:

@@ -15,7 +15,7 @@ alike, such as sequences alone of one length, share each call):
   its own earlier tokens (a (Lq, La + Lq) mask).
 
 So a row costs the sum of Lq·(La + Lq) over its segments instead of L². The result is
-the same attention (`tests/training/test_segments.py` compares logprobs and gradients with
+the same attention (`tests/training/test_segmented_attention.py` compares logprobs and gradients with
 the dense mask).
 
 `register_attention()` registers `segmented_attention` with transformers'

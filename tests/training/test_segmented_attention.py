@@ -1,4 +1,4 @@
-"""Segmented attention (`training/segments.py`) equals attention under the dense packed mask.
+"""Segmented attention (`training/segmented_attention.py`) equals attention under the dense packed mask.
 
 Checked twice: the attention function alone against SDPA under the (L, L) mask that
 `tensorize` builds for the same layout (outputs and input gradients, grouped-query heads,
@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from art_langgraph.training.segments import Segment, dense_mask, segmented_attention
+from art_langgraph.training.segmented_attention import Segment, dense_mask, segmented_attention
 from art_langgraph.training.tensorize import TrainSequence, micro_batches
 
 

@@ -1,4 +1,4 @@
-"""memory.py: the glibc calls take effect where glibc is, and the opt-out is honoured."""
+"""heap.py: the glibc calls take effect where glibc is, and the opt-out is honoured."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from art_langgraph.memory import _libc, release_free_memory, use_mmap_for_large_blocks
+from art_langgraph.heap import _libc, release_free_memory, use_mmap_for_large_blocks
 
 glibc = pytest.mark.skipif(_libc() is None, reason="not glibc")
 
@@ -20,7 +20,7 @@ def test_trim_and_threshold_take_effect_on_glibc() -> None:
 
 @glibc
 def test_the_opt_out_leaves_glibc_alone() -> None:
-    code = "from art_langgraph.memory import use_mmap_for_large_blocks as f; print(f())"
+    code = "from art_langgraph.heap import use_mmap_for_large_blocks as f; print(f())"
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
