@@ -34,6 +34,7 @@ from typing import Any
 
 from art_langgraph.backend.checkpoints import recorded_base_model
 from art_langgraph.errors import UsageError
+from art_langgraph.records import read_records
 from art_langgraph.trajectory import LLMCall, Trajectory, TrajectoryGroup, read_groups
 from art_langgraph.utils import atomic_write
 
@@ -117,14 +118,7 @@ def _batches(folder: Path) -> dict[tuple[str, int], list[TrajectoryGroup]]:
 
 
 def _history(folder: Path) -> list[dict[str, Any]]:
-    path = folder / "history.jsonl"
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue  # a torn last line
-    return rows
+    return read_records(folder / "history.jsonl", missing_ok=True)
 
 
 def _curve_svg(curves: dict[str, list[tuple[int, float]]]) -> str:

@@ -39,6 +39,7 @@ from pydantic import (
 
 from art_langgraph.errors import NonFiniteRewardError, UsageError
 from art_langgraph.names import parse_inference_name
+from art_langgraph.records import append_records, read_records, write_records
 
 __all__ = [
     "ExceptionInfo",
@@ -589,25 +590,23 @@ def as_groups(items: Iterable[Any]) -> list[TrajectoryGroup]:
 
 def write_jsonl(path: str | os.PathLike[str], items: Iterable[BaseModel | dict[str, Any]]) -> int:
     """Write one JSON line per record (or plain dict), atomically (temp file, fsync, rename);
-    returns the count."""
-    from art_langgraph.utils import atomic_write
-
-    count = 0
-    with atomic_write(path) as f:
-        for item in items:
-            line = item.model_dump_json() if isinstance(item, BaseModel) else json.dumps(item)
-            f.write(line + "\n")
-            count += 1
-    return count
+    returns the count (`records.write_records`)."""
+    return write_records(path, items)
 
 
 def append_jsonl(path: str | os.PathLike[str], item: BaseModel) -> None:
-    """Append one record as a JSON line (creating the file), then flush and fsync."""
-    line = item.model_dump_json() + "\n"
-    with open(path, "a", encoding="utf-8", newline="\n") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
+    """Append one record as a JSON line (creating the file), then flush and fsync; a line
+    an earlier crash tore is cut first (`records.append_records`)."""
+    append_records(path, [item])
+
+
+def _groups_hint(line: str) -> str:
+    if '"trajectories"' in line:
+        return (
+            " (this file holds TrajectoryGroups, as the backend writes them: read it with "
+            "art.read_groups(path))"
+        )
+    return ""
 
 
 @overload
@@ -615,22 +614,9 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[Trajectory]: ...
 @overload
 def read_jsonl(path: str | os.PathLike[str], kind: type[_M]) -> list[_M]: ...
 def read_jsonl(path: str | os.PathLike[str], kind: type[Any] = Trajectory) -> list[Any]:
-    """Read every record of a JSON-lines file as `kind` (blank lines skipped)."""
-    records: list[Any] = []
-    with open(path, encoding="utf-8", newline="\n") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(kind.model_validate_json(line))
-            except ValidationError as exc:
-                hint = ""
-                if kind is Trajectory and '"trajectories"' in line:
-                    hint = " (this file holds TrajectoryGroups, as the backend writes them: read it with art.read_groups(path))"
-                raise UsageError(
-                    f"{path}:{lineno}: not a valid {kind.__name__}{hint}: {exc}"
-                ) from exc
-    return records
+    """Read every record of a JSON-lines file as `kind` (blank lines skipped, and a last
+    line torn by a crash, with a warning: `records.read_records`)."""
+    return read_records(path, kind, hint=_groups_hint if kind is Trajectory else None)
 
 
 def read_groups(path: str | os.PathLike[str]) -> list[TrajectoryGroup]:

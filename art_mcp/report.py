@@ -25,14 +25,13 @@ Left out: wall time across runs (`Report.seconds` counts the last process only).
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from art_langgraph.records import append_records, read_records
 from art_langgraph.rewards.calibration import JudgeCalibration
 from art_langgraph.utils import atomic_write
 from art_mcp.evaluation import Evaluation
@@ -97,38 +96,12 @@ class Report(BaseModel):
 # --------------------------------------------------------------------------- journal
 def append_journal(folder: Path, kind: str, data: dict[str, Any]) -> None:
     """Append one line {"kind": kind, **data} to the journal and flush it to disk."""
-    folder.mkdir(parents=True, exist_ok=True)
-    line = json.dumps({"kind": kind, **data}, allow_nan=True) + "\n"
-    path = folder / JOURNAL
-    with open(path, "ab") as f:
-        if f.tell() > 0:
-            with open(path, "rb") as r:
-                r.seek(-1, 2)
-                if r.read(1) != b"\n":  # a line torn by a killed process: end it first
-                    line = "\n" + line
-        f.write(line.encode())
-        f.flush()
-        os.fsync(f.fileno())
+    append_records(folder / JOURNAL, [{"kind": kind, **data}])
 
 
 def read_journal(folder: Path) -> list[dict[str, Any]]:
-    """The journal's whole lines (a line torn by a killed process is skipped)."""
-    return _dict_lines(folder / JOURNAL) or []
-
-
-def _dict_lines(f: Path) -> list[dict[str, Any]] | None:
-    """The JSON objects of a JSONL file, whole lines only; None when there is no file."""
-    if not f.exists():
-        return None
-    out = []
-    for line in f.read_text(encoding="utf-8").splitlines():
-        try:
-            item = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(item, dict):
-            out.append(item)
-    return out
+    """The journal's records (a last line torn by a killed process is skipped)."""
+    return read_records(folder / JOURNAL, missing_ok=True)
 
 
 def journal_evaluations(journal: list[dict[str, Any]]) -> list[Evaluation]:
@@ -143,9 +116,9 @@ def journal_evaluations(journal: list[dict[str, Any]]) -> list[Evaluation]:
 def _grpo_records(folder: Path) -> list[dict[str, Any]] | None:
     """The GRPO steps committed in this folder's history.jsonl (SFT steps left out), in
     order; None when there is no history here (a remote backend keeps it)."""
-    lines = _dict_lines(folder / "history.jsonl")
-    if lines is None:
+    if not (folder / "history.jsonl").exists():
         return None
+    lines = read_records(folder / "history.jsonl")
     return [h for h in lines if h.get("split") == "train" and "sft_steps" not in h]
 
 

@@ -36,10 +36,11 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
         "base",  # no model, no records: errors, names, devices, event-loop and HTTP plumbing
         frozenset(
             {"errors", "_lazy", "event_loops", "utils", "names", "devices", "heap", "allocator"}
+            | {"records"}
             | {"http_pool"}
         ),
     ),
-    ("records", frozenset({"trajectory", "late_rewards", "logger_protocol", "loggers"})),
+    ("trajectories", frozenset({"trajectory", "late_rewards", "logger_protocol", "loggers"})),
     ("presets", frozenset({"presets"})),  # the offline models
     ("engine", frozenset({"engine"})),  # token ids in, token ids out
     ("serving", frozenset({"serving"})),  # the OpenAI-compatible server over an engine

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from art_langgraph.errors import UsageError
+from art_langgraph.records import append_records, read_records
 
 __all__ = ["CheckpointStore", "recorded_base_model"]
 
@@ -173,11 +174,7 @@ class CheckpointStore:
 
     # ----------------------------------------------------------------- history
     def append_history(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, allow_nan=True) + "\n"
-        with open(self.history_file, "a") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        append_records(self.history_file, [record])
 
     def reconcile_history(self) -> list[int]:
         """Append a `train` history line, from its marker's metrics, for every complete
@@ -217,15 +214,7 @@ class CheckpointStore:
         return None
 
     def history(self) -> list[dict[str, Any]]:
-        if not self.history_file.exists():
-            return []
-        out = []
-        for line in self.history_file.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                log.warning("skipping a torn line in %s", self.history_file)  # a kill mid-append
-        return out
+        return read_records(self.history_file, missing_ok=True)
 
 
 def recorded_base_model(folder: Path) -> str | None:

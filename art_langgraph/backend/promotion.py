@@ -39,10 +39,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from art_langgraph.errors import UsageError
-from art_langgraph.utils import atomic_write
+from art_langgraph.records import read_records, write_records
 
 __all__ = ["PromotionDecision", "PromotionLog", "checkpoint_steps", "decide"]
 
@@ -173,17 +173,7 @@ class PromotionLog:
 
     # ---------------------------------------------------------------- reading
     def history(self) -> list[PromotionDecision]:
-        try:
-            lines = self.file.read_text().splitlines()
-        except FileNotFoundError:
-            return []
-        out = []
-        for line in lines:
-            try:
-                out.append(PromotionDecision.model_validate_json(line))
-            except ValidationError:
-                log.warning("skipping an unreadable line in %s: %.200s", self.file, line)
-        return out
+        return read_records(self.file, PromotionDecision, missing_ok=True)
 
     def served(self) -> int | None:
         """The promoted step (None: no decision yet), re-read only when the file changed."""
@@ -211,9 +201,7 @@ class PromotionLog:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
     def _write(self, history: list[PromotionDecision], decision: PromotionDecision) -> None:
-        with atomic_write(self.file) as f:
-            for d in [*history, decision]:
-                f.write(json.dumps(d.model_dump(), allow_nan=False) + "\n")
+        write_records(self.file, [*history, decision])
 
     def start(self, latest: int) -> PromotionDecision | None:
         """Promote `latest` if no decision was ever made (promotion just turned on): the

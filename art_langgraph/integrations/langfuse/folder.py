@@ -14,12 +14,12 @@ which are only read, for the base model's name (`run_info`).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from art_langgraph import records as records_
 from art_langgraph.backend.checkpoints import recorded_base_model
 from art_langgraph.errors import UsageError
 from art_langgraph.logger_protocol import RunInfo
@@ -84,30 +84,16 @@ def saved_groups(source: str | Path, step: int | None = None) -> list[Trajectory
 
 
 def append_records(path: Path, records: Iterable[dict[str, Any]]) -> None:
-    """Append `records` to the JSON-lines file `path`, each stamped with `time`."""
-    lines = [json.dumps({**r, "time": time.time()}) + "\n" for r in records]
-    if lines:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:
-            f.writelines(lines)
+    """Append `records` to the JSON-lines file `path`, each stamped with `time`
+    (`art_langgraph.records`: one write, fsynced, a torn tail cut first)."""
+    now = time.time()
+    records_.append_records(path, [{**r, "time": now} for r in records])
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """The records of a file `append_records` wrote, in order; [] when it is missing. A
-    line that is not a JSON object (torn by a process killed mid-append) is skipped."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    """The records of a file `append_records` wrote, in order; [] when it is missing (a
+    last line torn by a crash is skipped: `art_langgraph.records`)."""
+    return records_.read_records(path, missing_ok=True)
 
 
 def latest_unsent(path: Path, key: Callable[[dict[str, Any]], Hashable]) -> list[dict[str, Any]]:
