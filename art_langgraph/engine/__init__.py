@@ -1,6 +1,7 @@
 """Inference engines: token ids in, token ids out, with LoRA adapters served by name.
 
-`TorchEngine` loads on first use, so the protocol can be imported without torch. R engines
+`TorchEngine` and `VLLMEngine` (a managed vLLM server; its settings `VLLMEngineConfig`)
+load on first use, so the protocol can be imported without torch. R engines
 behind one router are `art_langgraph.scaleout.ReplicaEngine`."""
 
 from typing import TYPE_CHECKING
@@ -16,12 +17,14 @@ from art_langgraph.engine.base import (
 
 if TYPE_CHECKING:
     from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
+    from art_langgraph.engine.vllm_engine import VLLMEngine, VLLMEngineConfig
 
 __getattr__ = lazy_getattr(
     __name__,
     globals(),
     {
         **{n: "art_langgraph.engine.torch_engine" for n in ("TorchEngine", "TorchEngineConfig")},
+        **{n: "art_langgraph.engine.vllm_engine" for n in ("VLLMEngine", "VLLMEngineConfig")},
     },
 )
 
@@ -33,4 +36,6 @@ __all__ = [
     "TokenEvent",
     "TorchEngine",
     "TorchEngineConfig",
+    "VLLMEngine",
+    "VLLMEngineConfig",
 ]
