@@ -199,7 +199,6 @@ def arm_train_plain(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     from bench.trainer_roofline import batch, run_plain
 
     ns = _roofline_args(args, folder)
-    ns.warmup, ns.steps = args.warmup, args.steps
     seqs = batch("agent", ns)
     out = run_plain(seqs, "bfloat16", ns)
     out["tokens"] = sum(len(s) for s in seqs)
