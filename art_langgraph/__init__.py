@@ -15,6 +15,7 @@ from art_langgraph import rewards
 from art_langgraph._lazy import lazy_getattr
 from art_langgraph.branch import branch
 from art_langgraph.capture import TrajectoryCallback, capture, current_trajectory
+from art_langgraph.capture import register_trace_linker as _register_trace_linker
 from art_langgraph.chat_model import TrainableChatModel
 from art_langgraph.errors import (
     ArtError,
@@ -30,6 +31,7 @@ from art_langgraph.gather import gather_trajectories, gather_trajectory_groups
 from art_langgraph.interrupts import ThreadStore, resume_reward
 from art_langgraph.late_rewards import mark_pending, wait_for_rewards
 from art_langgraph.model import Model, TrainableModel, TrainResult
+from art_langgraph.rollouts import rollouts
 from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.trajectory import (
     ExceptionInfo,
@@ -61,6 +63,13 @@ __getattr__ = lazy_getattr(
 # The loggers a backend given none takes from the environment (Langfuse's keys): filled
 # here, above the integrations, since the backends sit below them (tests/test_import_graph).
 _loggers.register_env_factory("art_langgraph.integrations.env:langfuse_loggers")
+# The trace a user's own Langfuse handler opened for a run, kept with its trajectory so the
+# exported rollout joins that trace: filled here for the same reason.
+_register_trace_linker(
+    "langfuse",
+    "art_langgraph.integrations.trace_links:langfuse_trace_id",
+    "langfuse_linked_trace_id",
+)
 
 __version__ = "0.1.0"
 
@@ -101,6 +110,7 @@ __all__ = [
     "read_jsonl",
     "resume_reward",
     "rewards",
+    "rollouts",
     "wait_for_rewards",
     "write_jsonl",
 ]

@@ -32,21 +32,17 @@ the chat model is not seeded (no `seed=` in `model.chat_model(...)`).
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 
-from art_langgraph.capture import TrainNodes, capture
+from art_langgraph.capture import TrainNodes
 from art_langgraph.errors import UsageError
-from art_langgraph.trajectory import ExceptionInfo, Trajectory, TrajectoryGroup
+from art_langgraph.rollouts import Configure, Reward, check_counts, run_group
+from art_langgraph.trajectory import TrajectoryGroup
 
 __all__ = ["branch"]
-
-Configure = Callable[[int, RunnableConfig], RunnableConfig]
-Reward = Callable[[Trajectory, Any], "float | Awaitable[float]"]
 
 
 async def branch(
@@ -92,39 +88,19 @@ async def branch(
         UsageError: the graph has no checkpointer, the config names no thread, the
             checkpoint does not exist in the thread, or an argument is out of range.
     """
-    if n < 1:
-        raise UsageError(f"branch() needs n >= 1 branches, got n={n}")
-    if max_concurrency is not None and max_concurrency < 1:
-        raise UsageError(f"max_concurrency must be >= 1 or None, got {max_concurrency}")
+    check_counts("branch", n, max_concurrency)
     thread_id, checkpoint_id, base = await _resolve(graph, config)
-    group_meta = {**(metadata or {}), "thread_id": thread_id, "checkpoint_id": checkpoint_id}
-    configs = [_branch_config(base, i, configure, thread_id, checkpoint_id) for i in range(n)]
-    limit = asyncio.Semaphore(max_concurrency or n)
-
-    async def one(i: int, cfg: RunnableConfig) -> Trajectory:
-        async with limit:
-            with capture(
-                metadata={"branch": i}, train_nodes=train_nodes, part_of_thread=True
-            ) as traj:
-                output = await graph.ainvoke(input, cfg)
-            if reward is not None:
-                value = reward(traj, output)
-                traj.reward = await value if inspect.isawaitable(value) else value
-        return traj
-
-    results = await asyncio.gather(
-        *(one(i, c) for i, c in enumerate(configs)), return_exceptions=True
+    configs = [(i, _branch_config(base, i, configure, thread_id, checkpoint_id)) for i in range(n)]
+    return await run_group(
+        configs,
+        lambda cfg: graph.ainvoke(input, cfg),
+        reward=reward,
+        max_concurrency=max_concurrency,
+        train_nodes=train_nodes,
+        index_key="branch",
+        part_of_thread=True,
+        metadata={**(metadata or {}), "thread_id": thread_id, "checkpoint_id": checkpoint_id},
     )
-    trajectories: list[Trajectory] = []
-    exceptions: list[ExceptionInfo] = []
-    for result in results:
-        if isinstance(result, Trajectory):
-            trajectories.append(result)
-        elif isinstance(result, Exception):
-            exceptions.append(ExceptionInfo.from_exception(result))
-        else:  # CancelledError, KeyboardInterrupt: not a branch's failure
-            raise result
-    return TrajectoryGroup(trajectories=trajectories, exceptions=exceptions, metadata=group_meta)
 
 
 async def _resolve(

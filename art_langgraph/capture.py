@@ -26,6 +26,7 @@ Left out: LangChain's legacy text LLMs (`on_llm_start`), which chat graphs do no
 from __future__ import annotations
 
 import contextvars
+import importlib
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -56,7 +58,13 @@ from art_langgraph.trajectory import (
     sampled_logprobs,
 )
 
-__all__ = ["TrajectoryCallback", "capture", "current_handler", "current_trajectory"]
+__all__ = [
+    "TrajectoryCallback",
+    "capture",
+    "current_handler",
+    "current_trajectory",
+    "register_trace_linker",
+]
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +122,8 @@ class TrajectoryCallback(BaseCallbackHandler):
         def start() -> None:
             params = kwargs.get("invocation_params") or {}
             meta = metadata or {}
-            if (linked := _langfuse_trace_id(run_id, parent_run_id)) is not None:
-                self.trajectory.metadata.setdefault("langfuse_linked_trace_id", linked)
+            for key, linked in _linked_traces(run_id, parent_run_id):
+                self.trajectory.metadata.setdefault(key, linked)
             self._llm[run_id] = {
                 "messages": convert_to_openai_messages(messages[0]) if messages else [],
                 "tools": params.get("tools"),
@@ -563,24 +571,48 @@ def _dump_default(value: Any) -> Any:
     return str(value)
 
 
-def _langfuse_trace_id(run_id: UUID, parent_run_id: UUID | None) -> str | None:
-    """The trace of this run in a user's `langfuse.langchain.CallbackHandler`, when one is
-    among this run's callbacks; None otherwise. The handler is found in the run's config
-    (LangChain's `var_child_runnable_config`); its trace is the one it opened for this run
-    or its parent (`_runs`, which its SDK 5.x keeps), else its `last_trace_id`."""
-    if "langfuse" not in sys.modules:
-        return None
+@dataclass(frozen=True)
+class _TraceLinker:
+    module_prefix: str
+    target: str
+    metadata_key: str
+
+
+_TRACE_LINKERS: list[_TraceLinker] = []
+"""The registered tracers' linkers (`register_trace_linker`), in order."""
+
+
+def register_trace_linker(module_prefix: str, target: str, metadata_key: str) -> None:
+    """Link captured runs to a tracing tool's own traces. When a chat-model run has among its
+    callbacks a handler whose class's module starts with `module_prefix`, the function at
+    `target` (`"module:function"`, imported when first needed) is called as
+    `fn(handler, run_id, parent_run_id)`; the trace id it returns (or None) is kept as
+    `trajectory.metadata[metadata_key]`. The package root registers the integrations'
+    (Langfuse's handler: `art_langgraph.integrations.trace_links`), so this module names
+    none of them."""
+    linker = _TraceLinker(module_prefix, target, metadata_key)
+    if linker not in _TRACE_LINKERS:
+        _TRACE_LINKERS.append(linker)
+
+
+def _linked_traces(run_id: UUID, parent_run_id: UUID | None) -> list[tuple[str, str]]:
+    """`(metadata key, trace id)` for each registered tracer whose handler is among this
+    run's callbacks (found in the run's config, LangChain's `var_child_runnable_config`)."""
+    if not _TRACE_LINKERS:
+        return []
     callbacks = (var_child_runnable_config.get() or {}).get("callbacks")
     handlers = getattr(callbacks, "handlers", callbacks)
+    out: list[tuple[str, str]] = []
     for h in handlers if isinstance(handlers, list) else []:
-        if not type(h).__module__.startswith("langfuse"):
-            continue
-        runs = getattr(h, "_runs", None) or {}
-        obs = runs.get(run_id) or runs.get(parent_run_id)
-        trace_id = getattr(obs, "trace_id", None) or getattr(h, "last_trace_id", None)
-        if isinstance(trace_id, str) and len(trace_id) == 32:
-            return trace_id
-    return None
+        module = type(h).__module__
+        for linker in _TRACE_LINKERS:
+            if not module.startswith(linker.module_prefix):
+                continue
+            name, _, attr = linker.target.partition(":")
+            trace_id = getattr(importlib.import_module(name), attr)(h, run_id, parent_run_id)
+            if trace_id is not None:
+                out.append((linker.metadata_key, trace_id))
+    return out
 
 
 def _graph_position(meta: dict[str, Any]) -> dict[str, Any]:

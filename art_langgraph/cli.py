@@ -34,6 +34,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from art_langgraph.allocator import reexec_with_tcmalloc
 from art_langgraph.errors import UsageError
@@ -62,6 +63,14 @@ def _bind_args(p: argparse.ArgumentParser, port: int, guards: str) -> None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="art-langgraph", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    _backend_parser(sub)
+    _folder_parsers(sub)
+    _langfuse_parser(sub)
+    return p
+
+
+def _serve_parser(sub: Any) -> None:
     s = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API")
     s.add_argument(
         "--base-model",
@@ -78,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--served-name", default=None, help="the model name clients use (default: the base model)"
     )
+
+
+def _backend_parser(sub: Any) -> None:
     b = sub.add_parser("backend", help="serve the training API for RemoteBackend (and /v1)")
     b.add_argument("--path", default=".art", help="where models live on disk (default .art)")
     _bind_args(b, 8090, "/v1 and /art")
@@ -120,6 +132,10 @@ def _parser() -> argparse.ArgumentParser:
         help="shard the base model over the trainer ranks with FSDP (auto: when it takes more "
         "than 40%% of a rank's GPU; never on CPUs)",
     )
+
+
+def _folder_parsers(sub: Any) -> None:
+    """The commands over a model's folder: its review page, promotion and rollback."""
     r = sub.add_parser("report", help="write a self-contained HTML review page of a model folder")
     r.add_argument("folder", help="a model's folder ({path}/{project}/models/{name})")
     r.add_argument("--out", default=None, help="where to write it (default FOLDER/review.html)")
@@ -135,6 +151,9 @@ def _parser() -> argparse.ArgumentParser:
         pr.add_argument(
             "--project", default=None, help="the model's project (default: the one holding it)"
         )
+
+
+def _langfuse_parser(sub: Any) -> None:
     lf = sub.add_parser("langfuse", help="send trajectories to Langfuse, read review scores back")
     lsub = lf.add_subparsers(dest="langfuse_command", required=True)
     e = lsub.add_parser("export", help="send a model folder's trajectories (keys: LANGFUSE_*)")
@@ -189,7 +208,6 @@ def _parser() -> argparse.ArgumentParser:
     ca.add_argument("folder", help="a model's folder")
     ca.add_argument("--queue", required=True, help="the queue's name or id")
     ca.add_argument("--dataset-run", default=None, help="also score this dataset run (its id)")
-    return p
 
 
 def _langfuse(args: argparse.Namespace) -> int:

@@ -109,6 +109,47 @@ async def train(
     doc. `env`: variables added to a stdio server's environment (API keys, settings)."""
     cfg = config or HarnessConfig()
     log = log or say
+    reward_fn, scenarios = _check_inputs(server, cfg, scenarios, reward, backend)
+    t0 = time.perf_counter()
+    own_backend = backend is None
+    backend = _backend_for(cfg, backend, log)
+    if own_backend and cfg.backend is None:
+        log(f"machine: {describe_machine(cfg.engine_dtype, cfg.compute_dtype)}")
+    if cfg.learning_rate is None:
+        lr, why = default_learning_rate(cfg.base_model)
+        log(f"learning rate {lr:g}: {why} (--learning-rate sets one)")
+    server_log = Path(cfg.path) / cfg.project / "logs" / "mcp-server.log"
+    server_log.parent.mkdir(parents=True, exist_ok=True)
+    server_log.write_bytes(b"")  # this run's: a failure quotes nothing of an earlier run
+    servers = Servers(server, cfg, env=env, stderr_log=server_log)
+    run = _Run(cfg, log, servers, reward_fn, t0)
+    try:
+        await run.start(server, scenarios, reward, backend)
+        await run.before_rl(sft)
+        await run.rl_steps()
+        return await run.finish()
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        # Ctrl-C: one line, not the tracebacks of every task it cancelled.
+        log(
+            f"interrupted during {run.phase}; what finished is saved (checkpoints, evaluations): "
+            "run the same command to resume"
+        )
+        raise
+    finally:
+        await servers.close()
+        if own_backend:
+            await backend.close()
+
+
+def _check_inputs(
+    server: Any,
+    cfg: HarnessConfig,
+    scenarios: list[Scenario] | str | Path | None,
+    reward: RewardFn | str | None,
+    backend: Backend | None,
+) -> tuple[RewardFn | None, list[Scenario] | None]:
+    """The reward function and the scenarios, loaded; a UsageError for what cannot run,
+    before any server or engine starts."""
     check_server(server, cfg)
     reward_fn = load_reward(reward) if isinstance(reward, str) else reward
     if reward_fn is None and cfg.judge is None:
@@ -122,184 +163,121 @@ async def train(
     if backend is None and cfg.backend is None:
         from art_langgraph.presets import check_base_model
 
-        check_base_model(cfg.base_model)  # before any server or engine starts
-    t0 = time.perf_counter()
-    own_backend = backend is None
-    backend = _backend_for(cfg, backend, log)
-    if own_backend and cfg.backend is None:
-        log(f"machine: {describe_machine(cfg.engine_dtype, cfg.compute_dtype)}")
-    if cfg.learning_rate is None:
-        lr, why = default_learning_rate(cfg.base_model)
-        log(f"learning rate {lr:g}: {why} (--learning-rate sets one)")
-    server_log = Path(cfg.path) / cfg.project / "logs" / "mcp-server.log"
-    server_log.parent.mkdir(parents=True, exist_ok=True)
-    server_log.write_bytes(b"")  # this run's: a failure quotes nothing of an earlier run
-    servers = Servers(server, cfg, env=env, stderr_log=server_log)
-    toolset = servers.toolset
-    phase = "start-up"
-    try:
+        check_base_model(cfg.base_model)
+    return reward_fn, scenarios
+
+
+class _Run:
+    """One `train` call's state and its phases, in order: `start` (the server, the model,
+    the scenarios, the agents), `before_rl` (the untrained evaluation, the estimate, the SFT
+    warm start, the evaluation before RL), `rl_steps`, `finish` (a cut-off last evaluation,
+    judge calibration, the report). Each phase first reads what the model's folder says is
+    done, so a resumed run goes on from where the last one stopped."""
+
+    def __init__(
+        self,
+        cfg: HarnessConfig,
+        log: Callable[[str], None],
+        servers: Servers,
+        reward_fn: RewardFn | None,
+        t0: float,
+    ) -> None:
+        self.cfg, self.log, self.servers, self.reward_fn, self.t0 = cfg, log, servers, reward_fn, t0
+        self.phase = "start-up"
+        """What the run is doing, for the line an interrupt prints."""
+        self.pace: list[float] = []
+        """Seconds per held-out episode of each evaluation, for the run's estimate."""
+
+    async def start(
+        self,
+        server: Any,
+        scenarios: list[Scenario] | None,
+        reward: RewardFn | str | None,
+        backend: Backend,
+    ) -> None:
+        """Start the server, register the model, check the folder's recipe and the review
+        queue, load or generate the scenarios and split them, build the agents."""
+        cfg, log, toolset = self.cfg, self.log, self.servers.toolset
         await toolset.start()
         if toolset.stderr_log is not None:
             log(f"the server's stderr goes to {toolset.stderr_log}")
-        label = server_label(server)
-        recipe = recipe_of(label, cfg, scenarios, reward)
-        name = cfg.name or default_name(label, cfg.base_model, recipe)
+        self.label = server_label(server)
+        recipe = recipe_of(self.label, cfg, scenarios, reward)
+        self.name = cfg.name or default_name(self.label, cfg.base_model, recipe)
         if cfg.name is None:
             log(
-                f"model name {name} (from the server, base model, scenarios, reward and judge; --name sets one)"
+                f"model name {self.name} (from the server, base model, scenarios, reward and judge; --name sets one)"
             )
-        model = art.TrainableModel(
-            name=name,
+        self.model = art.TrainableModel(
+            name=self.name,
             project=cfg.project,
             base_model=cfg.base_model,
             training=art.ModelConfig(
                 compute_dtype=cfg.compute_dtype, promote_on_evaluation=cfg.promote_on_evaluation
             ),
         )
-        await model.register(backend)
+        await self.model.register(backend)
         # The harness's own files (scenarios, report) go beside the checkpoints when the
         # backend is embedded, under --path here when it is remote.
-        folder = Path(getattr(backend, "path", cfg.path)) / cfg.project / "models" / name
-        check_recipe(folder, recipe, cfg.allow_recipe_change)
+        self.folder = Path(getattr(backend, "path", cfg.path)) / cfg.project / "models" / self.name
+        check_recipe(self.folder, recipe, cfg.allow_recipe_change)
         if cfg.review_queue:  # a clashing queue or missing keys stop here, before any rollout
-            from art_langgraph.integrations.langfuse import annotation, review
+            from art_langgraph.integrations.langfuse import annotation
 
             annotation.check_queue(cfg.review_queue)
-        await check_langfuse_dataset(name, cfg)  # a clashing held-out dataset stops here too
-        scen = await run_scenarios(scenarios, cfg, toolset, model, folder, log)
-        train_set, val_set = split_scenarios(scen, cfg.val_fraction, cfg.seed)
-        held_out = len(val_set)
-        val_set = eval_sample(val_set, cfg.eval_scenarios, cfg.seed)
-        evaluated = "" if len(val_set) == held_out else f" ({len(val_set)} evaluated)"
-        log(
-            f"{len(toolset.tools)} tools from {label}; {len(train_set)} train / "
-            f"{held_out} val scenarios{evaluated}"
+        await check_langfuse_dataset(self.name, cfg)  # a clashing held-out dataset stops here too
+        scen = await run_scenarios(scenarios, cfg, toolset, self.model, self.folder, log)
+        self.train_set, val_set = split_scenarios(scen, cfg.val_fraction, cfg.seed)
+        self.held_out = len(val_set)
+        self.val_set = eval_sample(val_set, cfg.eval_scenarios, cfg.seed)
+        evaluated = (
+            "" if len(self.val_set) == self.held_out else f" ({len(self.val_set)} evaluated)"
         )
-
-        rollouts = Rollouts(model, servers, cfg, reward_fn)
-        train_agent = rollouts.agent(cfg.temperature)
-        greedy_agent = rollouts.agent(0.0)
-        sample_agent = rollouts.agent(1.0)
-        reward_errors = rollouts.errors
-
-        async def rollout(
-            s: Scenario, agent: Any = train_agent, *, held_out: bool = False
-        ) -> art.Trajectory:
-            return await rollouts.run(s, agent, held_out=held_out)
-
-        ruler_params = judge_params(cfg, model)
-        judge = group_judge(ruler_params)
-        scored_by = (
+        log(
+            f"{len(toolset.tools)} tools from {self.label}; {len(self.train_set)} train / "
+            f"{self.held_out} val scenarios{evaluated}"
+        )
+        self.rollouts = Rollouts(self.model, self.servers, cfg, self.reward_fn)
+        self.train_agent = self.rollouts.agent(cfg.temperature)
+        self.greedy_agent = self.rollouts.agent(0.0)
+        self.sample_agent = self.rollouts.agent(1.0)
+        self.ruler_params = judge_params(cfg, self.model)
+        self.judge = group_judge(self.ruler_params)
+        self.scored_by = (
             "reward function"
-            if ruler_params is None
+            if self.ruler_params is None
             else "RULER judge"
-            if reward_fn is None
+            if self.reward_fn is None
             else "RULER judge, as in training (the reward function's score kept per episode)"
         )
 
-        def report_errors(where: str) -> tuple[int, str]:
-            count, first = reward_errors.take()
-            if count:
-                what = "dropped" if where.startswith("RL") else "scored 0"
-                log(f"{where}: the reward function raised in {count} episodes ({what}); first:")
-                log(first)
-            return count, first
-
-        pace: list[float] = []  # seconds per held-out episode, for the run's estimate
-
-        async def evaluate(step: int, rl_step: int) -> Evaluation:
-            # Named by RL step, as every other line is (the model's own step also counts
-            # the SFT warm start's).
-            if step == 0:
-                label = "the untrained model's held-out evaluation"
-            elif rl_step == 0:
-                label = "held-out evaluation after the SFT warm start, before RL"
-            else:
-                label = f"held-out evaluation after RL step {rl_step}"
-            ev = Evaluation(step=step, rl_step=rl_step, success_reward=cfg.success_reward)
-            tick = time.perf_counter()
-            jobs = [(s, True) for s in val_set]
-            jobs += [(s, False) for s in val_set for _ in range(cfg.eval_samples)]
-            trajs = await asyncio.gather(
-                *(
-                    rollout(s, greedy_agent if greedy else sample_agent, held_out=True)
-                    for s, greedy in jobs
-                )
-            )
-            took = time.perf_counter() - tick
-            pace.append(took / max(len(trajs), 1))
-            log(f"{label}: {len(trajs)} episodes in {took:.0f} s")
-            report_errors(label)
-            if ruler_params is not None:
-                by_scenario: dict[str, list[art.Trajectory]] = {}
-                for (s, _), t in zip(jobs, trajs, strict=True):
-                    by_scenario.setdefault(s.id, []).append(t)
-                failed = await judge_held_out(list(by_scenario.values()), ruler_params)
-                if failed:
-                    log(
-                        f"{label}: the judge failed on {failed} of "
-                        f"{len(by_scenario)} scenarios (their episodes keep the reward function's "
-                        "score, or 0)"
-                    )
-            formats = []
-            for (s, greedy), t in zip(jobs, trajs, strict=True):
-                if greedy:
-                    ev.greedy[s.id] = t.reward
-                    ev.greedy_format[s.id] = episode_format(t, s)
-                    ev.transcripts[s.id] = transcript(t)
-                else:
-                    ev.sampled.setdefault(s.id, []).append(t.reward)
-                    formats.append(episode_format(t, s))
-            ev.sampled_format = sum(formats) / len(formats) if formats else None
-            if trajs:
-                split = "untrained" if step == 0 else "val"
-                await model.log([art.TrajectoryGroup(trajs)], split=split)
-                await log_to_langfuse(name, cfg, step, rl_step, folder, jobs, trajs, log)
-            append_journal(folder, "evaluation", json.loads(ev.model_dump_json()))
-            if cfg.promote_on_evaluation and math.isfinite(ev.greedy_reward):
-                decision = await model.record_evaluation(step, ev.greedy_reward)
-                log(
-                    f"promotion: step {step} {'' if decision.promoted else 'not '}promoted: {decision.reason}"
-                )
-            return ev
-
-        def save_report() -> Report:
-            report = build_report(
-                model=name,
-                server=label,
-                steps=cfg.steps,
-                folder=folder,
-                scored_by=scored_by,
-                seconds=time.perf_counter() - t0,
-                scenarios=val_set,
-            )
-            write_report(report, folder)
-            return report
-
-        # What is already done comes from the folder (report.py), so a resumed run goes
-        # on from where the last one stopped, whatever phase that was.
-        evaluations = journal_evaluations(read_journal(folder))
-        grpo_done = len(grpo_steps(folder, read_journal(folder)))
+    async def before_rl(self, sft: list[Any] | str | Path | None) -> None:
+        """The untrained model's evaluation and the run's estimate, the SFT warm start when
+        there are demonstrations, and the evaluation before RL after it: each unless the
+        folder says it was done."""
+        cfg, log, model = self.cfg, self.log, self.model
+        evaluations = journal_evaluations(read_journal(self.folder))
+        grpo_done = len(grpo_steps(self.folder, read_journal(self.folder)))
         if await model.get_step() == 0 and grpo_done == 0:
             if not any(e.step == 0 for e in evaluations):
-                phase = "the untrained model's held-out evaluation"
+                self.phase = "the untrained model's held-out evaluation"
                 # The untrained model first, so the report can tell what training did.
-                untrained = await evaluate(0, 0)
+                untrained = await self.evaluate(0, 0)
                 evaluations.append(untrained)
                 log(f"untrained: held-out {eval_line(untrained)}")
-                save_report()
+                self.save_report()
                 if cfg.steps:
                     # Rollouts at the evaluation's pace, training counted as long again
                     # (this is refined after the first step, which measures both).
-                    step_s = 2 * cfg.groups_per_step * cfg.group_size * pace[-1]
-                    run_s = run_estimate(cfg, step_s, pace[-1], held_out, done=0)
+                    step_s = 2 * cfg.groups_per_step * cfg.group_size * self.pace[-1]
+                    run_s = run_estimate(cfg, step_s, self.pace[-1], self.held_out, done=0)
                     log(
                         f"estimate: ~{step_s:.0f} s a step, ~{run_s / 60:.0f} min for "
                         f"{cfg.steps} steps and the evaluations (refined after step 1)"
                     )
-            demos = demonstrations(sft, train_set, rollouts.tools)
+            demos = demonstrations(sft, self.train_set, self.rollouts.tools)
             if demos and cfg.sft_epochs > 0:
-                phase = "the SFT warm start"
+                self.phase = "the SFT warm start"
                 res = await model.train_sft(
                     demos,
                     art.TrainConfig(learning_rate=cfg.sft_learning_rate),
@@ -311,15 +289,19 @@ async def train(
                 )
         start_step = await model.get_step()
         if grpo_done == 0 and not any(e.rl_step == 0 and e.step == start_step for e in evaluations):
-            phase = "the held-out evaluation before RL"
-            before = await evaluate(start_step, 0)
-            evaluations.append(before)
+            self.phase = "the held-out evaluation before RL"
+            before = await self.evaluate(start_step, 0)
             log(f"after the SFT warm start, before RL: held-out {eval_line(before)}")
-        save_report()
-        grpo_done_at_start = grpo_done
-        epochs = 1 + (cfg.steps * cfg.groups_per_step) // max(len(train_set), 1)
+        self.save_report()
+
+    async def rl_steps(self) -> None:
+        """The GRPO steps still to do, each over a batch of training scenarios in the
+        seeded order, going on from the steps the folder holds."""
+        cfg = self.cfg
+        grpo_done = len(grpo_steps(self.folder, read_journal(self.folder)))
+        epochs = 1 + (cfg.steps * cfg.groups_per_step) // max(len(self.train_set), 1)
         batches = iterate_dataset(
-            train_set,
+            self.train_set,
             groups_per_step=cfg.groups_per_step,
             num_epochs=epochs,
             seed=cfg.seed,
@@ -328,117 +310,217 @@ async def train(
         for batch in batches:
             if batch.step >= cfg.steps:
                 break
-            done = batch.step + 1
-            phase = f"RL step {done}"
-            tick = time.perf_counter()
-            judged = CountedJudge(judge)
-            groups = await art.gather_trajectory_groups(
-                (
-                    art.TrajectoryGroup(rollout(s) for _ in range(cfg.group_size))
-                    for s in batch.items
-                ),
-                pbar_desc=f"RL step {done} rollouts",
-                progress=terminal(),
-                max_exceptions=0.5,
-                after_each=judged if judge is not None else None,
+            await self.rl_step(batch.step, batch.items, first_here=batch.step == grpo_done)
+
+    async def rl_step(self, index: int, items: list[Scenario], *, first_here: bool) -> None:
+        """RL step `index + 1`: its rollouts (and the pre-flight summary on step 1), the
+        control arm's shuffle, the GRPO step, the estimate after the first step this
+        process ran, the review queue, the journal, and the evaluation when one is due."""
+        cfg, log, model = self.cfg, self.log, self.model
+        done = index + 1
+        self.phase = f"RL step {done}"
+        tick = time.perf_counter()
+        judged = CountedJudge(self.judge)
+        groups = await art.gather_trajectory_groups(
+            (art.TrajectoryGroup(self.rollout(s) for _ in range(cfg.group_size)) for s in items),
+            pbar_desc=f"RL step {done} rollouts",
+            progress=terminal(),
+            max_exceptions=0.5,
+            after_each=judged if self.judge is not None else None,
+        )
+        n = sum(len(g.trajectories) for g in groups)
+        line = f"RL step {done}: {n} of {len(items) * cfg.group_size} rollouts"
+        if self.judge is not None:
+            line += f", {judged.calls} groups judged ({judged.dropped} dropped)"
+        rollout_s = time.perf_counter() - tick
+        log(f"{line} in {rollout_s:.0f} s; training")
+        errors = self.report_errors(f"RL step {done}")
+        if index == 0:  # the pre-flight summary (art-mcp check), from this step
+            first = summarize(groups, items, cfg, errors=errors)
+            first.rollout_s = rollout_s
+            for text in first.lines():
+                log(f"RL step 1 pre-flight: {text}")
+        if cfg.shuffle_rewards:
+            shuffle_rewards(groups, random.Random(f"{cfg.seed}/{index}"))
+        tick = time.perf_counter()
+        with TrainingProgress(f"RL step {done} training") as progress:
+            result = await model.train(
+                groups,
+                art.TrainConfig(learning_rate=cfg.lr(), micro_batch_tokens=cfg.micro_batch_tokens),
+                progress=progress,
             )
-            n = sum(len(g.trajectories) for g in groups)
-            line = f"RL step {done}: {n} of {len(batch.items) * cfg.group_size} rollouts"
-            if judge is not None:
-                line += f", {judged.calls} groups judged ({judged.dropped} dropped)"
-            rollout_s = time.perf_counter() - tick
-            log(f"{line} in {rollout_s:.0f} s; training")
-            errors = report_errors(f"RL step {done}")
-            if batch.step == 0:  # the pre-flight summary (art-mcp check), from this step
-                first = summarize(groups, batch.items, cfg, errors=errors)
-                first.rollout_s = rollout_s
-                for text in first.lines():
-                    log(f"RL step 1 pre-flight: {text}")
-            if cfg.shuffle_rewards:
-                shuffle_rewards(groups, random.Random(f"{cfg.seed}/{batch.step}"))
-            tick = time.perf_counter()
-            with TrainingProgress(f"RL step {done} training") as progress:
-                result = await model.train(
-                    groups,
-                    art.TrainConfig(
-                        learning_rate=cfg.lr(), micro_batch_tokens=cfg.micro_batch_tokens
-                    ),
-                    progress=progress,
-                )
-            train_s = time.perf_counter() - tick
+        train_s = time.perf_counter() - tick
+        log(
+            f"RL step {done}: trained {progress.micro_batches} micro-batches "
+            f"({progress.tokens} tokens) in {train_s:.0f} s"
+        )
+        if first_here:  # the first step this process ran
+            step_s = rollout_s + train_s
+            pace = self.pace[-1] if self.pace else 0.0
+            left = run_estimate(cfg, step_s, pace, self.held_out, done=done)
             log(
-                f"RL step {done}: trained {progress.micro_batches} micro-batches "
-                f"({progress.tokens} tokens) in {train_s:.0f} s"
+                f"estimate: {step_s:.0f} s a step; ~{left / 60:.0f} min to go for "
+                f"{cfg.steps - done} more steps and their evaluations"
             )
-            if batch.step == grpo_done_at_start:  # the first step this process ran
-                step_s = rollout_s + train_s
-                left = run_estimate(cfg, step_s, pace[-1] if pace else 0.0, held_out, done=done)
-                log(
-                    f"estimate: {step_s:.0f} s a step; ~{left / 60:.0f} min to go for "
-                    f"{cfg.steps - done} more steps and their evaluations"
-                )
-            if cfg.review_queue:  # fail-soft: what is not sent is recorded for re-sending
-                await asyncio.to_thread(
-                    annotation.send_to_review,
-                    groups,
-                    queue=cfg.review_queue,
-                    fraction=cfg.review_fraction,
-                    seed=cfg.seed,
-                    folder=folder,
-                    split="train",
-                    step=result.step,
-                )
-            m = result.metrics
-            append_journal(
-                folder,
-                "step",
-                {"step": result.step, **{k: m[k] for k in _STEP_KEYS if k in m}},
+        if cfg.review_queue:  # fail-soft: what is not sent is recorded for re-sending
+            from art_langgraph.integrations.langfuse import annotation
+
+            await asyncio.to_thread(
+                annotation.send_to_review,
+                groups,
+                queue=cfg.review_queue,
+                fraction=cfg.review_fraction,
+                seed=cfg.seed,
+                folder=self.folder,
+                split="train",
+                step=result.step,
             )
-            train_reward = m.get("reward", float("nan"))
-            if done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0):
-                held = eval_line(await evaluate(result.step, done))
-            else:
-                held = "-"
-            log(
-                f"RL step {done}: train reward {train_reward:.2f}{trained_note(m, ruler_params)}, "
-                f"held-out {held}"
-            )
-            save_report()
-        grpo_done = len(grpo_steps(folder, read_journal(folder)))
-        step = await model.get_step()
-        evaluations = journal_evaluations(read_journal(folder))
+        m = result.metrics
+        append_journal(
+            self.folder, "step", {"step": result.step, **{k: m[k] for k in _STEP_KEYS if k in m}}
+        )
+        train_reward = m.get("reward", float("nan"))
+        if done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0):
+            held = eval_line(await self.evaluate(result.step, done))
+        else:
+            held = "-"
+        log(
+            f"RL step {done}: train reward {train_reward:.2f}{trained_note(m, self.ruler_params)}, "
+            f"held-out {held}"
+        )
+        self.save_report()
+
+    async def finish(self) -> Report:
+        """The last step's evaluation if an interrupt cut it off, the judge's calibration
+        against the reviews, and the report."""
+        cfg, log = self.cfg, self.log
+        grpo_done = len(grpo_steps(self.folder, read_journal(self.folder)))
+        step = await self.model.get_step()
+        evaluations = journal_evaluations(read_journal(self.folder))
         if grpo_done and grpo_done >= cfg.steps and not any(e.step == step for e in evaluations):
             # The last step's evaluation was cut off by an interrupt: run it now.
-            phase = f"the held-out evaluation after RL step {grpo_done}"
-            ev = await evaluate(step, grpo_done)
+            self.phase = f"the held-out evaluation after RL step {grpo_done}"
+            ev = await self.evaluate(step, grpo_done)
             log(f"RL step {grpo_done}: held-out {eval_line(ev)}")
-        if cfg.review_queue and ruler_params is not None:
+        if cfg.review_queue and self.ruler_params is not None:
             try:  # the judge against the reviews so far (review_calibration.json), and as
                 # scores of the last evaluation's dataset run
+                from art_langgraph.integrations.langfuse import review
                 from art_langgraph.integrations.langfuse.datasets import last_run_id
 
                 await asyncio.to_thread(
                     review.calibrate,
-                    folder,
+                    self.folder,
                     queue=cfg.review_queue,
-                    dataset_run_id=last_run_id(folder),
+                    dataset_run_id=last_run_id(self.folder),
                 )
             except Exception as exc:
                 log(f"judge calibration against {cfg.review_queue!r} not computed: {exc}")
-        report = save_report()
-        log(f"report: {folder / 'report.md'}")
+        report = self.save_report()
+        log(f"report: {self.folder / 'report.md'}")
         return report
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        # Ctrl-C: one line, not the tracebacks of every task it cancelled.
-        log(
-            f"interrupted during {phase}; what finished is saved (checkpoints, evaluations): "
-            "run the same command to resume"
+
+    async def rollout(
+        self, s: Scenario, agent: Any = None, *, held_out: bool = False
+    ) -> art.Trajectory:
+        """One episode of `s` with `agent` (the training agent when None)."""
+        return await self.rollouts.run(s, agent or self.train_agent, held_out=held_out)
+
+    def report_errors(self, where: str) -> tuple[int, str]:
+        """Log the reward function's errors since the last call; their count and the first."""
+        count, first = self.rollouts.errors.take()
+        if count:
+            what = "dropped" if where.startswith("RL") else "scored 0"
+            self.log(f"{where}: the reward function raised in {count} episodes ({what}); first:")
+            self.log(first)
+        return count, first
+
+    async def evaluate(self, step: int, rl_step: int) -> Evaluation:
+        """The held-out evaluation of the model's `step` (RL step `rl_step`): one greedy
+        episode and `eval_samples` sampled ones per evaluated scenario, judged when a judge
+        scores training; kept in the journal, logged, and promoted on when asked."""
+        cfg, log = self.cfg, self.log
+        # Named by RL step, as every other line is (the model's own step also counts the
+        # SFT warm start's).
+        if step == 0:
+            label = "the untrained model's held-out evaluation"
+        elif rl_step == 0:
+            label = "held-out evaluation after the SFT warm start, before RL"
+        else:
+            label = f"held-out evaluation after RL step {rl_step}"
+        tick = time.perf_counter()
+        jobs = [(s, True) for s in self.val_set]
+        jobs += [(s, False) for s in self.val_set for _ in range(cfg.eval_samples)]
+        trajs = await asyncio.gather(
+            *(
+                self.rollout(s, self.greedy_agent if greedy else self.sample_agent, held_out=True)
+                for s, greedy in jobs
+            )
         )
-        raise
-    finally:
-        await servers.close()
-        if own_backend:
-            await backend.close()
+        took = time.perf_counter() - tick
+        self.pace.append(took / max(len(trajs), 1))
+        log(f"{label}: {len(trajs)} episodes in {took:.0f} s")
+        self.report_errors(label)
+        if self.ruler_params is not None:
+            by_scenario: dict[str, list[art.Trajectory]] = {}
+            for (s, _), t in zip(jobs, trajs, strict=True):
+                by_scenario.setdefault(s.id, []).append(t)
+            failed = await judge_held_out(list(by_scenario.values()), self.ruler_params)
+            if failed:
+                log(
+                    f"{label}: the judge failed on {failed} of "
+                    f"{len(by_scenario)} scenarios (their episodes keep the reward function's "
+                    "score, or 0)"
+                )
+        ev = _evaluation(step, rl_step, cfg, jobs, trajs)
+        if trajs:
+            split = "untrained" if step == 0 else "val"
+            await self.model.log([art.TrajectoryGroup(trajs)], split=split)
+            await log_to_langfuse(self.name, cfg, step, rl_step, self.folder, jobs, trajs, log)
+        append_journal(self.folder, "evaluation", json.loads(ev.model_dump_json()))
+        if cfg.promote_on_evaluation and math.isfinite(ev.greedy_reward):
+            decision = await self.model.record_evaluation(step, ev.greedy_reward)
+            log(
+                f"promotion: step {step} {'' if decision.promoted else 'not '}promoted: {decision.reason}"
+            )
+        return ev
+
+    def save_report(self) -> Report:
+        """The report rebuilt from the folder, written beside the checkpoints."""
+        report = build_report(
+            model=self.name,
+            server=self.label,
+            steps=self.cfg.steps,
+            folder=self.folder,
+            scored_by=self.scored_by,
+            seconds=time.perf_counter() - self.t0,
+            scenarios=self.val_set,
+        )
+        write_report(report, self.folder)
+        return report
+
+
+def _evaluation(
+    step: int,
+    rl_step: int,
+    cfg: HarnessConfig,
+    jobs: list[tuple[Scenario, bool]],
+    trajs: list[art.Trajectory],
+) -> Evaluation:
+    """An evaluation's record from its episodes: greedy rewards, formats and transcripts
+    per scenario, sampled rewards per scenario, the sampled episodes' format rate."""
+    ev = Evaluation(step=step, rl_step=rl_step, success_reward=cfg.success_reward)
+    formats = []
+    for (s, greedy), t in zip(jobs, trajs, strict=True):
+        if greedy:
+            ev.greedy[s.id] = t.reward
+            ev.greedy_format[s.id] = episode_format(t, s)
+            ev.transcripts[s.id] = transcript(t)
+        else:
+            ev.sampled.setdefault(s.id, []).append(t.reward)
+            formats.append(episode_format(t, s))
+    ev.sampled_format = sum(formats) / len(formats) if formats else None
+    return ev
 
 
 def _backend_for(

@@ -21,7 +21,11 @@ with its own `--tag` (a session's end then loses at most the run under way); `--
 gathers every bench/results/learning_<task>_<tag>.json of the defaults into
 learning_<task>.json, the plot and the docs table; `--combine --tag ci` gathers the runs
 tagged ci_* (made with the same `--extra`: the CI learning test's arguments) into
-learning_<task>_ci.json and its docs table, with the margin a test may require.
+learning_<task>_ci.json and its docs table, with the margin a test may require. Results
+are pooled per class of host (`host_key`: AVX2, where `auto` runs fp32; AMX or
+AVX512-BF16, where it runs bf16), never across: each class gets its own file
+(`_amx` and so on after the name; AVX2's has none), table and plot, and the README's
+headline a row per class.
 
 Left out: running seeds side by side (2 cores: they would only share them).
 """
@@ -70,6 +74,27 @@ def task_args(task: str) -> list[str]:
         "--reward",
         f"{reward}:score",
     ]
+
+
+def host_key(machine: str) -> str:
+    """The class of host a result was measured on, from its machine line's CPU flags: "amx"
+    and "avx512bf16" (where `auto` trains and serves in bf16) or "avx2" (fp32). Results of
+    different classes are never pooled: their speed and their dtypes differ."""
+    if "amx_bf16" in machine:
+        return "amx"
+    if "avx512_bf16" in machine:
+        return "avx512bf16"
+    return "avx2"
+
+
+HOST_LABEL = {"amx": "AMX, bf16", "avx512bf16": "AVX512-BF16, bf16", "avx2": "AVX2, fp32"}
+"""How a table names a host class: its matmul flags and the dtype `auto` picks there."""
+
+
+def host_suffix(host: str) -> str:
+    """The file and marker suffix of a host class's results: none for AVX2 (the first class
+    measured, whose names predate the others), `_<class>` for the rest."""
+    return "" if host == "avx2" else f"_{host}"
 
 
 def run_one(
@@ -124,7 +149,7 @@ def run_one(
     }
 
 
-def _band_plot(rows: list[dict[str, Any]], task: str) -> None:
+def _band_plot(rows: list[dict[str, Any]], task: str, suffix: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -151,7 +176,7 @@ def _band_plot(rows: list[dict[str, Any]], task: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left")
     fig.tight_layout()
-    plot = ROOT / "docs" / f"learning_band_{task}.png"
+    plot = ROOT / "docs" / f"learning_band_{task}{suffix}.png"
     plot.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(plot)
     plt.close(fig)
@@ -211,7 +236,8 @@ def summary(data: dict[str, Any], plot: bool = True) -> str:
     )
     parts = [head, "", table(rows)]
     if plot:
-        parts += ["", f"![train reward per step](learning_band_{data['task']}.png)"]
+        band = f"learning_band_{data['task']}{host_suffix(host_key(data['machine']))}.png"
+        parts += ["", f"![train reward per step]({band})"]
     first = next((r for r in rows if not r["control"] and r.get("examples")), None)
     if first:
         parts += ["", f"Held-out rollouts of {first['run']}, untrained -> after its last step:", ""]
@@ -224,47 +250,58 @@ def summary(data: dict[str, Any], plot: bool = True) -> str:
     return "\n".join(parts)
 
 
-def headline(data: dict[str, Any]) -> str:
-    """The README's first-screen lines: mean before -> after over the seeds, the control's
-    rise, wall time and peak, and the host."""
-    rl = [r for r in data["rows"] if not r["control"]]
-    ctl = [r for r in data["rows"] if r["control"]]
-    if not rl:
+def headline(datasets: list[dict[str, Any]]) -> str:
+    """The README's first-screen lines: per host class, mean before -> after over the seeds
+    and the control's rise, then each class's wall time, peak RSS and machine."""
+    lines: list[str] = []
+    notes: list[str] = []
+    for data in datasets:
+        rl = [r for r in data["rows"] if not r["control"]]
+        ctl = [r for r in data["rows"] if r["control"]]
+        if not rl:
+            continue
+        host = HOST_LABEL[host_key(data["machine"])]
+
+        def mean(rows: list[dict[str, Any]], key: str) -> float:
+            return statistics.fmean(float(r[key]) for r in rows)
+
+        def spread(rows: list[dict[str, Any]]) -> str:
+            rises = [_rise(r) for r in rows]
+            return f" ± {statistics.stdev(rises):.2f} sd" if len(rises) > 1 else " (one run)"
+
+        if not lines:
+            steps = len(rl[0]["train_reward"])
+            lines = [
+                "| host | held-out success (never trained on) | untrained | "
+                f"after {steps} RL steps | rise |",
+                "|---|---|---:|---:|---:|",
+            ]
+        lines += [
+            f"| {host} | sampled at T=1, RL, {len(rl)} seed(s) | {mean(rl, 'sampled_before'):.2f} | "
+            f"{mean(rl, 'sampled_after'):.2f} | **{statistics.fmean(map(_rise, rl)):+.2f}**"
+            f"{spread(rl)} |",
+            f"| {host} | greedy, RL, {len(rl)} seed(s) | {mean(rl, 'greedy_before'):.2f} | "
+            f"{mean(rl, 'greedy_after'):.2f} | "
+            f"{mean(rl, 'greedy_after') - mean(rl, 'greedy_before'):+.2f} |",
+        ]
+        if ctl:
+            lines.append(
+                f"| {host} | sampled at T=1, control (shuffled rewards), {len(ctl)} run(s) | "
+                f"{mean(ctl, 'sampled_before'):.2f} | {mean(ctl, 'sampled_after'):.2f} | "
+                f"{statistics.fmean(map(_rise, ctl)):+.2f}{spread(ctl)} |"
+            )
+        else:
+            lines.append(f"| {host} | control (shuffled rewards) | no run yet | | |")
+        walls = [round(r["wall_s"] / 60) for r in data["rows"]]
+        took = f"{min(walls)}-{max(walls)}" if min(walls) != max(walls) else f"{walls[0]}"
+        peak = max(r["peak_rss_mib"] for r in data["rows"]) / 1024
+        notes.append(f"{host}: {took} min, peak RSS {peak:.1f} GiB ({data['machine']})")
+    if not lines:
         return ""
-
-    def mean(rows: list[dict[str, Any]], key: str) -> float:
-        return statistics.fmean(float(r[key]) for r in rows)
-
-    def spread(rows: list[dict[str, Any]]) -> str:
-        rises = [_rise(r) for r in rows]
-        return f" ± {statistics.stdev(rises):.2f} sd" if len(rises) > 1 else ""
-
-    steps = len(rl[0]["train_reward"])
-    lines = [
-        f"| held-out success (never trained on) | untrained | after {steps} RL steps | rise |",
-        "|---|---:|---:|---:|",
-        f"| sampled at T=1, RL, {len(rl)} seed(s) | {mean(rl, 'sampled_before'):.2f} | "
-        f"{mean(rl, 'sampled_after'):.2f} | **{statistics.fmean(map(_rise, rl)):+.2f}**"
-        f"{spread(rl)} |",
-        f"| greedy, RL, {len(rl)} seed(s) | {mean(rl, 'greedy_before'):.2f} | "
-        f"{mean(rl, 'greedy_after'):.2f} | "
-        f"{mean(rl, 'greedy_after') - mean(rl, 'greedy_before'):+.2f} |",
-    ]
-    if ctl:
-        lines.append(
-            f"| sampled at T=1, control (shuffled rewards), {len(ctl)} run(s) | "
-            f"{mean(ctl, 'sampled_before'):.2f} | {mean(ctl, 'sampled_after'):.2f} | "
-            f"{statistics.fmean(map(_rise, ctl)):+.2f}{spread(ctl)} |"
-        )
-    else:
-        lines.append("| control (shuffled rewards) | no run yet | | |")
-    walls = [round(r["wall_s"] / 60) for r in data["rows"]]
-    took = f"{min(walls)}-{max(walls)}" if min(walls) != max(walls) else f"{walls[0]}"
-    peak = max(r["peak_rss_mib"] for r in data["rows"]) / 1024
     lines += [
         "",
-        f"One run, evaluations included: {took} min, peak RSS {peak:.1f} GiB; "
-        f"{data['machine']}. Per seed: [docs/results.md](docs/results.md).",
+        "One run, evaluations included: " + "; ".join(notes) + ". "
+        "Per seed: [docs/results.md](docs/results.md).",
     ]
     return "\n".join(lines)
 
@@ -297,35 +334,39 @@ def margin(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def combine(task: str, tag: str = "") -> dict[str, Any]:
-    """Every tagged result of a task, one row per run name: seeds in order, then the
-    controls. Without `tag`, the runs of the defaults (bench/results/learning_<task>_*.json
-    with no extra flags); with it, the runs tagged `<tag>_*`, which must share their flags."""
-    rows: dict[str, dict[str, Any]] = {}
-    machines, args, extras = set(), None, set()
+def combine(task: str, tag: str = "") -> list[dict[str, Any]]:
+    """Every tagged result of a task, pooled per host class (`host_key`), one row per run
+    name: seeds in order, then the controls. Without `tag`, the runs of the defaults
+    (bench/results/learning_<task>_*.json with no extra flags); with it, the runs tagged
+    `<tag>_*`, which must share their flags. Within a class every run must come from one
+    machine line."""
+    parts: dict[str, list[dict[str, Any]]] = {}
     pattern = f"learning_{task}_{tag}_*.json" if tag else f"learning_{task}_*.json"
     for path in sorted((ROOT / "bench" / "results").glob(pattern)):
         part = json.loads(path.read_text())
         if bool(part.get("extra")) != bool(tag):
             continue  # a run with other flags is not a run of the defaults
-        machines.add(part["machine"])
-        extras.add(tuple(part.get("extra", [])))
-        args = part["args"]
-        for r in part["rows"]:
-            rows[r["run"]] = r
-    if len(machines) > 1:
-        raise SystemExit(f"results from more than one host: {sorted(machines)}")
-    if len(extras) > 1:
-        raise SystemExit(f"runs with different flags: {sorted(extras)}")
-    ordered = sorted(rows.values(), key=lambda r: (r["control"], r["seed"]))
-    return {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": machines.pop() if machines else "",
-        "task": task,
-        "args": args,
-        "extra": list(extras.pop()) if extras else [],
-        "rows": ordered,
-    }
+        parts.setdefault(host_key(part["machine"]), []).append(part)
+    datasets = []
+    for host in sorted(parts):
+        machines = {p["machine"] for p in parts[host]}
+        extras = {tuple(p.get("extra", [])) for p in parts[host]}
+        if len(machines) > 1:
+            raise SystemExit(f"{host} results from more than one host: {sorted(machines)}")
+        if len(extras) > 1:
+            raise SystemExit(f"runs with different flags: {sorted(extras)}")
+        rows = {r["run"]: r for p in parts[host] for r in p["rows"]}
+        datasets.append(
+            {
+                "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "machine": machines.pop(),
+                "task": task,
+                "args": parts[host][-1]["args"],
+                "extra": list(extras.pop()),
+                "rows": sorted(rows.values(), key=lambda r: (r["control"], r["seed"])),
+            }
+        )
+    return datasets
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -339,22 +380,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tag", default="", help="a suffix for the results file")
     p.add_argument("--combine", action="store_true", help="gather the tagged results; run nothing")
     args = p.parse_args(argv)
-    if args.combine and args.tag:  # runs with their own flags (the CI test's): no plot
-        data = combine(args.task, args.tag)
-        name = f"learning_{args.task}_{args.tag}"
-        write_results(ROOT / "bench" / "results" / f"{name}.json", data)
-        text = "\n".join([summary(data, plot=False), "", margin(data["rows"])])
-        print(text)
-        update_readme(name, text)
-        return
     if args.combine:
-        data = combine(args.task)
-        write_results(ROOT / "bench" / "results" / f"learning_{args.task}.json", data)
-        _band_plot(data["rows"], args.task)
-        text = summary(data)
-        print(text)
-        update_readme(f"learning_{args.task}", text)
-        update_readme(f"learning_headline_{args.task}", headline(data))
+        datasets = combine(args.task, args.tag)
+        for data in datasets:
+            sfx = host_suffix(host_key(data["machine"]))
+            name = f"learning_{args.task}{'_' + args.tag if args.tag else ''}{sfx}"
+            write_results(ROOT / "bench" / "results" / f"{name}.json", data)
+            if args.tag:  # runs with their own flags (the CI test's): no plot
+                text = "\n".join([summary(data, plot=False), "", margin(data["rows"])])
+            else:
+                _band_plot(data["rows"], args.task, sfx)
+                text = summary(data)
+            print(text)
+            update_readme(name, text)
+        if not args.tag:
+            update_readme(f"learning_headline_{args.task}", headline(datasets))
         return
     extra = args.extra.split()
     plan = [(int(s), False) for s in args.seeds.split(",") if s]
@@ -381,8 +421,9 @@ def main(argv: list[str] | None = None) -> None:
     suffix = f"_{args.tag}" if args.tag else ""
     write_results(ROOT / "bench" / "results" / f"learning_{args.task}{suffix}.json", data)
     if not args.tag:  # a tagged part waits for --combine
-        _band_plot(rows, args.task)
-        update_readme(f"learning_{args.task}", summary(data))
+        sfx = host_suffix(host_key(data["machine"]))
+        _band_plot(rows, args.task, sfx)
+        update_readme(f"learning_{args.task}{sfx}", summary(data))
     print(table(rows))
 
 

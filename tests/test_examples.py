@@ -60,3 +60,34 @@ def test_langgraph_nodes_example(tmp_path: Path) -> None:
     assert report["train_nodes"] == ["router", "agent"] and len(report["rows"]) == 2
     for row in report["rows"]:
         assert 0.0 <= row["held_out_router"] <= 1.0 and 0.0 <= row["held_out_agent"] <= 1.0
+
+
+def swap_in_code() -> str:
+    """examples/swap_in.py below its docstring: what the README must show."""
+    text = (ROOT / "examples" / "swap_in.py").read_text()
+    return text[text.index('"""', 3) + 3 :].strip("\n")
+
+
+def test_the_readme_shows_the_swap_in_line_for_line() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## The swap-in") :]
+    start = section.index("```python\n") + 10
+    block = section[start : section.index("\n```", start)]
+    assert block == swap_in_code()
+    assert readme.index("## The swap-in") < readme.index("## The two commands")
+
+
+@pytest.mark.slow
+def test_the_swap_in_runs_as_written(tmp_path: Path) -> None:
+    """The file itself, from a folder of its own (its model folder, `.art/`, lands there):
+    one GRPO step on the real preset, which then serves step 1."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "swap_in.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("step=1 "), out.stdout[-2000:]
+    assert (tmp_path / ".art" / "readme" / "models" / "agent").is_dir()
