@@ -5,13 +5,17 @@ the caller's choice, else (`auto`) the machine's fast one:
 
 - the engine's weights (`pick_engine_dtype`): bfloat16 on CUDA and on CPUs that multiply
   bfloat16 in hardware (AMX, AVX-512-BF16), float32 on other CPUs;
-- the trainer's weights (`pick_dtype`): bfloat16 on CUDA, float32 on the CPU (the LoRA's
-  master weights and the optimizer stay in float32 there);
-- the trainer's matmuls (`pick_compute_dtype`): the weights dtype, except bfloat16 autocast
-  over float32 weights on CPUs that multiply bfloat16 in hardware.
+- the trainer's frozen weights (`pick_dtype`): the engine's dtype, so that in one process
+  the trainer's LoRA wraps the engine's own weights instead of a second copy
+  (`engine/shared_base.py`): bfloat16 on CUDA and on CPUs that multiply it in hardware,
+  float32 on other CPUs. The LoRA's weights and the optimizer stay in float32 everywhere
+  (peft keeps an adapter over bfloat16 weights in float32);
+- the trainer's matmuls (`pick_compute_dtype`): the weights dtype; bfloat16 autocast over
+  float32 weights where a caller chose float32 weights on a CPU that multiplies bfloat16
+  in hardware.
 
-The logprobs the trainer compares with the sampler's are computed in float32 in every
-case (the head and log-softmax run outside autocast). torch is imported only when a
+The trainer's log-softmax runs in float32 in every case, over logits in the weights
+dtype, as the engine computes the sampler's. torch is imported only when a
 function is called. `describe_machine` says all this in one line for a run's log.
 Left out: MPS and multi-GPU placement.
 """
@@ -43,11 +47,11 @@ def pick_device(device: str | None = None) -> str:
 
 
 def pick_dtype(dtype: str | None, device: str) -> str:
-    """The trainer's weights: `dtype` ("float32", "bfloat16", "float16"), or for None/"auto"
-    bfloat16 on CUDA and float32 elsewhere."""
+    """The trainer's frozen weights: `dtype` ("float32", "bfloat16", "float16"), or for
+    None/"auto" the engine's (`pick_engine_dtype`), so the two share one copy."""
     if dtype and dtype != "auto":
         return dtype
-    return "bfloat16" if device.startswith("cuda") else "float32"
+    return pick_engine_dtype(None, device)
 
 
 def pick_engine_dtype(dtype: str | None, device: str) -> str:
@@ -57,7 +61,7 @@ def pick_engine_dtype(dtype: str | None, device: str) -> str:
         return dtype
     if device.startswith("cpu"):
         return "bfloat16" if cpu_has_fast_bf16() else "float32"
-    return pick_dtype(None, device)
+    return "bfloat16"
 
 
 def pick_compute_dtype(compute: str | None, weights: str, device: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import art_langgraph as art
-from art_langgraph.engine import TorchEngine
+from art_langgraph.engine import TorchEngine, TorchEngineConfig
 from art_langgraph.presets import build_tiny
 from art_langgraph.serving import ModelRegistry, ServerHandle, start_server
 from tests.langgraph.tools import warm_start
@@ -27,9 +27,18 @@ def tiny_path() -> Path:
     return build_tiny()
 
 
+FP32 = TorchEngineConfig(dtype="float32")
+"""The engine tests that compare outputs exactly pin float32: `auto` picks bfloat16 on a
+host with AMX, and those tests must mean the same on every host (bfloat16 has its own)."""
+
+FP32_TRAINER = art.ModelConfig(dtype="float32", compute_dtype="float32")
+"""The same for the trainer tests that compare two paths (prefix trees, segments, ranks)."""
+
+
 @pytest.fixture(scope="session")
 def engine(tiny_path: Path) -> Iterator[TorchEngine]:
-    eng = TorchEngine.from_pretrained(str(tiny_path))
+    """The tiny model on the torch engine, float32 on every host."""
+    eng = TorchEngine.from_pretrained(str(tiny_path), FP32)
     yield eng
     eng.close_sync()
 

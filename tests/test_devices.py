@@ -20,8 +20,10 @@ def test_auto_follows_the_cpu_flags(monkeypatch, flags, engine, compute) -> None
     monkeypatch.setattr(devices, "cpu_flags", lambda: set(flags))
     assert devices.pick_engine_dtype(None, "cpu") == engine
     assert devices.pick_engine_dtype("auto", "cpu") == engine
-    # the trainer keeps float32 master weights on the CPU; autocast picks the matmuls' dtype
-    assert devices.pick_dtype("auto", "cpu") == "float32"
+    # the trainer's frozen weights follow the engine's (one shared copy); float32 weights a
+    # caller chose get bfloat16 autocast where the CPU multiplies it in hardware
+    assert devices.pick_dtype("auto", "cpu") == engine
+    assert devices.pick_compute_dtype("auto", engine, "cpu") == engine
     assert devices.pick_compute_dtype("auto", "float32", "cpu") == compute
 
 

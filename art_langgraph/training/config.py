@@ -191,16 +191,22 @@ class ModelConfig(BaseModel):
         ),
     )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="Trainer weights dtype. auto: bfloat16 on CUDA, float32 on the CPU."
+        "auto",
+        description=(
+            "The trainer's frozen base weights. auto: the engine's dtype (bfloat16 on CUDA and "
+            "on CPUs that multiply it in hardware, AMX or AVX-512-BF16; float32 on other CPUs), "
+            "so an embedded backend's trainer wraps the engine's own weights instead of a "
+            "second copy. The LoRA weights and the optimizer stay float32."
+        ),
     )
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
         description=(
             "Dtype of the transformer's matmuls, through torch.autocast over the weights dtype "
-            "(the head and log-softmax stay in the weights dtype). auto: bfloat16 over float32 "
-            "weights on CPUs that multiply it in hardware (AMX, AVX-512-BF16), where it is "
-            "about twice as fast, at the cost of a larger sampler/trainer logprob mismatch "
-            "(see docs/benchmarks.md); the weights dtype elsewhere (no autocast)."
+            "(the head and log-softmax stay in the weights dtype). auto: the weights dtype (no "
+            "autocast), except bfloat16 over float32 weights (dtype='float32' chosen) on CPUs "
+            "that multiply it in hardware (AMX, AVX-512-BF16), where it is about twice as fast "
+            "(see docs/benchmarks.md)."
         ),
     )
     serve_during_training: bool = Field(

@@ -24,6 +24,7 @@ import pytest
 from art_langgraph.engine import GenerateResult, SamplingParams, TorchEngine, TorchEngineConfig
 from art_langgraph.engine.prefix_cache import PrefixCache
 from art_langgraph.errors import UsageError
+from tests.conftest import FP32
 
 FP32_TOL = 1e-4
 BF16_TOL = 0.1
@@ -34,8 +35,10 @@ GREEDY = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
 @pytest.fixture(scope="module")
 def pair(tiny_path: Path) -> Iterator[tuple[TorchEngine, TorchEngine]]:
     """(cached, plain) engines on the same tiny weights, fp32."""
-    cached = TorchEngine.from_pretrained(str(tiny_path))
-    plain = TorchEngine.from_pretrained(str(tiny_path), TorchEngineConfig(prefix_cache_bytes=0))
+    cached = TorchEngine.from_pretrained(str(tiny_path), FP32)
+    plain = TorchEngine.from_pretrained(
+        str(tiny_path), TorchEngineConfig(dtype="float32", prefix_cache_bytes=0)
+    )
     yield cached, plain
     cached.close_sync()
     plain.close_sync()
@@ -176,10 +179,10 @@ async def test_kv_of_replaced_adapter_weights_is_never_served(
 
     # Free the slot, load other weights into the same peft key under a new name.
     await cached.unload_adapter("swap")
-    spare = cached._spare  # a slot that served other weights before
+    spare = cached._slots.spare  # a slot that served other weights before
     assert spare is not None
     await cached.load_adapter("slot", str(lora_adapter))
-    assert cached._adapters["slot"] == spare  # written in place
+    assert cached._slots.adapters["slot"] == spare  # written in place
     again = await cached.generate(prompt, GREEDY, adapter="slot")
     assert again.cached_tokens == 0
     _same(again, old)
@@ -195,13 +198,13 @@ async def test_eviction_under_a_tiny_budget_stays_exact(
     tiny_path: Path, pair: tuple[TorchEngine, TorchEngine]
 ) -> None:
     plain = pair[1]
-    probe = TorchEngine.from_pretrained(str(tiny_path))
+    probe = TorchEngine.from_pretrained(str(tiny_path), FP32)
     cfg = probe.model.config
     probe.close_sync()
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     block = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * 16 * head_dim * 4
     small = TorchEngine.from_pretrained(
-        str(tiny_path), TorchEngineConfig(prefix_cache_bytes=6 * block)
+        str(tiny_path), TorchEngineConfig(dtype="float32", prefix_cache_bytes=6 * block)
     )
     try:
         prompts = [_turn(small, f"eviction {i} " * 40) for i in range(3)]

@@ -256,7 +256,7 @@ async def test_adapters_route_per_row_in_one_batch(engine: TorchEngine, lora_ada
     assert alone_base.completion_token_ids != alone_lora.completion_token_ids
     assert alone_base.completion_token_ids == _greedy_reference(engine, p, 10)
     with torch.inference_mode():
-        engine.model.set_adapter(engine._adapters["lora-a"])
+        engine.model.set_adapter(engine._slots.adapters["lora-a"])
         ref = engine.model.generate(
             input_ids=torch.tensor([p]), max_new_tokens=10, min_new_tokens=10, do_sample=False
         )
@@ -301,11 +301,11 @@ async def test_a_freed_adapter_slot_takes_the_next_adapter_exactly(
     await engine.load_adapter("b", str(other))
     want_a, want_b = await outputs("a", "b")
     assert want_a != want_b
-    key_a = engine._adapters["a"]
+    key_a = engine._slots.adapters["a"]
     await engine.unload_adapter("a")
-    assert engine._spare == key_a  # kept, not deleted
+    assert engine._slots.spare == key_a  # kept, not deleted
     await engine.load_adapter("c", str(lora_adapter))  # written into the spare, in place
-    assert engine._adapters["c"] == key_a and engine._spare is None
+    assert engine._slots.adapters["c"] == key_a and engine._slots.spare is None
     assert await outputs("c", "b") == [want_a, want_b]
     await engine.unload_adapter("b")
     await engine.load_adapter("d", str(other))  # into b's freed slot
@@ -316,15 +316,15 @@ async def test_a_freed_adapter_slot_takes_the_next_adapter_exactly(
 
     base = AutoModelForCausalLM.from_pretrained(engine.base_model.name_or_path)
     await engine.unload_adapter("c")
-    spare = engine._spare
+    spare = engine._slots.spare
     m = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj"], init_lora_weights=False))
     m.save_pretrained(tmp_path / "r4")
     await engine.load_adapter("e", str(tmp_path / "r4"))
-    assert engine._adapters["e"] != spare and engine._spare == spare
+    assert engine._slots.adapters["e"] != spare and engine._slots.spare == spare
     assert await outputs("d") == [want_b]
     for name in ("d", "e"):
         await engine.unload_adapter(name)
-    assert engine._spare is None and engine.list_adapters() == []
+    assert engine._slots.spare is None and engine.list_adapters() == []
 
 
 async def test_the_merged_copy_holds_the_only_packed_copy_of_its_targets(
@@ -348,13 +348,13 @@ async def test_the_merged_copy_holds_the_only_packed_copy_of_its_targets(
     await engine.load_adapter("a", str(lora_adapter))
     targets = {n for n in before if n.rsplit(".", 1)[-1] in ("q_proj", "v_proj", "up_proj")}
     assert targets and packed(engine.base_model) == before - targets  # given up to the merged copy
-    assert packed(engine._merged) == before  # its targets merged, the rest shared
+    assert packed(engine._slots.merged) == before  # its targets merged, the rest shared
     merged = await engine.generate(p, greedy, adapter="a")
     base = await engine.generate(p, greedy)  # the given-up layers run unpacked: still exact
     assert base.completion_token_ids == _greedy_reference(engine, p, 8)
     assert merged.completion_token_ids != base.completion_token_ids
     await engine.unload_adapter("a")
-    assert engine._merged is None and packed(engine.base_model) == before
+    assert engine._slots.merged is None and packed(engine.base_model) == before
 
 
 async def test_adapter_errors(engine: TorchEngine, tmp_path: Path) -> None:
@@ -413,13 +413,14 @@ async def test_the_kv_budget_holds_rows_back_and_changes_no_output(tiny_path: Pa
     others wait in the queue), and each still equals its own greedy generation."""
     from art_langgraph.engine import TorchEngineConfig
 
-    probe = TorchEngine.from_pretrained(str(tiny_path))
+    probe = TorchEngine.from_pretrained(str(tiny_path), TorchEngineConfig(dtype="float32"))
     per_token = probe._kv_token_bytes
     probe.close_sync()
     prompts = [_prompt(probe, f"word {k} " * 3) for k in range(5)]
     width = max(len(p) for p in prompts) + 16
     eng = TorchEngine.from_pretrained(
-        str(tiny_path), TorchEngineConfig(max_kv_bytes=2 * width * per_token + per_token)
+        str(tiny_path),
+        TorchEngineConfig(dtype="float32", max_kv_bytes=2 * width * per_token + per_token),
     )
     try:
         greedy = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
@@ -452,7 +453,7 @@ async def test_a_request_held_back_by_the_kv_budget_joins_before_later_ones(
     rotation happened to leave it in front: 1 time in 7)."""
     from art_langgraph.engine import TorchEngineConfig
 
-    probe = TorchEngine.from_pretrained(str(tiny_path))
+    probe = TorchEngine.from_pretrained(str(tiny_path), TorchEngineConfig(dtype="float32"))
     per_token = probe._kv_token_bytes
     probe.close_sync()
     long = _prompt(probe, "word " * 60)
@@ -461,7 +462,7 @@ async def test_a_request_held_back_by_the_kv_budget_joins_before_later_ones(
     quick = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
     widest = max(len(shorts[0]) + 120, len(long) + 8)
     eng = TorchEngine.from_pretrained(
-        str(tiny_path), TorchEngineConfig(max_kv_bytes=2 * widest * per_token)
+        str(tiny_path), TorchEngineConfig(dtype="float32", max_kv_bytes=2 * widest * per_token)
     )
     joined: list[int] = []
     prefill = eng._prefill

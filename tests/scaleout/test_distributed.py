@@ -33,6 +33,7 @@ from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.tensorize import TrainSequence
 from art_langgraph.training.trainer import LoRATrainer
 from tests.backend.rollouts import rollout
+from tests.conftest import FP32_TRAINER
 from tests.training.test_trainer import LR, make_sequences
 
 MAX_WEIGHT_DIFF = 5e-5
@@ -84,7 +85,7 @@ def test_one_cuda_rank_gets_an_indexed_device() -> None:
 
 @pytest.fixture(scope="module")
 def pair(tiny_path: Path) -> Iterator[DistributedTrainer]:
-    trainer = DistributedTrainer(str(tiny_path), ModelConfig(), ranks=2, device="cpu")
+    trainer = DistributedTrainer(str(tiny_path), FP32_TRAINER, ranks=2, device="cpu")
     yield trainer
     pids = trainer.pids
     trainer.close()
@@ -93,7 +94,7 @@ def pair(tiny_path: Path) -> Iterator[DistributedTrainer]:
 
 def fresh(tiny_path: Path, pair: DistributedTrainer, folder: Path) -> LoRATrainer:
     """A new single-process trainer, and the pair reset to its exact state."""
-    single = LoRATrainer(str(tiny_path), ModelConfig(), device="cpu")
+    single = LoRATrainer(str(tiny_path), FP32_TRAINER, device="cpu")
     folder.mkdir()
     single.save(folder)
     pair.load(folder)
@@ -188,7 +189,7 @@ def test_two_ranks_make_the_single_process_sft_step(
 
 @pytest.fixture(scope="module")
 def fsdp_pair(tiny_path: Path) -> Iterator[DistributedTrainer]:
-    trainer = DistributedTrainer(str(tiny_path), ModelConfig(), ranks=2, device="cpu", fsdp=True)
+    trainer = DistributedTrainer(str(tiny_path), FP32_TRAINER, ranks=2, device="cpu", fsdp=True)
     yield trainer
     trainer.close()
 
@@ -238,7 +239,7 @@ def test_fsdp_idle_rank_sft_and_checkpoint_into_one_process(
         folder.mkdir()
     fsdp_pair.save(sharded)
     single.save(plain)
-    loaded = LoRATrainer(str(tiny_path), ModelConfig(), device="cpu")
+    loaded = LoRATrainer(str(tiny_path), FP32_TRAINER, device="cpu")
     loaded.load(sharded)
     loaded.save(again)  # the plain trainer holds exactly what the FSDP ranks wrote
     assert sorted(p.name for p in sharded.iterdir()) == sorted(p.name for p in plain.iterdir())
@@ -262,8 +263,8 @@ def test_fsdp_idle_rank_sft_and_checkpoint_into_one_process(
 def test_a_killed_rank_fails_the_step_whole_and_a_new_trainer_goes_on(
     tiny_path: Path, tmp_path: Path
 ) -> None:
-    trainer = DistributedTrainer(str(tiny_path), ModelConfig(), ranks=2, device="cpu")
-    single = LoRATrainer(str(tiny_path), ModelConfig(), device="cpu")
+    trainer = DistributedTrainer(str(tiny_path), FP32_TRAINER, ranks=2, device="cpu")
+    single = LoRATrainer(str(tiny_path), FP32_TRAINER, device="cpu")
     config = TrainConfig(learning_rate=LR)
     trainer.rl_step(seqs_for(single, seed=0), config)
     saved = tmp_path / "step1"
@@ -287,7 +288,7 @@ def test_a_killed_rank_fails_the_step_whole_and_a_new_trainer_goes_on(
         trainer.rl_step(seqs_for(single, seed=1), config)
 
     # What a backend does next: a new trainer from the last checkpoint, and the step again.
-    again = DistributedTrainer(str(tiny_path), ModelConfig(), ranks=2, device="cpu")
+    again = DistributedTrainer(str(tiny_path), FP32_TRAINER, ranks=2, device="cpu")
     try:
         again.load(saved)
         single.load(saved)
@@ -361,7 +362,7 @@ def test_fsdp_turns_on_when_the_base_takes_over_40_percent_of_a_cuda_device(
 
 def test_more_ranks_than_cuda_devices_is_refused(tiny_path: Path) -> None:
     with pytest.raises(UsageError, match="need 64 CUDA devices"):
-        DistributedTrainer(str(tiny_path), ModelConfig(), ranks=64, device="cuda")
+        DistributedTrainer(str(tiny_path), FP32_TRAINER, ranks=64, device="cuda")
 
 
 def test_the_rendezvous_listens_on_loopback_only(pair: DistributedTrainer) -> None:

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 import torch
 
-from art_langgraph.training.config import ModelConfig, TrainConfig
+from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.tensorize import TrainSequence
 from art_langgraph.training.trainer import LoRATrainer
+from tests.conftest import FP32_TRAINER
 
 LR = 1e-3  # what tiny models take
 TAIL = 5  # trainable tokens at the end of each sequence
@@ -29,7 +30,7 @@ ADAPTER_FILES = {"adapter_config.json", "adapter_model.safetensors"}
 @pytest.fixture
 def make_trainer(tiny_path: Path) -> Callable[[], LoRATrainer]:
     def make() -> LoRATrainer:
-        return LoRATrainer(str(tiny_path), ModelConfig(), device="cpu")
+        return LoRATrainer(str(tiny_path), FP32_TRAINER, device="cpu")
 
     return make
 

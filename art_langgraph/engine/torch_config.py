@@ -1,0 +1,89 @@
+"""The torch engine's settings: `TorchEngineConfig`, each field documented in place.
+
+Batch size and scheduling, the device and dtype, the memory budgets of the running
+batch's KV cache and of the prefix cache, the merged copy of the latest adapter, oneDNN
+prepacking on the CPU, and the chat template. The docs' table of these settings
+(docs/configuration.md) is written from the field docstrings (`scripts/docs.py`).
+
+Left out: the engine itself (`torch_engine.py`, which re-exports this class) and the
+defaults that depend on the device (`engine/budgets.py`, `devices.pick_engine_dtype`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from art_langgraph.errors import UsageError
+
+__all__ = ["TorchEngineConfig"]
+
+
+@dataclass(frozen=True)
+class TorchEngineConfig:
+    """Settings of the torch engine."""
+
+    max_batch_size: int = 64
+    """Most sequences decoded together; more wait in the queue."""
+    max_kv_bytes: int | None = None
+    """Memory budget of the running batch's KV cache, in bytes: a request waits in the queue
+    while admitting it could take the batch past it, counting every row at the batch's
+    widest length (rows are left-padded to it), each row's prompt plus its max_tokens (at
+    most `_KV_GROWTH` more). One request always runs. None: 1/16 of the device's memory, at
+    most 512 MiB on the CPU: SmolLM2-135M in float32 holds 46 KB a token, so ~15 rows of an
+    agent's 750-token turns, where a 2-core CPU's decode throughput has stopped growing
+    (109 tokens/s at 16 rows, 99 at 32: bench/results/engine_packed.json), and a real-model
+    `art-mcp train` run stays under 4 GiB (it took 7.4 GiB with 64 such rows, 4.1 GiB with
+    1 GiB of KV); on CUDA 1/4 of its memory. 0: no budget."""
+    scheduling: Literal["continuous", "dynamic"] = "continuous"
+    """continuous: new requests join the running batch at the next step.
+    dynamic: new requests wait until the running batch has finished."""
+    device: str | None = None
+    """"cuda", "cpu", ...; None picks CUDA when present."""
+    dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    """Weights dtype; None: bfloat16 on CUDA and on CPUs that multiply it in hardware (AMX,
+    AVX-512-BF16), float32 on other CPUs (`devices.pick_engine_dtype`)."""
+    seed: int = 0
+    """Seed of the generator shared by requests that carry no seed."""
+    admit_wait_s: float = 0.002
+    """When idle, how long to wait for more arrivals before a prefill (seconds)."""
+    merge_latest: bool = True
+    """Keep a second copy of the weights with the most recently loaded adapter merged in, and
+    serve batches that use only that adapter from it: peft's per-layer LoRA path costs about
+    2x in decode time on a small model. Costs one more copy of the model's weights in memory."""
+    prefix_cache_bytes: int | None = None
+    """Memory budget of the prefix cache, in bytes: the KV of earlier requests, kept so a new
+    request prefills only what no earlier request under the same weights computed (an
+    agent's next turn, a group's shared prompt; see `engine/prefix_cache.py`). Least
+    recently used blocks are evicted past it. 0 turns the cache off. None: 1/32 of the
+    device's memory (the machine's RAM on CPUs), at most 1 GiB: one RL step's rollouts on
+    SmolLM2-135M (16 agents, 4 turns, fp32) held 608 MiB, and a new adapter's step starts
+    from an empty cache, as the previous step's KV is dropped with its weights. Negative budgets, and
+    budgets beyond the device's memory, are refused at construction."""
+    prefix_cache_block_size: int = 16
+    """Tokens per prefix-cache block (vLLM's --block-size): a prompt reuses whole blocks, so
+    up to this many tokens less than the longest common prefix. At least 1."""
+    prepack_weights: bool = True
+    """On the CPU, multiply by weights reordered once for oneDNN instead of letting every
+    call reorder them (`engine/packed_linear.py`): decode steps of 8-32 rows 1.25-1.66x
+    faster on SmolLM2-135M, one row no faster (bench/results/engine_packed.json), for one
+    packed copy of each linear weight in memory (the merged copy of `merge_latest` holds
+    those of its adapter's layers, the base the rest). float32, and bfloat16 where the CPU
+    multiplies it in hardware; ignored elsewhere."""
+    chat_template: str | None = None
+    """A Jinja chat template (its text, or a file path) replacing the tokenizer's own, as
+    vLLM's --chat-template. None: the tokenizer's template; one that ignores tools gets them
+    in the generic format (engine/templates.py)."""
+
+    def __post_init__(self) -> None:
+        if self.prefix_cache_bytes is not None and self.prefix_cache_bytes < 0:
+            raise UsageError(
+                f"prefix_cache_bytes must be >= 0 (0 turns the prefix cache off), "
+                f"got {self.prefix_cache_bytes}"
+            )
+        if self.max_kv_bytes is not None and self.max_kv_bytes < 0:
+            raise UsageError(f"max_kv_bytes must be >= 0 (0: no budget), got {self.max_kv_bytes}")
+        if self.prefix_cache_block_size < 1:
+            raise UsageError(
+                f"prefix_cache_block_size must be >= 1, got {self.prefix_cache_block_size}"
+            )
