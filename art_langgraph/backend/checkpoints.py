@@ -16,6 +16,12 @@ the checkpoints: each marker holds its step's metrics, and `reconcile_history` r
 a line a kill lost. Every path handed out stays inside the
 model's folder.
 
+Two views of one folder: `CheckpointFolder` only reads (the complete steps, their
+markers, the base model they were trained on), so any process may open it: the CLI's
+promotion, the review page, the Langfuse export. `CheckpointStore` is the trainer's: it
+creates the folder and, when opened, tidies it (temp folders removed, invalid ones set
+aside), which only the process that writes checkpoints may do.
+
 Left out: remote storage (S3 and the like).
 """
 
@@ -34,7 +40,7 @@ from typing import Any
 from art_langgraph.errors import UsageError
 from art_langgraph.records import append_records, read_records
 
-__all__ = ["CheckpointStore", "recorded_base_model"]
+__all__ = ["CheckpointFolder", "CheckpointStore", "recorded_base_model"]
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +60,15 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class CheckpointStore:
-    """The on-disk state of one model."""
+class CheckpointFolder:
+    """A model's checkpoints, read only: no folder is created, tidied or set aside, so any
+    process may open one, while the trainer writes."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).resolve()
         self.checkpoints = self.root / "checkpoints"
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
         self.history_file = self.root / "history.jsonl"
-        self.swept = self._sweep()
-        """Folders set aside when the store was opened (no valid checkpoint.json)."""
 
-    # ----------------------------------------------------------------- paths
     def _inside(self, p: Path) -> Path:
         p = p.resolve()
         if p != self.root and self.root not in p.parents:
@@ -77,6 +80,51 @@ class CheckpointStore:
             raise UsageError(f"a checkpoint step is an int >= 0, got {step!r}")
         return self._inside(self.checkpoints / f"{step:04d}")
 
+    @staticmethod
+    def _meta(p: Path) -> dict[str, Any] | None:
+        try:
+            meta = json.loads((p / MARKER).read_text())
+        except (OSError, ValueError):
+            return None
+        return meta if isinstance(meta, dict) and meta.get("step") == int(p.name) else None
+
+    def steps(self) -> list[int]:
+        """Steps with a complete checkpoint, ascending (none when there is no folder)."""
+        try:
+            found = list(self.checkpoints.iterdir())
+        except OSError:
+            return []
+        return sorted(int(p.name) for p in found if p.name.isdigit() and self._meta(p) is not None)
+
+    def latest(self) -> int | None:
+        s = self.steps()
+        return s[-1] if s else None
+
+    def meta(self, step: int) -> dict[str, Any]:
+        m = self._meta(self.path(step))
+        if m is None:
+            raise UsageError(f"no complete checkpoint for step {step} in {self.checkpoints}")
+        return m
+
+    def base_model(self) -> str | None:
+        """The base model the checkpoints were trained on (the latest marker that says);
+        None when none records one."""
+        base = None
+        for step in self.steps():
+            base = self.meta(step).get("base_model") or base
+        return base
+
+
+class CheckpointStore(CheckpointFolder):
+    """The on-disk state of one model, as its trainer writes it."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        self.swept = self._sweep()
+        """Folders set aside when the store was opened (no valid checkpoint.json)."""
+
+    # ----------------------------------------------------------------- paths
     def trajectories_path(self, split: str, step: int) -> Path:
         if not split.replace("_", "").replace("-", "").isalnum():
             raise UsageError(f"split names are letters, digits, '-' and '_'; got {split!r}")
@@ -102,32 +150,6 @@ class CheckpointStore:
         log.warning("checkpoint %s: %s; set aside as %s", p, reason, dest.name)
         os.rename(p, dest)
         return dest.name
-
-    @staticmethod
-    def _meta(p: Path) -> dict[str, Any] | None:
-        try:
-            meta = json.loads((p / MARKER).read_text())
-        except (OSError, ValueError):
-            return None
-        return meta if isinstance(meta, dict) and meta.get("step") == int(p.name) else None
-
-    def steps(self) -> list[int]:
-        """Steps with a complete checkpoint, ascending."""
-        return sorted(
-            int(p.name)
-            for p in self.checkpoints.iterdir()
-            if p.name.isdigit() and self._meta(p) is not None
-        )
-
-    def latest(self) -> int | None:
-        s = self.steps()
-        return s[-1] if s else None
-
-    def meta(self, step: int) -> dict[str, Any]:
-        m = self._meta(self.path(step))
-        if m is None:
-            raise UsageError(f"no complete checkpoint for step {step} in {self.checkpoints}")
-        return m
 
     def write(self, step: int, fill: Callable[[Path], None], meta: dict[str, Any]) -> Path:
         """Build checkpoint `step` with `fill(tmp_folder)`, then rename it into place."""
@@ -217,13 +239,7 @@ class CheckpointStore:
         return read_records(self.history_file, missing_ok=True)
 
 
-def recorded_base_model(folder: Path) -> str | None:
+def recorded_base_model(folder: str | os.PathLike[str]) -> str | None:
     """The base model a model folder's checkpoints were trained on (the latest that says),
-    read from their markers without opening a store; None when none records one."""
-    base = None
-    for marker in sorted(Path(folder).glob(f"checkpoints/*/{MARKER}")):
-        try:
-            base = json.loads(marker.read_text()).get("base_model") or base
-        except (ValueError, OSError):
-            continue
-    return base
+    read without opening a store; None when none records one."""
+    return CheckpointFolder(folder).base_model()

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import math
 import os
@@ -41,6 +40,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from art_langgraph.backend.checkpoints import CheckpointFolder
 from art_langgraph.errors import UsageError
 from art_langgraph.records import read_records, write_records
 
@@ -144,21 +144,11 @@ def _score_of(history: list[PromotionDecision], step: int) -> float | None:
     return None
 
 
-def checkpoint_steps(folder: Path) -> list[int]:
-    """Steps with a complete checkpoint in a model's folder, read without opening a
-    `CheckpointStore` (which tidies the folder: not from another process than the trainer)."""
-    steps = []
-    with contextlib.suppress(OSError):
-        for p in (Path(folder) / "checkpoints").iterdir():
-            if not p.name.isdigit():
-                continue
-            try:
-                meta = json.loads((p / "checkpoint.json").read_text())
-            except (OSError, ValueError):
-                continue
-            if isinstance(meta, dict) and meta.get("step") == int(p.name):
-                steps.append(int(p.name))
-    return sorted(steps)
+def checkpoint_steps(folder: str | os.PathLike[str]) -> list[int]:
+    """Steps with a complete checkpoint in a model's folder, read through a
+    `CheckpointFolder` (a `CheckpointStore` tidies the folder: not from another process
+    than the trainer)."""
+    return CheckpointFolder(folder).steps()
 
 
 class PromotionLog:
