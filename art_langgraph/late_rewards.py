@@ -46,7 +46,6 @@ from art_langgraph.errors import UsageError
 from art_langgraph.trajectory import Trajectory, TrajectoryGroup
 
 __all__ = [
-    "PENDING_KEY",
     "Fetch",
     "LateRewards",
     "Wait",

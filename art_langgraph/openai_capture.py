@@ -54,7 +54,7 @@ from art_langgraph.serving.responses_protocol import (
 )
 from art_langgraph.trajectory import LLMCall, ToolEvent
 
-__all__ = ["CapturingTransport", "merge_stream_chunks", "responses_as_chat"]
+__all__ = ["CapturingTransport", "merge_stream_chunks"]
 
 log = logging.getLogger(__name__)
 

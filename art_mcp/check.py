@@ -47,7 +47,7 @@ from art_mcp.scenarios import Scenario, load_scenarios, split_scenarios
 from art_mcp.scoring import RewardFn, load_reward
 from art_mcp.servers import Servers, check_server
 
-__all__ = ["Preflight", "check", "summarize"]
+__all__ = ["check", "summarize"]
 
 FLAT_GROUPS_LIMIT = 0.5
 """Past this share of groups with one reward for all rollouts, a step trains on too little."""

@@ -43,7 +43,6 @@ __all__ = [
     "check_langfuse_dataset",
     "episode_format",
     "eval_sample",
-    "held_out_dataset",
     "log_to_langfuse",
     "paired_rise",
     "transcript",

@@ -37,12 +37,10 @@ from art_langgraph.utils import atomic_write
 from art_mcp.evaluation import Evaluation
 
 __all__ = [
-    "JOURNAL",
     "Report",
     "append_journal",
     "build_report",
     "eval_line",
-    "eval_row",
     "grpo_steps",
     "journal_evaluations",
     "read_journal",

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from art_langgraph.engine.base import InferenceEngine
 
-__all__ = ["EngineChoice", "StartedEngine", "start_engine"]
+__all__ = ["EngineChoice", "start_engine"]
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import torch
 
 from art_langgraph.errors import UsageError
 
-__all__ = ["device_memory", "kv_budget", "kv_token_bytes", "prefix_budget"]
+__all__ = ["kv_budget", "kv_token_bytes", "prefix_budget"]
 
 
 def device_memory(device: torch.device) -> int:

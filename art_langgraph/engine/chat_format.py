@@ -31,9 +31,6 @@ from typing import Any
 from art_langgraph.errors import UsageError
 
 __all__ = [
-    "TOOL_CALL_CLOSE",
-    "TOOL_CALL_OPEN",
-    "ParsedCompletion",
     "ToolCallHoldback",
     "normalize_messages",
     "parse_tool_calls",

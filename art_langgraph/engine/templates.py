@@ -61,7 +61,7 @@ from typing import Any, Literal
 
 from art_langgraph.errors import UsageError
 
-__all__ = ["ChatFormat", "load_chat_template", "tools_system_text"]
+__all__ = ["ChatFormat", "load_chat_template"]
 
 _PROBE_NAME = "art_probe_fn"
 _PROBE_TOOL = {

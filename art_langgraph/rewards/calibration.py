@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict
 
 from art_langgraph.trajectory import TrajectoryGroup
 
-__all__ = ["MIN_PAIRS", "MIN_SPEARMAN", "JudgeCalibration", "judge_calibration", "spearman"]
+__all__ = ["MIN_SPEARMAN", "JudgeCalibration", "judge_calibration", "spearman"]
 
 log = logging.getLogger(__name__)
 

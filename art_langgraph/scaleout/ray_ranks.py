@@ -32,7 +32,7 @@ from typing import Any
 from art_langgraph.errors import InfrastructureError
 from art_langgraph.scaleout.ray_cluster import ActorShare, shares, wait_ready
 
-__all__ = ["RankActor", "RayLauncher", "RayRankProcess"]
+__all__ = ["RayLauncher"]
 
 
 class RankActor:

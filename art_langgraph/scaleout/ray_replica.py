@@ -31,7 +31,7 @@ from art_langgraph.scaleout.ray_cluster import ActorShare, wait_ready
 from art_langgraph.scaleout.replica_clients import TorchReplica
 from art_langgraph.scaleout.replica_server import serve
 
-__all__ = ["RayReplica", "ReplicaActor"]
+__all__ = ["RayReplica"]
 
 
 class ReplicaActor:

@@ -40,15 +40,7 @@ from fastapi import Request  # at module level: FastAPI resolves the routes' ann
 from art_langgraph.engine.base import GenerateResult, SamplingParams, TokenEvent
 from art_langgraph.errors import ContextLengthError, InfrastructureError, UsageError
 
-__all__ = [
-    "main",
-    "raise_wire_error",
-    "result_from_wire",
-    "result_to_wire",
-    "sampling_from_wire",
-    "sampling_to_wire",
-    "serve",
-]
+__all__ = ["main", "raise_wire_error", "result_from_wire", "sampling_to_wire", "serve"]
 
 
 # ----------------------------------------------------------------------- wire

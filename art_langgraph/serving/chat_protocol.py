@@ -30,7 +30,6 @@ __all__ = [
     "ChatCompletion",
     "ChatCompletionChunk",
     "ChatCompletionRequest",
-    "ChatMessage",
     "Choice",
     "ChoiceLogprobs",
     "ChunkChoice",

@@ -46,15 +46,7 @@ from typing import Literal
 
 from art_langgraph.engine.base import EngineMetrics, InferenceEngine
 
-__all__ = [
-    "CONTENT_TYPE",
-    "PREFIX",
-    "TICK_S",
-    "WINDOW_S",
-    "ServerMetrics",
-    "Throughput",
-    "TokenRates",
-]
+__all__ = ["CONTENT_TYPE", "PREFIX", "ServerMetrics", "Throughput", "TokenRates"]
 
 log = logging.getLogger(__name__)
 

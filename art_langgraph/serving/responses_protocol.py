@@ -55,7 +55,6 @@ __all__ = [
     "ResponseObject",
     "ResponseUsage",
     "ResponsesRequest",
-    "ResponsesTool",
     "as_chat_completion",
     "chat_body",
     "chat_messages",

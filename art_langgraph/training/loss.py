@@ -24,8 +24,6 @@ from art_langgraph.errors import UsageError
 __all__ = [
     "AGGREGATIONS",
     "POLICY_LOSSES",
-    "Aggregation",
-    "PolicyLoss",
     "aggregate",
     "cispo_loss",
     "kl_k3",

@@ -33,7 +33,6 @@ __all__ = [
     "IDEMPOTENCY_HEADER",
     "DeleteRequest",
     "EvaluationRequest",
-    "HeldModel",
     "LogRequest",
     "ModelSpec",
     "SFTItem",

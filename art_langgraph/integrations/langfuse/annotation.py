@@ -63,11 +63,8 @@ from art_langgraph.trajectory import Trajectory, TrajectoryGroup, read_groups
 
 __all__ = [
     "REVIEW_FILE",
-    "ReviewPick",
     "ReviewQueueClashError",
-    "ReviewReport",
     "check_queue",
-    "ensure_queue",
     "queue_id_for",
     "resend_review_items",
     "review_folder",

@@ -94,11 +94,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError(EXTRA_MISSING) from exc
 
 __all__ = [
-    "DATASET_MARKER",
     "EVALUATIONS_FILE",
     "DatasetClashError",
-    "EvaluationLog",
-    "EvaluationRun",
     "check_dataset",
     "item_id",
     "last_run_id",
@@ -106,7 +103,6 @@ __all__ = [
     "promote_from_langfuse",
     "resend_evaluations",
     "run_score",
-    "send_evaluation",
 ]
 
 log = logging.getLogger(__name__)

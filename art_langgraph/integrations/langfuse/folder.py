@@ -29,7 +29,6 @@ __all__ = [
     "EXPORTS_FILE",
     "append_records",
     "exported",
-    "first_copies",
     "latest_unsent",
     "read_records",
     "record_export",

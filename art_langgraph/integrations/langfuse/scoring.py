@@ -54,7 +54,6 @@ __all__ = [
     "SUCCESS",
     "SUCCESS_RATE",
     "ScoreConfigClashError",
-    "ScoreConfigSpec",
     "ensure_score_configs",
     "score_configs",
 ]
