@@ -46,7 +46,6 @@ import logging
 import os
 import re
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -57,7 +56,7 @@ from typing import Any
 import httpx
 
 from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
-from art_langgraph.engine.watchdog import WATCH_FDS, WATCHDOG, spawn_watched
+from art_langgraph.engine.watchdog import WATCHDOG, WatchedProcess
 from art_langgraph.errors import ContextLengthError, InfrastructureError, UsageError
 from art_langgraph.event_loops import PerLoop
 
@@ -213,8 +212,7 @@ class VLLMEngine:
         self.served_base = "base"
         self.max_lora_rank = config.max_lora_rank or _lora_size(lora_rank)
         self._adapters: dict[str, str] = {}
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._watch_fd: int | None = None  # the write end of the watchdog's pipe
+        self._child = WatchedProcess("vLLM", self.log_path)
         self._url = ""
         self._counts = _Counts()
         self._restart_lock = threading.Lock()
@@ -278,59 +276,33 @@ class VLLMEngine:
     def _spawn(self) -> None:
         port = _free_port()
         cmd, env = self._command(port)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._proc, self._watch_fd = spawn_watched(
-            lambda fd: [cmd[0], "-c", WATCHDOG, str(fd), *cmd], self.log_path, env, " ".join(cmd)
-        )
         self._url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + self.config.startup_timeout_s
-        while True:
-            if self._proc.poll() is not None:
-                raise InfrastructureError(
-                    f"vLLM exited with code {self._proc.returncode} while starting; the end of "
-                    f"its log ({self.log_path}):\n{_tail(self.log_path)}"
-                )
+
+        def healthy() -> bool:
             try:
-                if httpx.get(self._url + "/health", timeout=2).status_code == 200:
-                    log.info("vLLM serves %s on %s", self.base_path, self._url)
-                    return
+                return httpx.get(self._url + "/health", timeout=2).status_code == 200
             except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                self._stop()
-                raise InfrastructureError(
-                    f"vLLM did not answer /health within {self.config.startup_timeout_s:.0f} s; "
-                    f"the end of its log ({self.log_path}):\n{_tail(self.log_path)}"
-                )
-            time.sleep(0.25)
+                return False
+
+        self._child.start(
+            lambda fd: [cmd[0], "-c", WATCHDOG, str(fd), *cmd],
+            env,
+            " ".join(cmd),
+            ready=healthy,
+            timeout_s=self.config.startup_timeout_s,
+            poll_s=0.25,
+        )
+        log.info("vLLM serves %s on %s", self.base_path, self._url)
 
     def _stop(self) -> None:
-        proc, self._proc = self._proc, None
-        try:
-            if proc is None or proc.poll() is not None:
-                return
-            with contextlib.suppress(ProcessLookupError):
-                proc.terminate()  # the watchdog passes it on; vLLM stops its engine core
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, 9)
-                proc.wait(timeout=30)
-        finally:
-            fd, self._watch_fd = self._watch_fd, None
-            if fd is not None:
-                WATCH_FDS.discard(fd)
-                os.close(fd)
+        self._child.stop(grace_s=30)  # SIGTERM: the watchdog passes it on, vLLM stops its core
 
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._child.alive()
 
     async def _restart(self) -> None:
         """Start vLLM again (it died) and reload the adapters it held."""
-        log.warning(
-            "vLLM is gone (exit code %s); restarting it", self._proc and self._proc.returncode
-        )
+        log.warning("vLLM is gone (exit code %s); restarting it", self._child.returncode)
         await asyncio.to_thread(self._restart_sync)
         for name, path in list(self._adapters.items()):
             await self._load(name, path)
@@ -673,13 +645,6 @@ def _kv_cache_bytes(text: str) -> int:
 
 def _finish(reason: Any) -> Any:
     return reason if reason in ("stop", "length") else "abort" if reason is None else "stop"
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 def _preload_libs(venv: Path) -> list[str]:

@@ -1,4 +1,6 @@
-"""A watchdog that makes a server subprocess die with the process that started it.
+"""A watchdog that makes a server subprocess die with the process that started it, and
+`WatchedProcess`, the one supervisor of such children (vLLM, inference replicas): start
+until ready, stop in steps, the log's end in every error.
 
 `WATCHDOG` is a standard-library-only script (it runs on the server's own Python, e.g.
 vLLM's virtualenv) that starts the server as its child and leads its process group. It
@@ -9,7 +11,9 @@ and its whole group. The parent-death signal (PR_SET_PDEATHSIG) is not used: it 
 when the *thread* that spawned the child exits, and servers are started from worker
 threads (`asyncio.to_thread`).
 
-Left out: Windows (no process groups, no /proc).
+Left out: Windows (no process groups, no /proc), and the trainer's ranks, which need no
+pipe: each rank's socket to this process is its lifeline (`scaleout/distributed.py`), and
+a rank ends when it reads EOF there.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-__all__ = ["WATCHDOG", "WATCH_FDS", "spawn_watched"]
+__all__ = ["WATCHDOG", "WATCH_FDS", "WatchedProcess", "spawn_watched"]
 
 WATCHDOG = r"""
 import os, signal, subprocess, sys, threading, time
@@ -117,3 +121,89 @@ def spawn_watched(
         os.close(read_fd)
     WATCH_FDS.add(write_fd)
     return proc, write_fd
+
+
+class WatchedProcess:
+    """One supervised child: started with `spawn_watched` (it dies with this process),
+    waited on until it is ready, stopped in steps. The vLLM server and each inference
+    replica are one; their owners keep what is theirs (the command, the readiness probe,
+    the URL, restarts).
+
+    `what` names the child in errors ("vLLM", "replica 1"); `log_path` is where its output
+    goes, whose end every error quotes."""
+
+    def __init__(self, what: str, log_path: Path) -> None:
+        self.what, self.log_path = what, log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._watch_fd: int | None = None  # the write end of the child's pipe
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(
+        self,
+        argv: Callable[[int], list[str]],
+        env: Mapping[str, str],
+        header: str,
+        ready: Callable[[], bool],
+        timeout_s: float,
+        poll_s: float = 0.05,
+    ) -> None:
+        """Start `argv(read_fd)` and wait until `ready()` is true. Raises
+        InfrastructureError, quoting the end of the log, when the child exits first or is
+        not ready within `timeout_s` (it is stopped then)."""
+        from art_langgraph.errors import InfrastructureError
+
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.proc, self._watch_fd = spawn_watched(argv, self.log_path, env, header)
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if self.proc.poll() is not None:
+                raise InfrastructureError(
+                    f"{self.what} exited with code {self.proc.returncode} while starting; the "
+                    f"end of its log ({self.log_path}):\n{self.tail()}"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise InfrastructureError(
+                    f"{self.what} did not start within {timeout_s:.0f} s; the end of its log "
+                    f"({self.log_path}):\n{self.tail()}"
+                )
+            time.sleep(poll_s)
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM, then after `grace_s` SIGKILL to the child's whole process group (it
+        leads one); our end of its pipe closed either way. Idempotent."""
+        proc, self.proc = self.proc, None
+        try:
+            if proc is None or proc.poll() is not None:
+                return
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, 9)
+                proc.wait(timeout=30)
+        finally:
+            fd, self._watch_fd = self._watch_fd, None
+            if fd is not None:
+                WATCH_FDS.discard(fd)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def tail(self, lines: int = 40) -> str:
+        """The last `lines` lines of the child's log."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"

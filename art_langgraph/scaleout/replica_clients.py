@@ -12,12 +12,10 @@ Left out: routing, all-or-nothing loads and supervision (`scaleout/replicas.py`)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -28,7 +26,7 @@ from typing import Any, Protocol
 import httpx
 
 from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
-from art_langgraph.engine.watchdog import WATCH_FDS, spawn_watched
+from art_langgraph.engine.watchdog import WatchedProcess
 from art_langgraph.errors import InfrastructureError
 from art_langgraph.event_loops import PerLoop
 from art_langgraph.scaleout.replica_server import (
@@ -98,8 +96,7 @@ class TorchReplica:
         self.url = ""
         self.headers: dict[str, str] = {}
         """Sent with every request (a Ray replica's API key)."""
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._watch_fd: int | None = None
+        self._child = WatchedProcess(f"replica {index}", self.log_path)
         self._clients: PerLoop[httpx.AsyncClient] = PerLoop(
             lambda: httpx.AsyncClient(
                 timeout=httpx.Timeout(None, connect=10.0), headers=self.headers
@@ -120,7 +117,7 @@ class TorchReplica:
     @property
     def pid(self) -> int | None:
         """The child's process id (None before it started)."""
-        return self._proc.pid if self._proc is not None else None
+        return self._child.pid
 
     # ------------------------------------------------------------- process
     def spawn(self) -> None:
@@ -138,46 +135,22 @@ class TorchReplica:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             p for p in (root, os.environ.get("PYTHONPATH", "")) if p
         )}  # fmt: skip
-        self._proc, self._watch_fd = spawn_watched(
-            lambda fd: [*cmd, "--watch", str(fd)], self.log_path, env, f"replica {self.index}"
+        self._child.start(
+            lambda fd: [*cmd, "--watch", str(fd)],
+            env,
+            f"replica {self.index}",
+            ready=ready.exists,
+            timeout_s=self.startup_timeout_s,
         )
-        deadline = time.monotonic() + self.startup_timeout_s
-        while not ready.exists():
-            if self._proc.poll() is not None:
-                raise InfrastructureError(
-                    f"replica {self.index} exited with code {self._proc.returncode} while "
-                    f"starting; the end of its log ({self.log_path}):\n{_tail(self.log_path)}"
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise InfrastructureError(
-                    f"replica {self.index} did not start within {self.startup_timeout_s:.0f} s; "
-                    f"the end of its log ({self.log_path}):\n{_tail(self.log_path)}"
-                )
-            time.sleep(0.05)
         self.info = json.loads(ready.read_text())
         self.url = f"http://127.0.0.1:{self.info['port']}"
         log.info("%s serves %s", self.label, self.base_path)
 
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._child.alive()
 
     def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        try:
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=10)
-        finally:
-            fd, self._watch_fd = self._watch_fd, None
-            if fd is not None:
-                WATCH_FDS.discard(fd)
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        self._child.stop(grace_s=10)
 
     def restart_sync(self) -> None:
         """Start the child again and reload the adapters it held (blocking)."""
@@ -299,8 +272,8 @@ class VLLMReplica:
 
     @property
     def label(self) -> str:
-        proc = self.engine._proc
-        return f"replica {self.index} (vLLM pid {proc.pid if proc else '?'}, {self.engine._url})"
+        pid = self.engine._child.pid
+        return f"replica {self.index} (vLLM pid {pid or '?'}, {self.engine._url})"
 
     def alive(self) -> bool:
         return bool(self.engine.alive())
@@ -347,10 +320,3 @@ def _json(r: httpx.Response) -> Any:
         return r.json()
     except ValueError:
         return {"error": {"type": "infrastructure", "message": r.text[:500]}}
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"

@@ -211,9 +211,9 @@ async def test_a_crashed_vllm_is_restarted_with_its_adapters(
 ) -> None:
     backend, model = vllm_model
     engine: VLLMEngine = backend.engine
-    assert engine._proc is not None
-    os.killpg(engine._proc.pid, signal.SIGKILL)
-    engine._proc.wait(timeout=30)
+    assert engine._child.proc is not None
+    os.killpg(engine._child.proc.pid, signal.SIGKILL)
+    engine._child.proc.wait(timeout=30)
     traj = await _rollout(model, 5)  # restarts vLLM, reloads v@1, answers
     assert traj.calls[0].model == f"v@{await model.get_step()}" and engine.alive()
 
@@ -229,7 +229,7 @@ config = VLLMEngineConfig(dtype="float32", max_model_len=512, kv_cache_gib=1)
 start = (VLLMEngine.start, resolve_preset("smollm2-135m"), config, Path(sys.argv[1]))
 engine = asyncio.run(asyncio.to_thread(*start))  # from a worker thread, as LocalBackend does
 assert httpx.get(engine._url + "/health").status_code == 200  # that thread's end left it up
-print(engine._proc.pid, flush=True)
+print(engine._child.proc.pid, flush=True)
 if sys.argv[2] == "sigkill":
     sys.stdin.read()  # until killed
 """

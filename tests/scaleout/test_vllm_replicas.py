@@ -54,8 +54,8 @@ async def test_two_vllm_replicas_serve_each_step_and_a_killed_one_comes_back(
         assert min(engine.router.given) >= 1  # both servers answered
 
         victim = engine.replicas[0]
-        assert isinstance(victim, VLLMReplica) and victim.engine._proc is not None
-        os.killpg(victim.engine._proc.pid, signal.SIGKILL)
+        assert isinstance(victim, VLLMReplica) and victim.engine._child.proc is not None
+        os.killpg(victim.engine._child.proc.pid, signal.SIGKILL)
         deadline = time.monotonic() + 300
         while not (engine.restarts[0] and 0 in engine.up()):
             assert time.monotonic() < deadline, "the vLLM replica did not come back"

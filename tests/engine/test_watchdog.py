@@ -1,0 +1,115 @@
+"""`WatchedProcess`, the supervisor of the vLLM server and the inference replicas: real
+child processes (`python -c`) that become ready, fail to start, hang, and outlive a stop
+request; and a parent killed outright, whose watched child must not outlive it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from art_langgraph.engine.watchdog import WatchedProcess
+from art_langgraph.errors import InfrastructureError
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def _gone(pid: int, within_s: float = 15.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+            if state in "ZX":
+                return True
+        except (ProcessLookupError, FileNotFoundError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_child_starts_until_ready_and_stops(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    child = WatchedProcess("toy", tmp_path / "toy.log")
+    code = f"import pathlib, time; print('up', flush=True); pathlib.Path({str(ready)!r}).touch(); time.sleep(600)"
+    child.start(lambda fd: _python(code), os.environ, "toy", ready=ready.exists, timeout_s=60)
+    assert child.alive() and child.pid is not None
+    pid = child.pid
+    assert "up" in child.tail()
+    child.stop(grace_s=5)
+    assert not child.alive() and _gone(pid)
+    child.stop()  # idempotent
+
+
+def test_a_child_that_exits_or_hangs_is_a_clear_error(tmp_path: Path) -> None:
+    child = WatchedProcess("toy", tmp_path / "toy.log")
+    with pytest.raises(
+        InfrastructureError, match=r"toy exited with code 3 while starting(.|\n)*boom"
+    ):
+        child.start(
+            lambda fd: _python("print('boom', flush=True); raise SystemExit(3)"),
+            os.environ,
+            "toy",
+            ready=lambda: False,
+            timeout_s=60,
+        )
+    with pytest.raises(InfrastructureError, match="toy did not start within 1 s"):
+        child.start(
+            lambda fd: _python("import time; time.sleep(600)"),
+            os.environ,
+            "toy",
+            ready=lambda: False,
+            timeout_s=1,
+        )
+    assert not child.alive()  # stopped on the way out
+
+
+def test_a_child_ignoring_sigterm_is_killed_with_its_group(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    child = WatchedProcess("stubborn", tmp_path / "s.log")
+    code = (
+        "import pathlib, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"pathlib.Path({str(ready)!r}).touch(); time.sleep(600)"
+    )
+    child.start(lambda fd: _python(code), os.environ, "stubborn", ready=ready.exists, timeout_s=60)
+    pid = child.pid
+    assert pid is not None
+    child.stop(grace_s=0.5)
+    assert _gone(pid)
+
+
+def test_the_child_dies_with_a_parent_killed_outright(tmp_path: Path) -> None:
+    """A parent process starts a watched child under the watchdog, then is SIGKILLed: the
+    watchdog reads EOF on its pipe and stops the child."""
+    ready = tmp_path / "ready"
+    server = (
+        "import os, pathlib, time; "
+        f"pathlib.Path({str(ready)!r}).write_text(str(os.getpid())); time.sleep(600)"
+    )
+    parent_code = (
+        "import os, sys, time\n"
+        "from pathlib import Path\n"
+        "from art_langgraph.engine.watchdog import WATCHDOG, WatchedProcess\n"
+        f"c = WatchedProcess('server', Path({str(tmp_path / 'p.log')!r}))\n"
+        f"c.start(lambda fd: [sys.executable, '-c', WATCHDOG, str(fd), sys.executable, '-c', {server!r}],\n"
+        f"        os.environ, 'server', ready=Path({str(ready)!r}).exists, timeout_s=60)\n"
+        "print(c.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen(_python(parent_code), stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        watchdog_pid = int(parent.stdout.readline())
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+        server_pid = int(ready.read_text())
+        assert _gone(watchdog_pid, within_s=30) and _gone(server_pid, within_s=30)
+    finally:
+        parent.kill()
