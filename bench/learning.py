@@ -315,7 +315,7 @@ def pooled_rise(r: dict[str, Any]) -> float:
 
 MARGIN_SDS = 2.33
 """A test of these runs' arguments requires the seeds' mean pooled rise minus this many sd
-(about 1 run in 100 of a normal spread falls below it): tests/test_demo.py's MIN_RISE."""
+(about 1 run in 100 of a normal spread falls below it): tests/test_demo.py's MIN_RISE_*."""
 
 
 def margin(rows: list[dict[str, Any]]) -> str:
@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
                 text = "\n".join([summary(data, plot=False), "", margin(data["rows"])])
             else:
                 _band_plot(data["rows"], args.task, sfx)
-                text = summary(data)
+                text = "\n".join([summary(data), "", margin(data["rows"])]).strip()
             print(text)
             update_readme(name, text)
         if not args.tag:
