@@ -111,6 +111,7 @@ _SCENARIO_FIELDS = (
     "path",
     "project",
     "engine",
+    "engine_dtype",
 )
 """The HarnessConfig fields `art-mcp scenarios` takes."""
 

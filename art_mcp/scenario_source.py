@@ -106,7 +106,16 @@ async def write_scenarios(
         await toolset.start()
         base_url = api_key = None
         if generator == "local":
-            backend = art.LocalBackend(path=cfg.path, engine=cfg.engine)
+            if cfg.engine_dtype != "auto" and cfg.engine != "vllm":
+                from art_langgraph.engine import TorchEngineConfig
+
+                backend = art.LocalBackend(
+                    path=cfg.path,
+                    engine="torch",
+                    engine_config=TorchEngineConfig(dtype=cfg.engine_dtype),
+                )
+            else:
+                backend = art.LocalBackend(path=cfg.path, engine=cfg.engine)
             writer = art.Model(
                 name="scenario-writer", project=cfg.project, base_model=cfg.base_model
             )

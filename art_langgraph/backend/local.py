@@ -49,7 +49,7 @@ from art_langgraph.serving.config import ServerConfig
 from art_langgraph.serving.registry import ModelRegistry
 from art_langgraph.serving.runner import ServerHandle, start_app_server
 from art_langgraph.training.base import Trainer
-from art_langgraph.training.config import TrainConfig
+from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.prepare import prepare_step
 from art_langgraph.training.sft import sft_sequences
 from art_langgraph.training.tensorize import TrainSequence
@@ -313,7 +313,7 @@ class LocalBackend:
 
             trainer = DistributedTrainer(
                 self._base_path,
-                run.model.training,  # type: ignore[attr-defined]
+                self._training(run.model.training),  # type: ignore[attr-defined]
                 self.trainer_ranks,
                 self.device,
                 ray=self._ray,
@@ -325,13 +325,33 @@ class LocalBackend:
             return trainer
         trainer = LoRATrainer(
             self._base_path,
-            run.model.training,  # type: ignore[attr-defined]
+            self._training(run.model.training),  # type: ignore[attr-defined]
             self.device,
             shared=getattr(self.engine, "shared_base", None),  # our engine: one copy of the weights
         )
         if run.step > 0:
             trainer.load(run.store.path(run.step))
         return trainer
+
+    def _training(self, config: ModelConfig) -> ModelConfig:
+        """`config` with `dtype="auto"` (and an `auto` compute dtype) resolved to the engine's
+        weights dtype, so the trainer computes in the sampler's precision (and, on our
+        engine, wraps its very tensors); `auto`'s machine rule (`devices.pick_dtype`) where
+        the engine does not say."""
+        if config.dtype != "auto":
+            return config
+        shared = getattr(self.engine, "shared_base", None)
+        name = (
+            str(shared.dtype).removeprefix("torch.")
+            if shared is not None
+            else getattr(self.engine, "weights_dtype", None)
+        )
+        if name not in ("float32", "bfloat16"):
+            return config
+        update = {"dtype": name}
+        if config.compute_dtype == "auto":  # no autocast away from the sampler's precision
+            update["compute_dtype"] = name
+        return config.model_copy(update=update)
 
     async def _trainer(self, run: _Run) -> Trainer:
         """The run's trainer, built on first use. A latest checkpoint whose trainer state does

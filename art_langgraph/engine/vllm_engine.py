@@ -300,6 +300,14 @@ class VLLMEngine:
     def alive(self) -> bool:
         return self._child.alive()
 
+    @property
+    def weights_dtype(self) -> str:
+        """The dtype vLLM holds the weights in: the one given, float32 where `auto` keeps
+        vLLM off bfloat16 (a CPU without it in hardware), else bfloat16. An embedded
+        backend's trainer takes it for its own `auto`."""
+        chosen = _vllm_dtype(self.config.dtype)
+        return "bfloat16" if chosen == "auto" else chosen
+
     async def _restart(self) -> None:
         """Start vLLM again (it died) and reload the adapters it held."""
         log.warning("vLLM is gone (exit code %s); restarting it", self._child.returncode)

@@ -203,10 +203,11 @@ class ModelConfig(BaseModel):
         "auto",
         description=(
             "Dtype of the transformer's matmuls, through torch.autocast over the weights dtype "
-            "(the head and log-softmax stay in the weights dtype). auto: the weights dtype (no "
-            "autocast), except bfloat16 over float32 weights (dtype='float32' chosen) on CPUs "
-            "that multiply it in hardware (AMX, AVX-512-BF16), where it is about twice as fast "
-            "(see docs/benchmarks.md)."
+            "(the head and log-softmax stay in the weights dtype). auto: in an embedded "
+            "backend with dtype auto, the engine's weights dtype (the sampler's precision, no "
+            "autocast); otherwise the weights dtype, except bfloat16 over float32 weights "
+            "(dtype='float32' chosen) on CPUs that multiply it in hardware (AMX, AVX-512-BF16), "
+            "where it is about twice as fast (see docs/benchmarks.md)."
         ),
     )
     serve_during_training: bool = Field(

@@ -11,13 +11,16 @@ import pytest
 
 import art_langgraph as art
 from tests.backend.rollouts import rollout
+from tests.conftest import FP32
 
 LR = art.TrainConfig(learning_rate=2e-3)
 
 
 @pytest.fixture(scope="module")
 async def backend(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[art.LocalBackend]:
-    async with art.LocalBackend(path=tmp_path_factory.mktemp("art")) as b:
+    # float32 on every host: a test here checks the trainer's logprobs match the sampler's
+    # to 1e-4 (tests/conftest.py FP32)
+    async with art.LocalBackend(path=tmp_path_factory.mktemp("art"), engine_config=FP32) as b:
         yield b
 
 

@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM
 
 import art_langgraph as art
 from art_langgraph.engine.shared_base import frozen_tensors, model_over
+from tests.conftest import FP32
 
 
 def test_a_model_over_shared_tensors_computes_the_same_and_copies_nothing(tiny_path: Path) -> None:
@@ -32,7 +33,7 @@ def test_a_model_over_shared_tensors_computes_the_same_and_copies_nothing(tiny_p
 async def test_the_backend_trainer_trains_over_the_engine_weights(tmp_path: Path) -> None:
     from tests.backend.rollouts import rollout
 
-    async with art.LocalBackend(path=tmp_path) as backend:
+    async with art.LocalBackend(path=tmp_path, engine_config=FP32) as backend:
         model = art.TrainableModel(name="shared", project="t", base_model="tiny")
         await model.register(backend)
         before = {k: v.clone() for k, v in backend.engine.shared_base.tensors.items()}

@@ -3,6 +3,11 @@
 The toy task: reply to "Say a number word" with a reply that contains one (one..ten).
 Rollouts go through the real server; rewards are computed from the text; each step
 trains on 4 groups of 8. Held-out prompts are never trained on.
+
+In float32 on every host (tests/conftest.py FP32): this is a test of the learning
+machinery, and the random 2-layer model does not learn in bfloat16, `auto`'s choice on a
+host with AMX. There (2026-11-27, 2 AMX cores) its held-out reward went from 0.06 to at
+best 0.19 in 30 steps; the real model's learning in bfloat16 is tests/test_demo.py's.
 """
 
 from __future__ import annotations
@@ -14,12 +19,13 @@ import pytest
 
 import art_langgraph as art
 from tests.backend.rollouts import rollout
+from tests.conftest import FP32
 
 pytestmark = pytest.mark.slow
 
 
 async def test_heldout_reward_rises_by_0_4_within_30_steps(tmp_path: Path) -> None:
-    async with art.LocalBackend(path=tmp_path) as backend:
+    async with art.LocalBackend(path=tmp_path, engine_config=FP32) as backend:
         model = art.TrainableModel(name="learner", project="toy", base_model="tiny")
         await model.register(backend)
         val = [f"Say a number word. Held-out item {i}." for i in range(32)]
