@@ -1,9 +1,9 @@
 """Data-parallel ranks on CUDA (marker `gpu`: skipped without the CUDA devices each needs).
 
 W=2 NCCL ranks (one GPU each) against one process on the same steps, fp32 weights so the
-comparison is the CPU test's. Run once on a lent H200 (docs/benchmarks.md, GPU paths): the
+comparison is the CPU test's. Run on lent H200s (docs/benchmarks.md, GPU paths): the
 two-rank test skipped there (one GPU); the one-rank FSDP test found the unindexed-device
-bug and then one in its helper, both fixed, and was not run again.
+bug and then one in its helper, both fixed, and passed on the second lease.
 """
 
 from __future__ import annotations
