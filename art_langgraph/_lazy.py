@@ -11,8 +11,6 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["lazy_getattr"]
-
 
 def lazy_getattr(
     package: str, namespace: dict[str, Any], names: dict[str, str]

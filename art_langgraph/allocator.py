@@ -33,8 +33,6 @@ import glob
 import os
 import sys
 
-__all__ = ["allocator_in_use", "allocator_path", "reexec_with_tcmalloc"]
-
 _MARK = "_ART_ALLOCATOR_REEXEC"
 """Set in the restarted process's environment: the original LD_PRELOAD, or "" for none."""
 

@@ -42,8 +42,6 @@ from art_langgraph.errors import UsageError
 from art_langgraph.rollouts import Configure, Reward, check_counts, run_group
 from art_langgraph.trajectory import TrajectoryGroup
 
-__all__ = ["branch"]
-
 
 async def branch(
     graph: Any,

@@ -20,6 +20,14 @@ chat completions and Responses alike; that transport adds a `ToolEvent` (through
 `record_tool_event`, once per tool call id) when a request sends back the result of a
 tool call an earlier recorded call made.
 
+Both paths build the call with one builder, `LLMCall.from_openai`: the transport hands it
+the request and the response as sent; this handler hands it the request LangChain made
+and LangChain's reply put back into a chat completion's shape (`_as_completion`), then
+adds what only it knows: the graph position, the run's metadata, and whether it trains.
+Why not the transport under the chat model too: a LangChain call spans its retries and
+its sync path, and its callbacks need not run in the request's context, so a wire
+record could not be matched to its graph node without a key the server does not send.
+
 Left out: LangChain's legacy text LLMs (`on_llm_start`), which chat graphs do not use.
 """
 
@@ -55,16 +63,7 @@ from art_langgraph.trajectory import (
     LLMCall,
     ToolEvent,
     Trajectory,
-    sampled_logprobs,
 )
-
-__all__ = [
-    "TrajectoryCallback",
-    "capture",
-    "current_handler",
-    "current_trajectory",
-    "register_trace_linker",
-]
 
 log = logging.getLogger(__name__)
 
@@ -151,52 +150,11 @@ class TrajectoryCallback(BaseCallbackHandler):
         if start is None or not response.generations or not response.generations[0]:
             return
         gen = response.generations[0][0]
-        message = getattr(gen, "message", None)
-        meta = dict(getattr(message, "response_metadata", {}) or {})
-        info = gen.generation_info or {}
-        lp_content = ((info.get("logprobs") or meta.get("logprobs") or {}).get("content")) or []
-        usage = getattr(message, "usage_metadata", None)
-        reply = (
-            convert_to_openai_messages([message])[0]
-            if message is not None
-            else {"role": "assistant"}
-        )
-        completion_ids = meta.get("token_ids")
-        logprobs = sampled_logprobs(meta.get("token_logprobs"), lp_content or None)
-        if (
-            completion_ids is not None
-            and logprobs is not None
-            and len(logprobs) != len(completion_ids)
-        ):
-            logprobs = None  # a provider that reports logprobs per text piece: keep the ids only
-        call = LLMCall(
-            messages=start["messages"],
-            tools=start["tools"],
-            tool_choice=start["tool_choice"],
-            sampling=start["sampling"],
-            response_message=reply,
-            prompt_token_ids=meta.get("prompt_token_ids"),
-            completion_token_ids=completion_ids,
-            logprobs=logprobs,
-            model=meta.get("model_name") or (response.llm_output or {}).get("model_name"),
-            finish_reason=meta.get("finish_reason") or info.get("finish_reason"),
-            latency_s=time.perf_counter() - start["t0"],
-            usage=(
-                {
-                    "prompt_tokens": usage["input_tokens"],
-                    "completion_tokens": usage["output_tokens"],
-                    "total_tokens": usage["total_tokens"],
-                }
-                if usage
-                else None
-            ),
-            trainable=start["trainable"] and completion_ids is not None,
-            started_at=start["started_at"],
-            metadata=start["metadata"],
-            **start["position"],
-        )
+        call = self._built(start, _as_completion(gen, response.llm_output or {}), as_sent=False)
         self.record_call(call)
-        if start["trainable"] and completion_ids is None:  # never silently: once per trajectory
+        if start["trainable"] and call.completion_token_ids is None:  # once per trajectory
+            message = getattr(gen, "message", None)
+            meta = getattr(message, "response_metadata", None) or {}
             head = "capture: a call of the trainable model cannot train"
             where = f"in node {call.node!r}" if call.node else "outside any graph node"
             note = (
@@ -210,6 +168,30 @@ class TrajectoryCallback(BaseCallbackHandler):
                     self.trajectory.logs.append(note)
             if first:  # after the call is recorded: a warnings filter that raises loses nothing
                 warnings.warn(note, UserWarning, stacklevel=2)
+
+    @staticmethod
+    def _built(start: dict[str, Any], completion: Any, *, as_sent: bool) -> LLMCall:
+        """The call from `LLMCall.from_openai` (the one builder), plus what only the callback
+        knows: the graph position, the run's metadata, and whether the model may train on it
+        (a trainable model's call with token ids)."""
+        request = {
+            "messages": start["messages"],
+            "tools": start["tools"],
+            "tool_choice": start["tool_choice"],
+            **start["sampling"],
+        }
+        call = LLMCall.from_openai(
+            request,
+            completion,
+            latency_s=time.perf_counter() - start["t0"],
+            started_at=start["started_at"],
+            as_sent=as_sent,
+        )
+        call.metadata = dict(start["metadata"])
+        call.trainable = start["trainable"] and call.completion_token_ids is not None
+        for field, value in start["position"].items():
+            setattr(call, field, value)
+        return call
 
     def record_call(self, call: LLMCall) -> None:
         """Add a finished call, in the order the calls started (concurrent calls end in any
@@ -242,17 +224,8 @@ class TrajectoryCallback(BaseCallbackHandler):
             self.trajectory.logs.append(f"LLM call failed: {error!r}")
             completion = getattr(error, "completion", None)  # openai's parse errors keep it
             if completion is not None:  # sampled, then refused by the client: record it
-                call = LLMCall.from_openai(
-                    {"messages": start["messages"], "tools": start["tools"]},
-                    completion,
-                    latency_s=time.perf_counter() - start["t0"],
-                    started_at=start["started_at"],
-                )
-                call.tool_choice, call.sampling = start["tool_choice"], start["sampling"]
-                call.metadata = start["metadata"] | {"art_client_error": repr(error)[:500]}
-                call.trainable = start["trainable"] and call.completion_token_ids is not None
-                for field, value in start["position"].items():
-                    setattr(call, field, value)
+                call = self._built(start, completion, as_sent=True)
+                call.metadata["art_client_error"] = repr(error)[:500]
                 self.record_call(call)
 
         self._guard("on_llm_error", fail)
@@ -613,6 +586,42 @@ def _linked_traces(run_id: UUID, parent_run_id: UUID | None) -> list[tuple[str, 
             if trace_id is not None:
                 out.append((linker.metadata_key, trace_id))
     return out
+
+
+def _as_completion(gen: Any, llm_output: dict[str, Any]) -> dict[str, Any]:
+    """LangChain's view of a chat reply (the message, its `response_metadata` and
+    `usage_metadata`, the generation's info) put back into the JSON shape of the chat
+    completion it came from, the shape `LLMCall.from_openai` reads."""
+    message = getattr(gen, "message", None)
+    meta = getattr(message, "response_metadata", None) or {}
+    info = gen.generation_info or {}
+    logprobs = info.get("logprobs") or meta.get("logprobs")
+    choice = {
+        "message": (
+            convert_to_openai_messages([message])[0]
+            if message is not None
+            else {"role": "assistant"}
+        ),
+        "finish_reason": meta.get("finish_reason") or info.get("finish_reason"),
+        "token_ids": meta.get("token_ids"),
+        "token_logprobs": meta.get("token_logprobs"),
+        "logprobs": logprobs if isinstance(logprobs, dict) and logprobs.get("content") else None,
+    }
+    usage = getattr(message, "usage_metadata", None)
+    wire_usage = None
+    if usage:
+        cached = (usage.get("input_token_details") or {}).get("cache_read")
+        wire_usage = {
+            "prompt_tokens": usage["input_tokens"],
+            "completion_tokens": usage["output_tokens"],
+            "total_tokens": usage["total_tokens"],
+        } | ({"prompt_tokens_details": {"cached_tokens": cached}} if cached is not None else {})
+    return {
+        "model": meta.get("model_name") or llm_output.get("model_name"),
+        "prompt_token_ids": meta.get("prompt_token_ids"),
+        "choices": [choice],
+        "usage": wire_usage,
+    }
 
 
 def _graph_position(meta: dict[str, Any]) -> dict[str, Any]:

@@ -47,8 +47,6 @@ from pydantic import model_validator
 from art_langgraph.http_pool import async_http_client, sync_http_client
 from art_langgraph.names import inference_name
 
-__all__ = ["ART_METADATA_KEY", "TrainableChatModel"]
-
 ART_METADATA_KEY = "art_trainable"
 """Metadata key that marks a chat model's calls as trainable for the capture handler."""
 

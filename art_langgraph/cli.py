@@ -39,8 +39,6 @@ from typing import Any
 from art_langgraph.allocator import reexec_with_tcmalloc
 from art_langgraph.errors import UsageError
 
-__all__ = ["main"]
-
 
 def _bind_args(p: argparse.ArgumentParser, port: int, guards: str) -> None:
     """--host, --port, --api-key and --log-level, as both servers take them."""

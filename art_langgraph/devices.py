@@ -24,18 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = [
-    "cpu_flags",
-    "cpu_has_fast_bf16",
-    "describe_machine",
-    "matmul_flags",
-    "pick_compute_dtype",
-    "pick_device",
-    "pick_dtype",
-    "pick_engine_dtype",
-    "torch_dtype",
-]
-
 
 def pick_device(device: str | None = None) -> str:
     """`device`, else "cuda" when available, else "cpu"."""

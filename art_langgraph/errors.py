@@ -11,20 +11,6 @@ Left out: HTTP status mapping, which lives in the server (`serving/app.py`).
 
 from __future__ import annotations
 
-__all__ = [
-    "ArtError",
-    "CheckpointError",
-    "ContextLengthError",
-    "InfrastructureError",
-    "MissingExtraError",
-    "ModelBehaviorError",
-    "NonFiniteRewardError",
-    "NotRegisteredError",
-    "TrainerRankError",
-    "UnknownModelError",
-    "UsageError",
-]
-
 
 class ArtError(Exception):
     """Root of every error this package raises on purpose."""

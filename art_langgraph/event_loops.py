@@ -14,8 +14,6 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["PerLoop"]
-
 T = TypeVar("T")
 
 

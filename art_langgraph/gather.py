@@ -22,8 +22,6 @@ from typing import Any
 from art_langgraph.errors import UsageError
 from art_langgraph.trajectory import ExceptionInfo, Trajectory, TrajectoryGroup
 
-__all__ = ["gather_trajectories", "gather_trajectory_groups"]
-
 AfterEach = Callable[
     [TrajectoryGroup], "TrajectoryGroup | list[TrajectoryGroup] | Awaitable[Any] | None"
 ]

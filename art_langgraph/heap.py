@@ -34,9 +34,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["heap_for_large_blocks", "release_free_memory", "use_mmap_for_large_blocks"]
-
-
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 _tuned_threshold: int | None = None  # set once use_mmap_for_large_blocks() took effect
 

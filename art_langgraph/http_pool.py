@@ -19,8 +19,6 @@ import httpx
 
 from art_langgraph.event_loops import PerLoop
 
-__all__ = ["async_http_client", "shared_async_transport", "sync_http_client"]
-
 # Why not the defaults: langchain_openai's and openai's default async clients close
 # themselves from `__del__`, by scheduling `aclose()` on whatever event loop is running
 # in the thread where the garbage collector runs. Seen in the test suite: such an

@@ -31,8 +31,6 @@ from art_langgraph.errors import UsageError
 from art_langgraph.trajectory import Trajectory
 from art_langgraph.utils import atomic_write
 
-__all__ = ["ThreadStore", "resume_reward", "thread_id_of"]
-
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 _APPROVE = frozenset({"approve", "approved", "accept", "accepted", "yes", "y", "ok", "continue"})

@@ -45,17 +45,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from art_langgraph.errors import UsageError
 from art_langgraph.trajectory import Trajectory, TrajectoryGroup
 
-__all__ = [
-    "Fetch",
-    "LateRewards",
-    "Wait",
-    "check_no_pending",
-    "current_wait",
-    "is_pending",
-    "mark_pending",
-    "wait_for_rewards",
-]
-
 PENDING_KEY = "reward_pending"
 """The trajectory metadata key that marks a reward as not known yet."""
 DEFAULT_TIMEOUT_S = 900.0

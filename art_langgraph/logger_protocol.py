@@ -17,8 +17,6 @@ from typing import Protocol, runtime_checkable
 
 from art_langgraph.trajectory import TrajectoryGroup
 
-__all__ = ["RunInfo", "TrajectoryLogger"]
-
 
 @dataclass(frozen=True)
 class RunInfo:

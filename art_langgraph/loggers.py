@@ -30,14 +30,6 @@ from collections.abc import Iterable
 from art_langgraph.logger_protocol import RunInfo, TrajectoryLogger
 from art_langgraph.trajectory import TrajectoryGroup
 
-__all__ = [
-    "LoggerSet",
-    "RunInfo",
-    "TrajectoryLogger",
-    "loggers_from_env",
-    "register_env_factory",
-]
-
 log = logging.getLogger(__name__)
 
 

@@ -36,8 +36,6 @@ if TYPE_CHECKING:
     from art_langgraph.training.trainer import ProgressFn
     from art_langgraph.trajectory import Trajectory, TrajectoryGroup
 
-__all__ = ["Model", "TrainResult", "TrainableModel"]
-
 
 class Model(BaseModel):
     """A model served by a backend, for inference (evaluation, a judge, a baseline)."""

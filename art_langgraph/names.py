@@ -18,8 +18,6 @@ import re
 
 from art_langgraph.errors import UsageError
 
-__all__ = ["LATEST", "check_path_name", "inference_name", "parse_inference_name"]
-
 LATEST = "latest"
 """`name@latest` always names the latest step; the bare `name` may serve a promoted one."""
 

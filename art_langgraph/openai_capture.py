@@ -54,8 +54,6 @@ from art_langgraph.serving.responses_protocol import (
 )
 from art_langgraph.trajectory import LLMCall, ToolEvent
 
-__all__ = ["CapturingTransport", "merge_stream_chunks"]
-
 log = logging.getLogger(__name__)
 
 _Api = Literal["chat", "responses"]

@@ -30,8 +30,6 @@ from pydantic import BaseModel, ValidationError
 
 from art_langgraph.errors import UsageError
 
-__all__ = ["append_records", "read_records", "write_records"]
-
 log = logging.getLogger(__name__)
 
 _M = TypeVar("_M", bound=BaseModel)

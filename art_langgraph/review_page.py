@@ -38,8 +38,6 @@ from art_langgraph.records import read_records
 from art_langgraph.trajectory import LLMCall, Trajectory, TrajectoryGroup, read_groups
 from art_langgraph.utils import atomic_write
 
-__all__ = ["write_review_page"]
-
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
 header{background:#1d2330;color:#fff;padding:16px 24px;position:sticky;top:0;z-index:2}

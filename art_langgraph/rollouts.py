@@ -31,8 +31,6 @@ from art_langgraph.capture import TrainNodes, capture
 from art_langgraph.errors import UsageError
 from art_langgraph.trajectory import ExceptionInfo, Trajectory, TrajectoryGroup
 
-__all__ = ["rollouts"]
-
 Reward = Callable[[Trajectory, Any], "float | Awaitable[float]"]
 """`reward(trajectory, output)`: the score of one finished run, from its trajectory and
 what the graph returned; sync or async."""

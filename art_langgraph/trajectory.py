@@ -41,22 +41,6 @@ from art_langgraph.errors import NonFiniteRewardError, UsageError
 from art_langgraph.names import parse_inference_name
 from art_langgraph.records import append_records, read_records, write_records
 
-__all__ = [
-    "ExceptionInfo",
-    "FunctionCall",
-    "LLMCall",
-    "ToolCall",
-    "ToolEvent",
-    "Trajectory",
-    "TrajectoryGroup",
-    "append_jsonl",
-    "as_groups",
-    "normalize_message",
-    "read_groups",
-    "read_jsonl",
-    "write_jsonl",
-]
-
 _M = TypeVar("_M", bound=BaseModel)
 # Request kwargs that are not sampling parameters (the rest go to `LLMCall.sampling`).
 _NOT_SAMPLING = frozenset(
@@ -314,13 +298,23 @@ class LLMCall(_Record):
         choice_index: int = 0,
         latency_s: float | None = None,
         started_at: datetime | None = None,
+        as_sent: bool = True,
     ) -> LLMCall:
         """Record a call made with `client.chat.completions.create(**request_kwargs)`.
+
+        The one builder of a call from its request and response: the openai client's
+        transport, the LangChain callback (which first puts LangChain's view of the reply
+        back into a completion's shape, `as_sent=False`) and the callback's refused-reply path
+        all come here, and then add only what they know beyond the wire (graph position,
+        metadata, whether it may train).
 
         `chat_completion` is the returned `ChatCompletion` or a dict of its JSON. Token ids are
         read from vLLM's `prompt_token_ids` (top level) and `token_ids` (per choice) extras;
         logprobs from our server's `token_logprobs` extra (`return_token_logprobs`), else
-        from `choice.logprobs.content[i].logprob`.
+        from `choice.logprobs.content[i].logprob`; logprobs that do not come one per token id
+        (a provider that reports them per text piece) are dropped and the ids kept. With
+        `as_sent` the payload is kept as `raw_response`; without it (a payload rebuilt from
+        another client's view of the reply) `raw_response` stays None.
         """
         data = _plain(chat_completion)
         if not isinstance(data, dict):
@@ -342,6 +336,10 @@ class LLMCall(_Record):
         }
         sampling.update(request_kwargs.get("extra_body") or {})
         tools = request_kwargs.get("tools")
+        completion_ids = choice.get("token_ids")
+        logprobs = sampled_logprobs(choice.get("token_logprobs"), content)
+        if completion_ids is not None and logprobs is not None:
+            logprobs = logprobs if len(logprobs) == len(completion_ids) else None
         return cls(
             messages=list(request_kwargs.get("messages") or []),
             tools=_jsonable(list(tools), drop_none=False) if tools else None,
@@ -349,13 +347,13 @@ class LLMCall(_Record):
             sampling=_jsonable(sampling, drop_none=False),
             response_message=choice.get("message") or {"role": "assistant"},
             prompt_token_ids=data.get("prompt_token_ids") or choice.get("prompt_token_ids"),
-            completion_token_ids=choice.get("token_ids"),
-            logprobs=sampled_logprobs(choice.get("token_logprobs"), content),
+            completion_token_ids=completion_ids,
+            logprobs=logprobs,
             model=data.get("model"),
             finish_reason=choice.get("finish_reason"),
             latency_s=latency_s,
             usage=_flat_usage(usage),
-            raw_response=data,
+            raw_response=data if as_sent else None,
             started_at=started_at,
         )
 

@@ -27,8 +27,6 @@ from typing import IO, Any, Generic, ParamSpec, TypeVar
 from art_langgraph.errors import UsageError
 from art_langgraph.event_loops import PerLoop
 
-__all__ = ["DatasetBatch", "atomic_write", "iterate_dataset", "limit_concurrency"]
-
 T = TypeVar("T")
 P = ParamSpec("P")
 R = TypeVar("R")

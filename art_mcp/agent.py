@@ -20,8 +20,6 @@ import art_langgraph as art
 from art_langgraph.errors import UsageError
 from art_mcp.scenarios import Scenario
 
-__all__ = ["SYSTEM", "complete_task_tool", "demonstrations", "final_answer", "force_tool_calls"]
-
 SYSTEM = (
     "You are an agent that solves the user's task with the tools you have. Call tools as needed, "
     "then call complete_task with the final answer."

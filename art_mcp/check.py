@@ -47,8 +47,6 @@ from art_mcp.scenarios import Scenario, load_scenarios, split_scenarios
 from art_mcp.scoring import RewardFn, load_reward
 from art_mcp.servers import Servers, check_server
 
-__all__ = ["check", "summarize"]
-
 FLAT_GROUPS_LIMIT = 0.5
 """Past this share of groups with one reward for all rollouts, a step trains on too little."""
 TOO_HARD = 0.05

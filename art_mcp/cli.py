@@ -25,8 +25,6 @@ from art_mcp.config import HarnessConfig
 from art_mcp.harness import train
 from art_mcp.scenario_source import write_scenarios
 
-__all__ = ["main"]
-
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(

@@ -17,8 +17,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-__all__ = ["SWEPT_LEARNING_RATE", "HarnessConfig", "default_learning_rate"]
-
 SWEPT_LEARNING_RATE = 1e-3
 """The learning rate bench.defaults_sweep chose on SmolLM2-135M-Instruct (bench/results/
 defaults_sweep.json: one seed per setting, the bundled capital/currency task)."""

@@ -37,17 +37,6 @@ from art_langgraph.names import inference_name
 from art_mcp.config import HarnessConfig
 from art_mcp.scenarios import Scenario
 
-__all__ = [
-    "Evaluation",
-    "changed_examples",
-    "check_langfuse_dataset",
-    "episode_format",
-    "eval_sample",
-    "log_to_langfuse",
-    "paired_rise",
-    "transcript",
-]
-
 
 class Evaluation(BaseModel):
     """One held-out evaluation at one checkpoint."""

@@ -62,11 +62,10 @@ from art_mcp.report import (
     grpo_steps,
     journal_evaluations,
     read_journal,
-    summary_lines,
     write_report,
 )
 from art_mcp.rollouts import Rollouts
-from art_mcp.scenario_source import run_scenarios, write_scenarios
+from art_mcp.scenario_source import run_scenarios
 from art_mcp.scenarios import Scenario, load_scenarios, split_scenarios
 from art_mcp.scoring import (
     CountedJudge,
@@ -78,17 +77,6 @@ from art_mcp.scoring import (
     shuffle_rewards,
 )
 from art_mcp.servers import Servers, check_server
-
-__all__ = [
-    "HarnessConfig",
-    "Report",
-    "default_name",
-    "eval_sample",
-    "load_reward",
-    "summary_lines",
-    "train",
-    "write_scenarios",
-]
 
 _STEP_KEYS = ("reward", "zero_variance_groups", "groups", "nothing_trainable", "trajectories")
 """The train metrics a journal step line keeps (report.py rebuilds rows from them)."""

@@ -14,8 +14,6 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["TrainingProgress", "say", "terminal", "trained_note"]
-
 
 def say(line: str) -> None:
     """The default log: stdout, flushed line by line (a pipe or a file sees each line)."""

@@ -24,8 +24,6 @@ from art_mcp.config import HarnessConfig
 from art_mcp.scenarios import Scenario
 from art_mcp.scoring import RewardFn
 
-__all__ = ["check_recipe", "default_name", "recipe_of", "server_label"]
-
 
 def default_name(server_label: str, base_model: str, recipe: dict[str, Any] | None = None) -> str:
     """The model name when none is given: a hash of the server, the base model and the rest

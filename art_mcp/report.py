@@ -36,18 +36,6 @@ from art_langgraph.rewards.calibration import JudgeCalibration
 from art_langgraph.utils import atomic_write
 from art_mcp.evaluation import Evaluation
 
-__all__ = [
-    "Report",
-    "append_journal",
-    "build_report",
-    "eval_line",
-    "grpo_steps",
-    "journal_evaluations",
-    "read_journal",
-    "summary_lines",
-    "write_report",
-]
-
 JOURNAL = "evaluations.jsonl"
 """The harness's journal in the model folder (see the module doc)."""
 

@@ -24,8 +24,6 @@ from art_mcp.scenarios import Scenario
 from art_mcp.scoring import RewardErrors, RewardFn, score
 from art_mcp.servers import Servers
 
-__all__ = ["Rollouts"]
-
 
 class Rollouts:
     """Episodes of one run's agent (see the module doc)."""

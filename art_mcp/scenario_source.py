@@ -24,8 +24,6 @@ from art_mcp.scenarios import Scenario, generate_scenarios, load_scenarios, save
 from art_mcp.scoring import litellm_route
 from art_mcp.toolset import MCPToolset
 
-__all__ = ["run_scenarios", "write_scenarios"]
-
 
 async def run_scenarios(
     given: list[Scenario] | str | Path | None,

@@ -25,8 +25,6 @@ from pydantic import BaseModel, Field
 from art_langgraph.errors import ModelBehaviorError, UsageError
 from art_langgraph.trajectory import read_jsonl, write_jsonl
 
-__all__ = ["Scenario", "generate_scenarios", "load_scenarios", "save_scenarios", "split_scenarios"]
-
 
 class Scenario(BaseModel):
     """One task for the agent."""

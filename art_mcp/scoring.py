@@ -30,19 +30,6 @@ from art_langgraph.errors import UsageError
 from art_mcp.config import HarnessConfig
 from art_mcp.scenarios import Scenario
 
-__all__ = [
-    "CountedJudge",
-    "RewardErrors",
-    "RewardFn",
-    "group_judge",
-    "judge_held_out",
-    "judge_params",
-    "litellm_route",
-    "load_reward",
-    "score",
-    "shuffle_rewards",
-]
-
 RewardFn = Callable[[art.Trajectory, Scenario], float | Awaitable[float]]
 
 

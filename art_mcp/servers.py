@@ -26,8 +26,6 @@ from art_langgraph.errors import UsageError
 from art_mcp.config import HarnessConfig
 from art_mcp.toolset import MCPToolset
 
-__all__ = ["Servers", "WorkdirCopies", "check_server"]
-
 
 def check_server(server: Any, cfg: HarnessConfig) -> None:
     """Refuse `server_per="rollout"` or a workdir without a server command, and a workdir

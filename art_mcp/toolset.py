@@ -36,8 +36,6 @@ from typing import Any
 
 from art_langgraph.errors import InfrastructureError, UsageError
 
-__all__ = ["MCPToolset", "ToolOutcome"]
-
 log = logging.getLogger(__name__)
 
 _ROUTES: contextvars.ContextVar[dict[int, MCPToolset] | None] = contextvars.ContextVar(

@@ -82,6 +82,37 @@ async def test_a_plain_openai_tool_loop_is_captured_token_exactly(
     assert event.args == {} and event.result == "5" and event.error is None
 
 
+async def test_the_langchain_and_openai_paths_record_a_call_alike(
+    model: art.TrainableModel,
+) -> None:
+    """Both paths build their `LLMCall` with `LLMCall.from_openai`: one seeded request,
+    sent through the openai client and through the LangChain chat model, records the same
+    call field for field (the LangChain one keeps no raw payload: it never saw it)."""
+    messages = [{"role": "user", "content": "What is 2 + 3?"}]
+    client = model.openai_client()
+    kwargs: dict[str, Any] = dict(max_tokens=40, seed=5)
+    # warm the prefix cache: both calls below then find the prompt in it alike
+    await client.chat.completions.create(model=model.name, messages=messages, **kwargs)  # type: ignore[arg-type]
+    with art.capture() as wire:
+        await client.chat.completions.create(
+            model=model.name, messages=messages, tools=TOOLS, tool_choice="required", **kwargs  # type: ignore[arg-type]
+        )  # fmt: skip
+    llm = model.chat_model(**kwargs).bind_tools(TOOLS, tool_choice="required")
+    with art.capture() as chain:
+        await llm.ainvoke(messages)
+    (a,), (b,) = wire.calls, chain.calls
+    same = ("messages", "tools", "tool_choice", "prompt_token_ids", "completion_token_ids")
+    same += ("model", "adapter_step", "finish_reason", "usage", "trainable")
+    assert {f: getattr(b, f) for f in same} == {f: getattr(a, f) for f in same}
+    assert a.usage is not None and "cached_tokens" in a.usage
+    assert b.logprobs == pytest.approx(a.logprobs, abs=1e-4)
+    assert [c["function"] for c in b.response_message["tool_calls"]] == [
+        c["function"] for c in a.response_message["tool_calls"]
+    ]
+    assert b.sampling["seed"] == a.sampling["seed"] == 5
+    assert a.raw_response is not None and b.raw_response is None
+
+
 RESPONSES_TOOLS = [{"type": "function", **TOOLS[0]["function"]}]  # Responses' flat form
 
 

@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from art_langgraph.training.trainer import ProgressFn
     from art_langgraph.trajectory import TrajectoryGroup
 
-__all__ = ["Backend", "ModelRef", "TrainResult", "TrainableModelRef"]
-
 
 class ModelRef(Protocol):
     """A model as a backend sees it: `art_langgraph.model.Model` is one."""

@@ -40,8 +40,6 @@ from typing import Any
 from art_langgraph.errors import UsageError
 from art_langgraph.records import append_records, read_records
 
-__all__ = ["CheckpointFolder", "CheckpointStore", "recorded_base_model"]
-
 log = logging.getLogger(__name__)
 
 MARKER = "checkpoint.json"

@@ -20,8 +20,6 @@ from typing import Any, Literal
 
 from art_langgraph.engine.base import InferenceEngine
 
-__all__ = ["EngineChoice", "start_engine"]
-
 
 @dataclass(frozen=True)
 class EngineChoice:

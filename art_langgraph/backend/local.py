@@ -56,8 +56,6 @@ from art_langgraph.training.tensorize import TrainSequence
 from art_langgraph.training.trainer import LoRATrainer, ProgressFn
 from art_langgraph.trajectory import TrajectoryGroup, as_groups, write_jsonl
 
-__all__ = ["LocalBackend"]
-
 log = logging.getLogger(__name__)
 
 

@@ -44,8 +44,6 @@ from art_langgraph.backend.checkpoints import CheckpointFolder
 from art_langgraph.errors import UsageError
 from art_langgraph.records import read_records, write_records
 
-__all__ = ["PromotionDecision", "PromotionLog", "checkpoint_steps", "decide"]
-
 log = logging.getLogger(__name__)
 
 FILE = "promotion.jsonl"

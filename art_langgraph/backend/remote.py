@@ -50,8 +50,6 @@ if TYPE_CHECKING:
     from art_langgraph.training.config import TrainConfig
     from art_langgraph.training.trainer import ProgressFn
 
-__all__ = ["BackendUnavailableError", "RemoteBackend"]
-
 _T = TypeVar("_T")
 
 

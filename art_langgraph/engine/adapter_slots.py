@@ -41,8 +41,6 @@ if TYPE_CHECKING:
     from art_langgraph.engine.prefix_cache import PrefixCache
     from art_langgraph.engine.shared_base import SharedBase
 
-__all__ = ["BASE_KEY", "AdapterSlots"]
-
 BASE_KEY = "__base__"
 """peft's name for "no adapter" in a mixed batch: the key of rows that use the base model."""
 

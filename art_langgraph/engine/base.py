@@ -24,8 +24,6 @@ from art_langgraph.errors import UsageError
 if TYPE_CHECKING:
     from art_langgraph.engine.constrained import GrammarCompiler
 
-__all__ = ["EngineMetrics", "GenerateResult", "InferenceEngine", "SamplingParams", "TokenEvent"]
-
 FinishReason = Literal["stop", "length", "abort"]
 
 

@@ -19,8 +19,6 @@ import torch
 
 from art_langgraph.errors import UsageError
 
-__all__ = ["kv_budget", "kv_token_bytes", "prefix_budget"]
-
 
 def device_memory(device: torch.device) -> int:
     """Bytes of memory of `device` (the machine's RAM for the CPU)."""

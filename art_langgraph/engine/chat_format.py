@@ -30,14 +30,6 @@ from typing import Any
 
 from art_langgraph.errors import UsageError
 
-__all__ = [
-    "ToolCallHoldback",
-    "normalize_messages",
-    "parse_tool_calls",
-    "render_prompt",
-    "sampled_matches",
-]
-
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 # The innermost opener before each closer: a weak model that repeats the opener

@@ -18,8 +18,6 @@ import torch
 
 from art_langgraph.errors import UsageError
 
-__all__ = ["GrammarCompiler", "unpack_bitmask"]
-
 _JSON_DEFAULTS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 

@@ -24,15 +24,6 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-__all__ = [
-    "GrowingLayer",
-    "drop_left",
-    "fill_rows",
-    "growing_cache",
-    "merge_rows",
-    "preset_layer",
-]
-
 _MIN_ROOM = 64
 """Spare time steps a (re)allocated buffer gets at least."""
 

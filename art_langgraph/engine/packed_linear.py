@@ -34,8 +34,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["PackedLinear", "can_pack", "pack_linears", "packed_weight"]
-
 _BATCH_HINT = 32
 """The batch size oneDNN picks the packed layout for; decode batches are 1-64 rows, and a
 hint of 32 measured as fast as the exact size at 8 rows and faster at 1 and 32."""

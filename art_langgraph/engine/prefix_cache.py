@@ -36,8 +36,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["PrefixCache", "PrefixHit"]
-
 
 @dataclass(eq=False)
 class _Block:

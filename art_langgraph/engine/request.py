@@ -21,8 +21,6 @@ import torch
 
 from art_langgraph.engine.base import GenerateResult, SamplingParams, TokenEvent
 
-__all__ = ["Request"]
-
 _KV_GROWTH = 512
 """Most tokens a row is counted to grow by in the KV budget (its max_tokens, when smaller)."""
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["apply_top_p", "inverse_cdf", "raw_logprobs", "sample_rows"]
-
 
 def raw_logprobs(logits: torch.Tensor) -> torch.Tensor:
     """Log-softmax in float32. logits: (B, V) -> (B, V)."""

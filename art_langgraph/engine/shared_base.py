@@ -20,8 +20,6 @@ from typing import Any
 
 import torch
 
-__all__ = ["SharedBase", "frozen_tensors", "model_over"]
-
 
 @dataclass(frozen=True)
 class SharedBase:

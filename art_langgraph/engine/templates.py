@@ -61,8 +61,6 @@ from typing import Any, Literal
 
 from art_langgraph.errors import UsageError
 
-__all__ = ["ChatFormat", "load_chat_template"]
-
 _PROBE_NAME = "art_probe_fn"
 _PROBE_TOOL = {
     "type": "function",

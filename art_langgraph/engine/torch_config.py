@@ -16,8 +16,6 @@ from typing import Literal
 
 from art_langgraph.errors import UsageError
 
-__all__ = ["TorchEngineConfig"]
-
 
 @dataclass(frozen=True)
 class TorchEngineConfig:

@@ -69,8 +69,6 @@ from art_langgraph.engine.torch_config import TorchEngineConfig
 from art_langgraph.errors import InfrastructureError, UsageError
 from art_langgraph.heap import release_free_memory, use_mmap_for_large_blocks
 
-__all__ = ["TorchEngine", "TorchEngineConfig"]
-
 log = logging.getLogger(__name__)
 
 

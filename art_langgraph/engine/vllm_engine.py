@@ -60,8 +60,6 @@ from art_langgraph.engine.watchdog import WATCHDOG, WatchedProcess
 from art_langgraph.errors import ContextLengthError, InfrastructureError, UsageError
 from art_langgraph.event_loops import PerLoop
 
-__all__ = ["VLLMEngine", "VLLMEngineConfig", "to_lark", "vllm_python"]
-
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]

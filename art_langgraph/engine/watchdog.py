@@ -25,8 +25,6 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-__all__ = ["WATCHDOG", "WATCH_FDS", "WatchedProcess", "spawn_watched"]
-
 WATCHDOG = r"""
 import os, signal, subprocess, sys, threading, time
 fd, cmd = int(sys.argv[1]), sys.argv[2:]

@@ -15,8 +15,6 @@ import os
 
 from art_langgraph.logger_protocol import TrajectoryLogger
 
-__all__ = ["langfuse_loggers"]
-
 log = logging.getLogger(__name__)
 
 

@@ -18,8 +18,6 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-__all__ = ["langfuse_trace_id"]
-
 
 def langfuse_trace_id(handler: Any, run_id: UUID, parent_run_id: UUID | None) -> str | None:
     """The trace `handler` (a `langfuse.langchain.CallbackHandler`) opened for this run or

@@ -31,8 +31,6 @@ from typing import Any
 from art_langgraph.logger_protocol import RunInfo
 from art_langgraph.trajectory import Trajectory, TrajectoryGroup
 
-__all__ = ["WandbLogger"]
-
 _COLUMNS = [
     "step",
     "split",

@@ -14,8 +14,6 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["cached_folder", "default_cache_dir"]
-
 MARKER = "art_preset.json"
 """Written last by every build: a folder holding it is complete."""
 

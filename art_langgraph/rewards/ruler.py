@@ -42,16 +42,6 @@ from art_langgraph.errors import (
 )
 from art_langgraph.trajectory import Trajectory, TrajectoryGroup
 
-__all__ = [
-    "DEFAULT_RUBRIC",
-    "RulerScore",
-    "build_judge_messages",
-    "node_conversation",
-    "parse_judge_reply",
-    "ruler",
-    "ruler_score_group",
-]
-
 logger = logging.getLogger(__name__)
 
 DEFAULT_RUBRIC = dedent(

@@ -66,8 +66,6 @@ from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.tensorize import TrainSequence
 from art_langgraph.training.trainer import ProgressFn
 
-__all__ = ["DistributedTrainer", "RankLauncher", "shard"]
-
 _ENTRY = "import sys; from art_langgraph.scaleout.rank import main; main(int(sys.argv[1]))"
 
 

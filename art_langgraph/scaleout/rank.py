@@ -29,8 +29,6 @@ from typing import Any
 from art_langgraph.training.config import ModelConfig
 from art_langgraph.training.trainer import ProgressFn
 
-__all__ = ["FSDP_AUTO_FRACTION", "main", "serve"]
-
 
 def main(fd: int) -> None:
     """A rank's process: read its settings, join the group, then serve the parent's

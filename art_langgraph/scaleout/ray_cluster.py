@@ -39,8 +39,6 @@ from typing import Any
 
 from art_langgraph.errors import InfrastructureError, MissingExtraError, UsageError
 
-__all__ = ["ActorShare", "connect", "ray_module", "shares", "wait_ready"]
-
 
 def ray_module() -> Any:
     """The `ray` module, or a `MissingExtraError` naming the `ray` extra."""

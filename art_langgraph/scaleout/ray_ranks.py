@@ -32,8 +32,6 @@ from typing import Any
 from art_langgraph.errors import InfrastructureError
 from art_langgraph.scaleout.ray_cluster import ActorShare, shares, wait_ready
 
-__all__ = ["RayLauncher"]
-
 
 class RankActor:
     """A trainer rank in a Ray actor (see the module docstring)."""

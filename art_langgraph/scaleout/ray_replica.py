@@ -31,8 +31,6 @@ from art_langgraph.scaleout.ray_cluster import ActorShare, wait_ready
 from art_langgraph.scaleout.replica_clients import TorchReplica
 from art_langgraph.scaleout.replica_server import serve
 
-__all__ = ["RayReplica"]
-
 
 class ReplicaActor:
     """The actor: a served `TorchEngine` (see the module docstring). Its methods run in

@@ -36,8 +36,6 @@ from art_langgraph.scaleout.replica_server import (
     sampling_to_wire,
 )
 
-__all__ = ["Replica", "ReplicaUnreachable", "TorchReplica", "VLLMReplica"]
-
 log = logging.getLogger(__name__)
 
 _COUNTERS = (

@@ -28,8 +28,6 @@ from collections.abc import Collection, Sequence
 
 from art_langgraph.errors import InfrastructureError
 
-__all__ = ["ReplicaRouter"]
-
 _MOD = (1 << 61) - 1  # a Mersenne prime: polynomial hashes of token prefixes
 _MUL = 1_000_003
 

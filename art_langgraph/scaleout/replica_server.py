@@ -40,8 +40,6 @@ from fastapi import Request  # at module level: FastAPI resolves the routes' ann
 from art_langgraph.engine.base import GenerateResult, SamplingParams, TokenEvent
 from art_langgraph.errors import ContextLengthError, InfrastructureError, UsageError
 
-__all__ = ["main", "raise_wire_error", "result_from_wire", "sampling_to_wire", "serve"]
-
 
 # ----------------------------------------------------------------------- wire
 def sampling_to_wire(s: SamplingParams) -> dict[str, Any]:

@@ -59,8 +59,6 @@ from art_langgraph.scaleout.replica_clients import (
 )
 from art_langgraph.scaleout.replica_router import ReplicaRouter
 
-__all__ = ["ReplicaEngine"]
-
 log = logging.getLogger(__name__)
 
 

@@ -53,8 +53,6 @@ from art_langgraph.serving.registry import ModelRegistry
 from art_langgraph.serving.responses import ResponsesService
 from art_langgraph.serving.responses_protocol import ResponsesRequest
 
-__all__ = ["create_app", "unless_disconnected"]
-
 log = logging.getLogger(__name__)
 
 

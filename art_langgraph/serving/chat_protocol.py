@@ -26,23 +26,6 @@ from pydantic import (
     model_serializer,
 )
 
-__all__ = [
-    "ChatCompletion",
-    "ChatCompletionChunk",
-    "ChatCompletionRequest",
-    "Choice",
-    "ChoiceLogprobs",
-    "ChunkChoice",
-    "Delta",
-    "NamedToolChoice",
-    "PromptTokensDetails",
-    "ResponseMessage",
-    "TokenLogprob",
-    "Tool",
-    "TopLogprob",
-    "Usage",
-]
-
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")

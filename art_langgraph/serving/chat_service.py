@@ -67,8 +67,6 @@ from art_langgraph.serving.chat_protocol import (
 from art_langgraph.serving.config import ServerConfig
 from art_langgraph.serving.registry import ModelRegistry, Served
 
-__all__ = ["ChatService", "Plan", "ServiceError", "parse_json_body", "validation_message"]
-
 log = logging.getLogger(__name__)
 
 

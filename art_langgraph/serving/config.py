@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ServerConfig"]
-
 
 class ServerConfig(BaseModel):
     """Limits and timeouts of the OpenAI-compatible server."""

@@ -21,8 +21,6 @@ from typing import Any
 
 from starlette.requests import ClientDisconnect
 
-__all__ = ["Guard", "error_json"]
-
 log = logging.getLogger(__name__)
 
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})

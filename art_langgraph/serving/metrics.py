@@ -46,8 +46,6 @@ from typing import Literal
 
 from art_langgraph.engine.base import EngineMetrics, InferenceEngine
 
-__all__ = ["CONTENT_TYPE", "PREFIX", "ServerMetrics", "Throughput", "TokenRates"]
-
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from art_langgraph.errors import UnknownModelError, UsageError
 from art_langgraph.names import LATEST, inference_name, parse_inference_name
 
-__all__ = ["ModelRegistry", "Served"]
-
 log = logging.getLogger(__name__)
 
 

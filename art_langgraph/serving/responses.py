@@ -55,8 +55,6 @@ from art_langgraph.serving.responses_protocol import (
     unsupported,
 )
 
-__all__ = ["ResponsesService"]
-
 
 class ResponsesService:
     """The Responses API over `chat` (see the module doc)."""

@@ -47,22 +47,6 @@ from art_langgraph.serving.chat_protocol import (
     _Out,
 )
 
-__all__ = [
-    "FunctionCallItem",
-    "NamedFunctionChoice",
-    "OutputMessage",
-    "OutputText",
-    "ResponseObject",
-    "ResponseUsage",
-    "ResponsesRequest",
-    "as_chat_completion",
-    "chat_body",
-    "chat_messages",
-    "chat_tool_choice",
-    "chat_tools",
-    "unsupported",
-]
-
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 _ITEM_TYPES = ("message", "function_call", "function_call_output")
 

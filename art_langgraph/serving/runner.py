@@ -29,15 +29,6 @@ from art_langgraph.serving.app import create_app
 from art_langgraph.serving.config import ServerConfig
 from art_langgraph.serving.registry import ModelRegistry
 
-__all__ = [
-    "ServerHandle",
-    "check_bind",
-    "serve",
-    "start_app_server",
-    "start_server",
-    "uvicorn_config",
-]
-
 
 def _is_loopback(host: str) -> bool:
     if host == "localhost":

@@ -17,8 +17,6 @@ from collections.abc import Sequence
 
 from art_langgraph.errors import UsageError
 
-__all__ = ["compute_advantages", "is_zero_variance"]
-
 STD_EPS = 1e-6
 """Added to the group's standard deviation before dividing, so equal rewards give 0, not NaN."""
 

@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from art_langgraph.training.config import TrainConfig
     from art_langgraph.training.tensorize import TrainSequence
 
-__all__ = ["Trainer"]
-
 
 @runtime_checkable
 class Trainer(Protocol):

@@ -14,8 +14,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["ModelConfig", "TrainConfig", "config_table"]
-
 
 class TrainConfig(BaseModel):
     """How one `model.train(groups)` call turns trajectory groups into one optimizer step."""

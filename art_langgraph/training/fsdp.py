@@ -18,8 +18,6 @@ from typing import Any
 
 import torch
 
-__all__ = ["adapter_keys", "full_tensor", "local_tensor", "shard_like", "shard_model"]
-
 
 def shard_model(root: torch.nn.Module, group: Any, device: torch.device) -> Any:
     """FSDP2 over `group`: each decoder layer (the model's `_no_split_modules`) is its own

@@ -21,20 +21,6 @@ from torch import Tensor
 
 from art_langgraph.errors import UsageError
 
-__all__ = [
-    "AGGREGATIONS",
-    "POLICY_LOSSES",
-    "aggregate",
-    "cispo_loss",
-    "kl_k3",
-    "log_ratio",
-    "mismatch_metrics",
-    "ppo_clip_loss",
-    "sequence_ratio",
-    "token_ratio",
-    "truncated_is_weights",
-]
-
 
 def _same_shape(**tensors: Tensor) -> None:
     shapes = {name: tuple(t.shape) for name, t in tensors.items()}

@@ -27,8 +27,6 @@ from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, build_sequences
 from art_langgraph.trajectory import TRAIN_NODES_KEY, LLMCall, Trajectory, TrajectoryGroup
 
-__all__ = ["node_advantages", "prepare_step", "rewarded_node"]
-
 
 def prepare_step(
     groups: list[TrajectoryGroup],

@@ -35,8 +35,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["RowSegments", "Segment", "dense_mask", "register_attention", "segmented_attention"]
-
 ATTN_IMPLEMENTATION = "art_segments"
 """The name under which `segmented_attention` is registered with transformers."""
 

@@ -20,8 +20,6 @@ from art_langgraph.errors import UsageError
 from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, build_sequences
 from art_langgraph.trajectory import Trajectory
 
-__all__ = ["sft_sequences"]
-
 
 def _conversation(tokenizer: Any, item: Any, index: int, max_seq_length: int) -> TrainSequence:
     if isinstance(item, dict):

@@ -39,15 +39,6 @@ from art_langgraph.errors import UsageError
 from art_langgraph.training.segmented_attention import RowSegments, Segment, dense_mask
 from art_langgraph.trajectory import LLMCall, Trajectory
 
-__all__ = [
-    "MicroBatch",
-    "TensorizeStats",
-    "TrainSequence",
-    "build_sequences",
-    "micro_batches",
-    "pack_rows",
-]
-
 MIN_SHARED_PREFIX = 16
 """Prompts sharing fewer first tokens form no tree: the saving would not pay for the
 extra attention blocks."""

@@ -65,8 +65,6 @@ from art_langgraph.training.fsdp import (
 from art_langgraph.training.segmented_attention import register_attention
 from art_langgraph.training.tensorize import MicroBatch, TrainSequence, micro_batches
 
-__all__ = ["LoRATrainer", "ProgressFn", "token_logprobs"]
-
 # peft still asks transformers the deprecated `is_gradient_checkpointing` during training;
 # the warning would print once per run into the user's console and says nothing to them.
 warnings.filterwarnings(

@@ -60,8 +60,6 @@ from art_langgraph.serving.chat_service import validation_message
 from art_langgraph.serving.config import ServerConfig
 from art_langgraph.serving.guard import Guard, error_json
 
-__all__ = ["BackendServerConfig", "create_backend_app"]
-
 log = logging.getLogger(__name__)
 
 

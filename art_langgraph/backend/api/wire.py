@@ -29,22 +29,6 @@ from art_langgraph.names import check_path_name
 from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.trajectory import Trajectory, TrajectoryGroup
 
-__all__ = [
-    "IDEMPOTENCY_HEADER",
-    "DeleteRequest",
-    "EvaluationRequest",
-    "LogRequest",
-    "ModelSpec",
-    "SFTItem",
-    "SFTRequest",
-    "StepEvent",
-    "TrainRequest",
-    "check_idempotency_key",
-    "decode_body",
-    "encode_body",
-    "idempotency_key",
-]
-
 PREFIX = "/art/v1"
 """Where the training API lives; `/v1` is the OpenAI endpoint beside it."""
 

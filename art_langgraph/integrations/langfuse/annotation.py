@@ -61,17 +61,6 @@ from art_langgraph.integrations.langfuse.sender import Sender
 from art_langgraph.integrations.langfuse.traces import trace_id_for
 from art_langgraph.trajectory import Trajectory, TrajectoryGroup, read_groups
 
-__all__ = [
-    "REVIEW_FILE",
-    "ReviewQueueClashError",
-    "check_queue",
-    "queue_id_for",
-    "resend_review_items",
-    "review_folder",
-    "review_sample",
-    "send_to_review",
-]
-
 log = logging.getLogger(__name__)
 
 REVIEW_FILE = "langfuse_review.jsonl"

@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["NO_RETRY", "pages"]
-
 NO_RETRY: Any = {"max_retries": 0}
 """`request_options` for one try only."""
 

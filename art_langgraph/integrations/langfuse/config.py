@@ -15,8 +15,6 @@ import os
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-__all__ = ["EXTRA_MISSING", "LangfuseConfig"]
-
 EXTRA_MISSING = (
     "the Langfuse integration needs the langfuse extra: pip install 'art-langgraph[langfuse]'"
 )

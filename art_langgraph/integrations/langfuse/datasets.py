@@ -93,18 +93,6 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(EXTRA_MISSING) from exc
 
-__all__ = [
-    "EVALUATIONS_FILE",
-    "DatasetClashError",
-    "check_dataset",
-    "item_id",
-    "last_run_id",
-    "log_evaluation",
-    "promote_from_langfuse",
-    "resend_evaluations",
-    "run_score",
-]
-
 log = logging.getLogger(__name__)
 
 EVALUATIONS_FILE = "langfuse_evaluations.jsonl"

@@ -45,8 +45,6 @@ from art_langgraph.integrations.langfuse.traces import Batch, trace_id_for
 from art_langgraph.logger_protocol import RunInfo
 from art_langgraph.trajectory import TrajectoryGroup, read_groups, write_jsonl
 
-__all__ = ["ExportReport", "LangfuseLogger", "export_folder"]
-
 log = logging.getLogger(__name__)
 
 

@@ -25,18 +25,6 @@ from art_langgraph.errors import UsageError
 from art_langgraph.logger_protocol import RunInfo
 from art_langgraph.trajectory import TrajectoryGroup, read_groups
 
-__all__ = [
-    "EXPORTS_FILE",
-    "append_records",
-    "exported",
-    "latest_unsent",
-    "read_records",
-    "record_export",
-    "run_info",
-    "saved_groups",
-    "trajectory_files",
-]
-
 EXPORTS_FILE = "langfuse_exports.jsonl"
 """In the model's folder: one line per batch sent (split, step, counts, time)."""
 

@@ -28,8 +28,6 @@ from art_langgraph.integrations.langfuse.traces import trace_id_for
 from art_langgraph.late_rewards import Fetch, Wait, current_wait
 from art_langgraph.trajectory import Trajectory, TrajectoryGroup
 
-__all__ = ["langfuse_fetcher"]
-
 logger = logging.getLogger(__name__)
 
 MIN_POLL_S = 1.0

@@ -45,17 +45,6 @@ from art_langgraph.integrations.langfuse.traces import trace_id_for
 from art_langgraph.rewards.calibration import MIN_SPEARMAN, JudgeCalibration, judge_calibration
 from art_langgraph.trajectory import Trajectory, TrajectoryGroup, write_jsonl
 
-__all__ = [
-    "CALIBRATION_FILE",
-    "SCORES_FILE",
-    "ReviewResult",
-    "ReviewedScore",
-    "calibrate",
-    "fetch_scores",
-    "import_scores",
-    "resend_scores",
-]
-
 log = logging.getLogger(__name__)
 
 CALIBRATION_FILE = "review_calibration.json"

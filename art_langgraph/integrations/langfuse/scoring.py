@@ -42,22 +42,6 @@ from typing import Any, Literal
 from art_langgraph.errors import UsageError
 from art_langgraph.integrations.langfuse.client import NO_RETRY, pages
 
-__all__ = [
-    "INDEPENDENT_REWARD",
-    "JUDGE_SPEARMAN",
-    "JUDGE_TOP_PICK_ACCURACY",
-    "REVIEW_DECISION",
-    "REVIEW_SCORE",
-    "REWARD",
-    "RULER_SCORE",
-    "SCORE_CONFIGS",
-    "SUCCESS",
-    "SUCCESS_RATE",
-    "ScoreConfigClashError",
-    "ensure_score_configs",
-    "score_configs",
-]
-
 REWARD = "reward"
 INDEPENDENT_REWARD = "independent_reward"
 RULER_SCORE = "ruler_score"

@@ -34,8 +34,6 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(EXTRA_MISSING) from exc
 
-__all__ = ["Sender"]
-
 OTLP_PATH = "api/public/otel/v1/traces"
 """Where spans are posted, under the Langfuse URL."""
 

@@ -30,8 +30,6 @@ from art_langgraph.integrations.langfuse.review import ReviewedScore, ReviewResu
 from art_langgraph.integrations.langfuse.traces import span_id, trace_id_for
 from art_langgraph.trajectory import LLMCall, Trajectory, TrajectoryGroup, write_jsonl
 
-__all__ = ["approved_sft_file", "corrections_sft_file"]
-
 log = logging.getLogger(__name__)
 
 

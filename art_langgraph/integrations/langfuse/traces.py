@@ -49,8 +49,6 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(EXTRA_MISSING) from exc
 
-__all__ = ["Batch", "SpanBuilder", "score_bodies", "span_id", "trace_id_for"]
-
 SCOPE = "art_langgraph"
 """The OpenTelemetry instrumentation scope of every span sent."""
 
