@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import random
 import time
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from art_langgraph.devices import describe_machine
 from art_langgraph.errors import UsageError
 from art_langgraph.utils import iterate_dataset
 from art_mcp.agent import demonstrations
+from art_mcp.backends import backend_for
 from art_mcp.check import run_estimate, summarize
 from art_mcp.config import HarnessConfig, default_learning_rate
 from art_mcp.evaluation import (
@@ -100,7 +100,7 @@ async def train(
     reward_fn, scenarios = _check_inputs(server, cfg, scenarios, reward, backend)
     t0 = time.perf_counter()
     own_backend = backend is None
-    backend = _backend_for(cfg, backend, log)
+    backend = backend_for(cfg, backend, log)
     if own_backend and cfg.backend is None:
         log(f"machine: {describe_machine(cfg.engine_dtype, cfg.compute_dtype)}")
     if cfg.learning_rate is None:
@@ -509,30 +509,3 @@ def _evaluation(
             formats.append(episode_format(t, s))
     ev.sampled_format = sum(formats) / len(formats) if formats else None
     return ev
-
-
-def _backend_for(
-    cfg: HarnessConfig, backend: Backend | None, log: Callable[[str], None]
-) -> Backend:
-    """The backend to train on: the one given, else a `RemoteBackend` (`cfg.backend`), else
-    an embedded `LocalBackend` with the engine settings of `cfg`."""
-    if backend is None and cfg.backend is not None:
-        backend = art.RemoteBackend(cfg.backend, api_key=os.environ.get("ART_API_KEY"))
-    if backend is None and cfg.engine == "vllm":
-        from art_langgraph.engine.vllm_engine import VLLMEngineConfig
-
-        vllm_config = VLLMEngineConfig(chat_template=cfg.chat_template, dtype=cfg.engine_dtype)
-        backend = art.LocalBackend(path=cfg.path, engine="vllm", engine_config=vllm_config)
-    if backend is None and (cfg.chat_template is not None or cfg.engine_dtype != "auto"):
-        from art_langgraph.engine import TorchEngineConfig
-
-        engine_config = TorchEngineConfig(
-            chat_template=cfg.chat_template,
-            dtype=None if cfg.engine_dtype == "auto" else cfg.engine_dtype,
-        )
-        backend = art.LocalBackend(path=cfg.path, engine="torch", engine_config=engine_config)
-    elif backend is not None and (cfg.chat_template is not None or cfg.engine_dtype != "auto"):
-        log(
-            "chat_template and engine_dtype apply to the backend train() builds; yours keeps its own"
-        )
-    return backend or art.LocalBackend(path=cfg.path, engine=cfg.engine)

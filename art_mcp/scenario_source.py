@@ -18,6 +18,7 @@ from typing import Any
 
 import art_langgraph as art
 from art_langgraph.backend.base import Backend
+from art_mcp.backends import backend_for
 from art_mcp.config import HarnessConfig
 from art_mcp.progress import say
 from art_mcp.scenarios import Scenario, generate_scenarios, load_scenarios, save_scenarios
@@ -89,7 +90,7 @@ async def write_scenarios(
     """Generate `config.n_scenarios` scenarios for `server`'s tools, write them to `out`
     (JSONL) and stop, so a person can read and edit them before training
     (`art-mcp scenarios`). The generator is `config.generator`; 'local' (the default) is
-    `config.base_model` served by an embedded backend."""
+    `config.base_model` served by the backend `config` picks (backends.py)."""
     cfg = config or HarnessConfig()
     tell = log or say
     out = Path(out)
@@ -104,16 +105,7 @@ async def write_scenarios(
         await toolset.start()
         base_url = api_key = None
         if generator == "local":
-            if cfg.engine_dtype != "auto" and cfg.engine != "vllm":
-                from art_langgraph.engine import TorchEngineConfig
-
-                backend = art.LocalBackend(
-                    path=cfg.path,
-                    engine="torch",
-                    engine_config=TorchEngineConfig(dtype=cfg.engine_dtype),
-                )
-            else:
-                backend = art.LocalBackend(path=cfg.path, engine=cfg.engine)
+            backend = backend_for(cfg, None, tell)
             writer = art.Model(
                 name="scenario-writer", project=cfg.project, base_model=cfg.base_model
             )

@@ -20,12 +20,11 @@ def score(trajectory: art.Trajectory, output: dict) -> float:  # your reward, or
 
 
 async def main() -> None:
-    async with art.LocalBackend() as backend:
-        model = art.TrainableModel(name="agent", project="readme", base_model="smollm2-135m")
-        await model.register(backend)
-        graph = create_agent(model.chat_model(), tools=[])  # your graph; only its model is ours
-        group = await art.rollouts(graph, {"messages": "Capital of Australia?"}, 8, reward=score)
-        print(await model.train([group]))  # one GRPO step; the graph now runs the new adapter
+    model = art.TrainableModel(name="agent", project="readme", base_model="smollm2-135m")
+    await model.register(art.LocalBackend())  # the engine and the trainer, in this process
+    graph = create_agent(model.chat_model(), tools=[])  # your graph; only its model is ours
+    group = await art.rollouts(graph, {"messages": "Capital of Australia?"}, 8, reward=score)
+    print(await model.train([group]))  # one GRPO step; the graph now runs the new adapter
 
 
 asyncio.run(main())

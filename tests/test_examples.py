@@ -74,6 +74,8 @@ def test_the_readme_shows_the_swap_in_line_for_line() -> None:
     start = section.index("```python\n") + 10
     block = section[start : section.index("\n```", start)]
     assert block == swap_in_code()
+    lines = [line for line in block.splitlines() if line.strip()]
+    assert len(lines) <= 12, f"the swap-in is {len(lines)} lines; the README promises 12 at most"
     assert readme.index("## The swap-in") < readme.index("## The two commands")
 
 

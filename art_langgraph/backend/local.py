@@ -31,6 +31,7 @@ import logging
 import math
 import statistics
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -155,6 +156,9 @@ class LocalBackend:
         self._base_path: str | None = None
         self._runs: dict[str, _Run] = {}
         self.loggers = LoggerSet(loggers)
+        # A script that never closes the backend (ART's examples do not) still flushes its
+        # loggers: at exit, or when the backend is collected, whichever comes first.
+        self._close_loggers = weakref.finalize(self, self.loggers.close)
 
     async def __aenter__(self) -> LocalBackend:
         return self
@@ -164,7 +168,7 @@ class LocalBackend:
 
     async def close(self) -> None:
         """Stop the server and the engine, flush the loggers. Checkpoints are already on disk."""
-        await asyncio.to_thread(self.loggers.close)
+        await asyncio.to_thread(self._close_loggers)  # once, whoever calls it first
         for run in self._runs.values():  # a distributed trainer's processes
             if run.trainer is not None:
                 await asyncio.to_thread(run.trainer.close)

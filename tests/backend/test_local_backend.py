@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -409,3 +413,57 @@ def test_a_layout_that_cannot_be_built_is_refused_at_once(
 ) -> None:
     with pytest.raises(art.UsageError, match=match):
         art.LocalBackend(path=tmp_path, **kwargs)  # type: ignore[arg-type]
+
+
+_NEVER_CLOSED = """
+import sys
+from pathlib import Path
+
+import art_langgraph as art
+
+
+class Logger:
+    def log_trajectories(self, run, step, split, groups): pass
+    def log_metrics(self, run, step, split, metrics): pass
+    def close(self):
+        Path(sys.argv[1]).write_text("flushed")
+
+
+backend = art.LocalBackend(path=sys.argv[2], loggers=[Logger()])
+"""
+
+
+def test_a_backend_never_closed_still_closes_its_loggers_at_exit(tmp_path: Path) -> None:
+    """The README's swap-in (and ART's examples) never close the backend: the process's
+    exit still flushes its loggers, once."""
+    marker = tmp_path / "closed"
+    script = tmp_path / "never_closed.py"
+    script.write_text(_NEVER_CLOSED)
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, str(script), str(marker), str(tmp_path / "art")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert marker.read_text() == "flushed"
+
+
+async def test_close_closes_the_loggers_once(tmp_path: Path) -> None:
+    closed: list[int] = []
+
+    class Logger:
+        def log_trajectories(self, *a: object) -> None: ...
+        def log_metrics(self, *a: object) -> None: ...
+        def close(self) -> None:
+            closed.append(1)
+
+    backend = art.LocalBackend(path=tmp_path, loggers=[Logger()])
+    await backend.close()
+    await backend.close()
+    del backend
+    gc.collect()
+    assert closed == [1]
