@@ -15,7 +15,6 @@ Left out: GPUs (no packing there), whole rollouts (bench.agent_rollouts has thos
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import platform
 import statistics
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from art_langgraph.allocator import allocator_in_use, reexec_with_tcmalloc
-from bench.readme import update_readme, write_results
+from bench.readme import publish
 from bench.trainer_roofline import cpu_flags
 
 RESULTS = Path(__file__).resolve().parent / "results" / "engine_packed.json"
@@ -125,18 +124,7 @@ def main() -> None:
         f"{r['speedup']:.2f}x | {r['max_logit_diff']:.0e} |"
         for r in rows
     ]
-    print("\n".join(lines))
-    write_results(
-        RESULTS,
-        {
-            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "host": {"cpu_flags": cpu_flags(), "machine": platform.machine()},
-            "args": vars(args),
-            "rows": rows,
-            "table": "\n".join(lines),
-        },
-    )
-    update_readme("engine_packed", "\n".join(lines))
+    publish("engine_packed", RESULTS, lines, args, rows=rows)
 
 
 if __name__ == "__main__":

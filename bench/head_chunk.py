@@ -15,7 +15,6 @@ Left out: the engine's memory beside the trainer (a whole run: bench.learning's 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import platform
 import resource
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from art_langgraph.allocator import allocator_in_use, reexec_with_tcmalloc
-from bench.readme import update_readme, write_results
+from bench.readme import publish
 from bench.trainer_roofline import batch, cpu_flags
 
 RESULTS = Path(__file__).resolve().parent / "results" / "head_chunk.json"
@@ -101,18 +100,7 @@ def main() -> None:
             f"| {r['chunk']} | {r['step_s']:.1f} | {r['step_s'] / base['step_s']:.2f}x | "
             f"{r['peak_rss_mib']:.0f} | {r['peak_rss_mib'] - base['peak_rss_mib']:+.0f} MiB |"
         )
-    print("\n".join(lines))
-    write_results(
-        RESULTS,
-        {
-            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%MZ"),
-            "host": {"cpu_flags": cpu_flags(), "machine": platform.machine()},
-            "args": vars(args),
-            "rows": rows,
-            "table": lines,
-        },
-    )
-    update_readme("head_chunk", "\n".join(lines))
+    publish("head_chunk", RESULTS, lines, args, rows=rows)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
     <!-- bench:NAME:start --> ... <!-- bench:NAME:end -->
 
 Every benchmark calls `update_readme(NAME, text)` after saving its JSON, so the docs
-always show the last measured table. The markers live in `docs/benchmarks.md` and `docs/results.md` (and the
+always show the last measured table; `publish` does the three steps a table-printing
+benchmark ends with (print the table, save the JSON with the date, host and arguments,
+update the docs). The markers live in `docs/benchmarks.md` and `docs/results.md` (and the
 config tables' markers, `kind="config"`, in `docs/configuration.md`, which
 `scripts/docs.py` fills); the first page that holds a block's markers gets the text.
 Left out: anything but the text between markers.
@@ -11,12 +13,14 @@ Left out: anything but the text between markers.
 
 from __future__ import annotations
 
+import argparse
+import datetime as dt
 import json
+import platform
 from pathlib import Path
+from typing import Any
 
 from art_langgraph.utils import atomic_write
-
-__all__ = ["PAGES", "update_docs", "update_readme", "write_results"]
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -55,3 +59,24 @@ def update_readme(name: str, text: str, readme: Path | None = None, kind: str = 
     """The name every benchmark calls: `update_docs` (the tables moved from the README to
     the docs pages; the README keeps only headline numbers)."""
     return update_docs(name, text, readme, kind)
+
+
+def publish(name: str, path: Path, lines: list[str], args: argparse.Namespace, **data: Any) -> None:
+    """A benchmark's last step: print its table (`lines`), save `data` as JSON at `path`
+    with the date, the host (machine and matmul-relevant CPU flags), the arguments and the
+    table, then put the table into the docs between `name`'s markers."""
+    from art_langgraph.devices import matmul_flags
+
+    text = "\n".join(lines)
+    print(text)
+    write_results(
+        path,
+        {
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%MZ"),
+            "host": {"cpu_flags": matmul_flags(), "machine": platform.machine()},
+            "args": vars(args),
+            **data,
+            "table": lines,
+        },
+    )
+    update_readme(name, text)

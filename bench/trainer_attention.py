@@ -26,7 +26,6 @@ Left out: rollouts (bench.agent_rollouts), GPUs.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import platform
 import random
@@ -37,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.readme import update_readme, write_results
+from bench.readme import publish
 
 RESULTS = Path(__file__).resolve().parent / "results" / "trainer_attention.json"
 
@@ -150,18 +149,7 @@ def main() -> None:
             f"{r['processed_tokens']:,.0f} | {r['processed_tokens'] / r['step_s']:.0f} | "
             f"{r['peak_rss_mib']:.0f} |"
         )
-    print("\n".join(lines))
-    write_results(
-        RESULTS,
-        {
-            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%MZ"),
-            "args": vars(args),
-            "compute_dtype": compute,
-            "rows": rows,
-            "table": lines,
-        },
-    )
-    update_readme("trainer_attention", "\n".join(lines))
+    publish("trainer_attention", RESULTS, lines, args, compute_dtype=compute, rows=rows)
 
 
 if __name__ == "__main__":

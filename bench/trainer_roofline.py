@@ -35,7 +35,6 @@ kernel on the CPU), the rollouts (bench.agent_rollouts), GPUs (bench.gpu_speed).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import platform
 import random
@@ -48,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from art_langgraph.allocator import allocator_in_use, reexec_with_tcmalloc
-from bench.readme import update_readme, write_results
+from bench.readme import publish
 
 RESULTS = Path(__file__).resolve().parent / "results" / "trainer_roofline.json"
 ARMS = ("ours", "plain", "matmul")
@@ -312,18 +311,7 @@ def main() -> None:
         mm = next(v for k, v in results.items() if k.endswith("/matmul"))
         lines.append("")
         lines.append(f"matmul 2048 x hidden x intermediate: {mm['gflops']:.0f} GFLOP/s ({dtype})")
-    print("\n".join(lines))
-    write_results(
-        RESULTS,
-        {
-            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%MZ"),
-            "host": {"cpu_flags": cpu_flags(), "machine": platform.machine()},
-            "args": vars(args),
-            "results": results,
-            "table": lines,
-        },
-    )
-    update_readme("trainer_roofline", "\n".join(lines))
+    publish("trainer_roofline", RESULTS, lines, args, results=results)
 
 
 if __name__ == "__main__":

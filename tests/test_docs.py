@@ -6,10 +6,14 @@ scripts/test.sh."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,3 +110,19 @@ def test_the_package_diagram_matches_the_code() -> None:
             assert (ROOT / folder / f"{module}.py").is_file(), (
                 f"{folder}{module}.py is not a module"
             )
+
+
+def test_publish_prints_saves_and_leaves_pages_without_markers_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench.readme import PAGES, publish
+
+    before = {page: page.read_text() for page in PAGES if page.exists()}
+    publish(
+        "no_such_block", tmp_path / "r.json", ["| a |", "|---|"], argparse.Namespace(n=3), rows=[1]
+    )
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["args"] == {"n": 3} and saved["rows"] == [1]
+    assert saved["table"] == ["| a |", "|---|"] and set(saved["host"]) == {"cpu_flags", "machine"}
+    assert capsys.readouterr().out == "| a |\n|---|\n"
+    assert {page: page.read_text() for page in PAGES if page.exists()} == before
