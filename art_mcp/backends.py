@@ -24,14 +24,14 @@ def backend_for(cfg: HarnessConfig, backend: Backend | None, log: Callable[[str]
     `cfg`. Engine settings beside a backend given or remote are reported through `log` and
     not applied (that backend keeps its own)."""
     engine_set = cfg.chat_template is not None or cfg.engine_dtype != "auto"
-    if backend is not None or cfg.backend is not None:
-        if engine_set:
-            log(
-                "chat_template and engine_dtype apply to an embedded backend this command "
-                "builds; a backend given or remote keeps its own"
-            )
-        if backend is not None:
-            return backend
+    if engine_set and (backend is not None or cfg.backend is not None):
+        log(
+            "chat_template and engine_dtype apply to an embedded backend this command "
+            "builds; a backend given or remote keeps its own"
+        )
+    if backend is not None:
+        return backend
+    if cfg.backend is not None:
         return art.RemoteBackend(cfg.backend, api_key=os.environ.get("ART_API_KEY"))
     if cfg.engine == "vllm":
         from art_langgraph.engine import VLLMEngineConfig
