@@ -3,16 +3,17 @@
 The device is the caller's choice, else CUDA when present, else the CPU. The dtypes are
 the caller's choice, else (`auto`) the machine's fast one:
 
-- the engine's weights (`pick_engine_dtype`): bfloat16 on CUDA and on CPUs that multiply
-  bfloat16 in hardware (AMX, AVX-512-BF16), float32 on other CPUs;
+- the engine's weights (`pick_engine_dtype`): bfloat16 on CUDA; on a CPU that multiplies
+  bfloat16 in hardware (AMX, AVX-512-BF16), float32 for a model of at most
+  `FLOAT32_MAX_PARAMS` parameters (`parameter_count`) and bfloat16 above; float32 on
+  other CPUs;
 - the trainer's frozen weights (`pick_dtype`): the engine's dtype, so that in one process
   the trainer's LoRA wraps the engine's own weights instead of a second copy
-  (`engine/shared_base.py`): bfloat16 on CUDA and on CPUs that multiply it in hardware,
-  float32 on other CPUs. The LoRA's weights and the optimizer stay in float32 everywhere
+  (`engine/shared_base.py`). The LoRA's weights and the optimizer stay in float32 everywhere
   (peft keeps an adapter over bfloat16 weights in float32);
 - the trainer's matmuls (`pick_compute_dtype`): the weights dtype; bfloat16 autocast over
-  float32 weights where a caller chose float32 weights on a CPU that multiplies bfloat16
-  in hardware.
+  float32 weights where a caller chose float32 weights for a model above
+  `FLOAT32_MAX_PARAMS` on a CPU that multiplies bfloat16 in hardware.
 
 The trainer's log-softmax runs in float32 in every case, over logits in the weights
 dtype, as the engine computes the sampler's. torch is imported only when a
@@ -22,7 +23,17 @@ Left out: MPS and multi-GPU placement.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+FLOAT32_MAX_PARAMS = 270_000_000
+"""The largest model `auto` keeps in float32 on a CPU that multiplies bfloat16 in hardware
+(float32 weights of about 1 GiB). On such a host (2 AMX cores) SmolLM2-135M learned more in
+float32 than in bfloat16 on both bundled tasks, every seed, at 1.3-1.8x the wall time and
++0.2-0.3 GiB peak (bench/results/learning_*_amx*.json, docs/results.md); its float32 runs
+peaked at 3.3-3.6 GiB, so a model over ~270M parameters (SmolLM2-360M: +0.9 GB of float32
+weights) would pass a training run's 4 GiB there, and its step time grows with its size:
+above this, bfloat16."""
 
 
 def pick_device(device: str | None = None) -> str:
@@ -34,33 +45,67 @@ def pick_device(device: str | None = None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def pick_dtype(dtype: str | None, device: str) -> str:
+def pick_dtype(dtype: str | None, device: str, params: int | None = None) -> str:
     """The trainer's frozen weights: `dtype` ("float32", "bfloat16", "float16"), or for
     None/"auto" the engine's (`pick_engine_dtype`), so the two share one copy."""
     if dtype and dtype != "auto":
         return dtype
-    return pick_engine_dtype(None, device)
+    return pick_engine_dtype(None, device, params)
 
 
-def pick_engine_dtype(dtype: str | None, device: str) -> str:
-    """The engine's weights: `dtype`, or for None/"auto" bfloat16 on CUDA and on CPUs that
-    multiply it in hardware, float32 on other CPUs."""
+def _small(params: int | None) -> bool:
+    """Whether a model of `params` parameters (None: unknown) stays in float32 (see
+    `FLOAT32_MAX_PARAMS`)."""
+    return params is not None and params <= FLOAT32_MAX_PARAMS
+
+
+def pick_engine_dtype(dtype: str | None, device: str, params: int | None = None) -> str:
+    """The engine's weights: `dtype`, or for None/"auto" bfloat16 on CUDA; on a CPU that
+    multiplies bfloat16 in hardware, float32 for a model of `params` <= FLOAT32_MAX_PARAMS
+    parameters and bfloat16 for a larger or unknown one; float32 on other CPUs."""
     if dtype and dtype != "auto":
         return dtype
     if device.startswith("cpu"):
-        return "bfloat16" if cpu_has_fast_bf16() else "float32"
+        return "bfloat16" if cpu_has_fast_bf16() and not _small(params) else "float32"
     return "bfloat16"
 
 
-def pick_compute_dtype(compute: str | None, weights: str, device: str) -> str:
+def pick_compute_dtype(
+    compute: str | None, weights: str, device: str, params: int | None = None
+) -> str:
     """The trainer's matmuls over `weights`-dtype weights: `compute`, or for None/"auto"
-    the weights dtype, except bfloat16 over float32 weights on CPUs that multiply it in
-    hardware."""
+    the weights dtype, except bfloat16 over float32 weights of a model above
+    FLOAT32_MAX_PARAMS (or of unknown size) on CPUs that multiply it in hardware."""
     if compute and compute != "auto":
         return compute
     if device.startswith("cpu") and weights == "float32" and cpu_has_fast_bf16():
-        return "bfloat16"
+        return "float32" if _small(params) else "bfloat16"
     return weights
+
+
+def parameter_count(path: str) -> int | None:
+    """The parameters of the causal LM whose config is at `path` (a local folder, or a Hub id
+    already in the Hugging Face cache), counted on the meta device: nothing is loaded or
+    downloaded. None where there is no config to read here or it builds no model."""
+    try:
+        local = Path(path).expanduser()
+        if local.is_dir():
+            if not (local / "config.json").is_file():
+                return None
+        else:
+            from huggingface_hub import try_to_load_from_cache
+
+            if not isinstance(try_to_load_from_cache(path, "config.json"), str):
+                return None
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(str(local) if local.is_dir() else path)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+        return sum(p.numel() for p in model.parameters())
+    except Exception:  # an odd or partial config: the size is unknown
+        return None
 
 
 def cpu_flags() -> set[str]:
@@ -87,16 +132,18 @@ def cpu_has_fast_bf16() -> bool:
     return bool({"amx_bf16", "avx512_bf16"} & cpu_flags())
 
 
-def describe_machine(engine_dtype: str | None = None, compute_dtype: str | None = None) -> str:
+def describe_machine(
+    engine_dtype: str | None = None, compute_dtype: str | None = None, params: int | None = None
+) -> str:
     """This machine in one line, for a run's first lines: the device, cores, the CPU flags
     that decide the dtypes, and the engine's and the trainer's dtypes as `auto` (or the
-    names given) resolve here."""
+    names given) resolve here for a model of `params` parameters in an embedded backend,
+    where the trainer computes in the engine's weights dtype unless told otherwise."""
     import os
 
     device = pick_device()
-    engine = pick_engine_dtype(None if engine_dtype == "auto" else engine_dtype, device)
-    weights = pick_dtype(None, device)
-    compute = pick_compute_dtype(compute_dtype, weights, device)
+    engine = pick_engine_dtype(None if engine_dtype == "auto" else engine_dtype, device, params)
+    compute = engine if compute_dtype in (None, "auto") else compute_dtype
     if device.startswith("cuda"):
         import torch
 

@@ -2,7 +2,8 @@
 
 `backend_for` is shared by `train`/`check` (harness.py) and `art-mcp scenarios`
 (scenario_source.py), so a flag that picks the engine (`engine`, `engine_dtype`,
-`chat_template`) or a remote backend (`backend`) means the same in each.
+`chat_template`) or a remote backend (`backend`) means the same in each; `machine_line`
+says what an embedded one will run on, before it loads anything.
 
 Left out: the backends themselves (art_langgraph.backend) and closing them (the caller
 that built one closes it).
@@ -15,7 +16,18 @@ from collections.abc import Callable
 
 import art_langgraph as art
 from art_langgraph.backend.base import Backend
+from art_langgraph.devices import describe_machine, parameter_count
 from art_mcp.config import HarnessConfig
+
+
+def machine_line(cfg: HarnessConfig) -> str:
+    """The machine and the dtypes an embedded backend picks for `cfg.base_model` here (the
+    model's size decides them on a CPU that multiplies bfloat16 in hardware:
+    `devices.pick_engine_dtype`); builds a preset's folder once, as the backend would."""
+    from art_langgraph.presets import resolve_preset
+
+    params = parameter_count(resolve_preset(cfg.base_model))
+    return describe_machine(cfg.engine_dtype, cfg.compute_dtype, params)
 
 
 def backend_for(cfg: HarnessConfig, backend: Backend | None, log: Callable[[str], None]) -> Backend:

@@ -35,9 +35,9 @@ from typing import Any
 from pydantic import BaseModel
 
 import art_langgraph as art
-from art_langgraph.devices import describe_machine
 from art_langgraph.errors import UsageError
 from art_langgraph.utils import iterate_dataset
+from art_mcp.backends import machine_line
 from art_mcp.config import HarnessConfig
 from art_mcp.evaluation import episode_format
 from art_mcp.progress import say, terminal
@@ -229,7 +229,7 @@ async def check(
     from art_langgraph.presets import check_base_model
 
     check_base_model(cfg.base_model)
-    log(f"machine: {describe_machine(cfg.engine_dtype, cfg.compute_dtype)}")
+    log(f"machine: {machine_line(cfg)}")
     with tempfile.TemporaryDirectory(prefix="art-check-") as tmp:
         local = cfg.model_copy(update={"path": tmp})
         backend = art.LocalBackend(path=tmp, engine=cfg.engine)

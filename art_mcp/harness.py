@@ -37,11 +37,10 @@ from typing import Any
 
 import art_langgraph as art
 from art_langgraph.backend.base import Backend
-from art_langgraph.devices import describe_machine
 from art_langgraph.errors import UsageError
 from art_langgraph.utils import iterate_dataset
 from art_mcp.agent import demonstrations
-from art_mcp.backends import backend_for
+from art_mcp.backends import backend_for, machine_line
 from art_mcp.check import run_estimate, summarize
 from art_mcp.config import HarnessConfig, default_learning_rate
 from art_mcp.evaluation import (
@@ -102,7 +101,7 @@ async def train(
     own_backend = backend is None
     backend = backend_for(cfg, backend, log)
     if own_backend and cfg.backend is None:
-        log(f"machine: {describe_machine(cfg.engine_dtype, cfg.compute_dtype)}")
+        log(f"machine: {machine_line(cfg)}")
     if cfg.learning_rate is None:
         lr, why = default_learning_rate(cfg.base_model)
         log(f"learning rate {lr:g}: {why} (--learning-rate sets one)")

@@ -28,8 +28,9 @@ def tiny_path() -> Path:
 
 
 FP32 = TorchEngineConfig(dtype="float32")
-"""The engine tests that compare outputs exactly pin float32: `auto` picks bfloat16 on a
-host with AMX, and those tests must mean the same on every host (bfloat16 has its own)."""
+"""The engine tests that compare outputs exactly pin float32: `auto` picks bfloat16 for a
+larger model on a host with AMX (`devices.FLOAT32_MAX_PARAMS`), and those tests must mean
+the same whatever `auto`'s rule (bfloat16 has its own)."""
 
 FP32_TRAINER = art.ModelConfig(dtype="float32", compute_dtype="float32")
 """The same for the trainer tests that compare two paths (prefix trees, segments, ranks)."""

@@ -1,5 +1,7 @@
 """The dtype rules of `art_langgraph/devices.py`: `auto` picks bfloat16 only where the CPU
-multiplies it in hardware, and an explicit choice always wins."""
+multiplies it in hardware and the model is larger than FLOAT32_MAX_PARAMS (or of unknown
+size), and an explicit choice always wins; `parameter_count` counts a model without
+loading it."""
 
 from __future__ import annotations
 
@@ -36,3 +38,37 @@ def test_explicit_choices_and_cuda_are_not_overridden(monkeypatch) -> None:
     assert devices.pick_compute_dtype("auto", "bfloat16", "cuda") == "bfloat16"
     monkeypatch.setattr(devices, "cpu_flags", lambda: set())
     assert devices.pick_compute_dtype("bfloat16", "float32", "cpu") == "bfloat16"
+
+
+SMALL, LARGE = 135_000_000, 360_000_000
+
+
+@pytest.mark.parametrize("flags", [{"avx2", "avx512_bf16"}, {"avx2", "amx_bf16", "amx_tile"}])
+def test_auto_keeps_a_small_model_in_float32_where_bfloat16_is_fast(monkeypatch, flags) -> None:
+    monkeypatch.setattr(devices, "cpu_flags", lambda: set(flags))
+    assert devices.FLOAT32_MAX_PARAMS >= SMALL
+    assert devices.pick_engine_dtype(None, "cpu", SMALL) == "float32"
+    assert devices.pick_dtype("auto", "cpu", SMALL) == "float32"
+    assert devices.pick_compute_dtype("auto", "float32", "cpu", SMALL) == "float32"
+    assert devices.pick_engine_dtype(None, "cpu", LARGE) == "bfloat16"
+    assert devices.pick_compute_dtype("auto", "float32", "cpu", LARGE) == "bfloat16"
+    assert devices.pick_engine_dtype(None, "cuda", SMALL) == "bfloat16"
+    assert devices.pick_engine_dtype("bfloat16", "cpu", SMALL) == "bfloat16"
+    line = devices.describe_machine(params=SMALL)
+    assert line.endswith("engine float32, trainer float32"), line
+    assert devices.describe_machine("bfloat16", params=SMALL).endswith("trainer bfloat16")
+
+
+def test_parameter_count_reads_the_config_only(tmp_path) -> None:
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(
+        vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=True,
+    )  # fmt: skip
+    config.save_pretrained(tmp_path)  # a config and no weights: nothing to load
+    # embeddings (tied head) + 2 x (4 attention and 3 MLP projections, 2 norms) + final norm
+    expected = 1000 * 64 + 2 * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64
+    assert devices.parameter_count(str(tmp_path)) == expected
+    assert devices.parameter_count(str(tmp_path / "missing")) is None
+    assert devices.parameter_count("no-such-owner/no-such-model") is None

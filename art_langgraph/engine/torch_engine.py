@@ -22,7 +22,8 @@ group member admitted later, prefills only its new tokens (`cached_tokens` in ea
 result, counters in `metrics()`).
 
 Runs on CUDA when present (bf16) and on the CPU otherwise (bf16 where the CPU multiplies
-it in hardware, else fp32: `devices.pick_engine_dtype`); on the CPU the linear layers
+it in hardware and the model has over 270M parameters, else fp32:
+`devices.pick_engine_dtype`); on the CPU the linear layers
 multiply by weights prepacked for oneDNN (`engine/packed_linear.py`).
 
 This module is the worker: the queue, admission, prefill, decode and the batch's rows.
@@ -49,7 +50,7 @@ from typing import Any
 
 import torch
 
-from art_langgraph.devices import pick_device, pick_engine_dtype, torch_dtype
+from art_langgraph.devices import parameter_count, pick_device, pick_engine_dtype, torch_dtype
 from art_langgraph.engine.adapter_slots import BASE_KEY, AdapterSlots
 from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
 from art_langgraph.engine.budgets import kv_budget, kv_token_bytes, prefix_budget
@@ -166,7 +167,8 @@ class TorchEngine:
         config = config or TorchEngineConfig()
         path = resolve_preset(base_model, cache_dir)
         device = pick_device(config.device)
-        dtype_name = pick_engine_dtype(config.dtype, device)
+        params = parameter_count(path) if config.dtype is None else None
+        dtype_name = pick_engine_dtype(config.dtype, device, params)
         hf_logging.disable_progress_bar()
         tokenizer = AutoTokenizer.from_pretrained(path)
         if config.chat_template is not None:

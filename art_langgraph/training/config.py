@@ -191,9 +191,10 @@ class ModelConfig(BaseModel):
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
         description=(
-            "The trainer's frozen base weights. auto: the engine's dtype (bfloat16 on CUDA and "
-            "on CPUs that multiply it in hardware, AMX or AVX-512-BF16; float32 on other CPUs), "
-            "so an embedded backend's trainer wraps the engine's own weights instead of a "
+            "The trainer's frozen base weights. auto: the engine's dtype (bfloat16 on CUDA; on "
+            "CPUs that multiply it in hardware, AMX or AVX-512-BF16, float32 for a model of at "
+            "most 270M parameters, where it learned more, and bfloat16 above; float32 on other "
+            "CPUs; `devices.pick_engine_dtype`), so an embedded backend's trainer wraps the engine's own weights instead of a "
             "second copy. The LoRA weights and the optimizer stay float32."
         ),
     )
@@ -204,7 +205,7 @@ class ModelConfig(BaseModel):
             "(the head and log-softmax stay in the weights dtype). auto: in an embedded "
             "backend with dtype auto, the engine's weights dtype (the sampler's precision, no "
             "autocast); otherwise the weights dtype, except bfloat16 over float32 weights "
-            "(dtype='float32' chosen) on CPUs that multiply it in hardware (AMX, AVX-512-BF16), "
+            "(dtype='float32' chosen for a model above 270M parameters) on CPUs that multiply it in hardware (AMX, AVX-512-BF16), "
             "where it is about twice as fast (see docs/benchmarks.md)."
         ),
     )

@@ -49,7 +49,13 @@ from typing import Any
 
 import torch
 
-from art_langgraph.devices import pick_compute_dtype, pick_device, pick_dtype, torch_dtype
+from art_langgraph.devices import (
+    parameter_count,
+    pick_compute_dtype,
+    pick_device,
+    pick_dtype,
+    torch_dtype,
+)
 from art_langgraph.engine.shared_base import SharedBase, model_over
 from art_langgraph.errors import CheckpointError
 from art_langgraph.heap import heap_for_large_blocks
@@ -104,10 +110,12 @@ class LoRATrainer:
         hf_logging.disable_progress_bar()
         self.config = config
         self.device = torch.device(pick_device(device))
-        name = pick_dtype(config.dtype, self.device.type)
+        auto = "auto" in (config.dtype, config.compute_dtype)
+        params = parameter_count(base_path) if auto else None
+        name = pick_dtype(config.dtype, self.device.type, params)
         self.dtype = torch_dtype(name)
         self.compute_dtype = torch_dtype(
-            pick_compute_dtype(config.compute_dtype, name, self.device.type)
+            pick_compute_dtype(config.compute_dtype, name, self.device.type, params)
         )
         self.tokenizer = AutoTokenizer.from_pretrained(base_path)
         self.shares_base = (

@@ -145,9 +145,9 @@ def test_env_reaches_a_stdio_server(tmp_path: Path) -> None:
 
 def test_scenarios_command_writes_nothing_when_no_task_reaches_a_tool(tmp_path: Path) -> None:
     """`art-mcp scenarios` end to end on the tiny (random) preset: its tasks name nothing
-    the tools reach, so they are dropped, said, and no file is written. float32 on every
-    host: what random weights write depends on the dtype, and in bfloat16 (`auto` on a host
-    with AMX) a task happened to name a tool's word."""
+    the tools reach, so they are dropped, said, and no file is written. float32 pinned:
+    what random weights write depends on the dtype, and in bfloat16 a task happened to
+    name a tool's word."""
     out = tmp_path / "scen.jsonl"
     run = subprocess.run(
         [sys.executable, "-m", "art_mcp.cli", "scenarios", "--server", "python -m examples.mcp_server.server",

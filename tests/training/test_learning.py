@@ -4,10 +4,11 @@ The toy task: reply to "Say a number word" with a reply that contains one (one..
 Rollouts go through the real server; rewards are computed from the text; each step
 trains on 4 groups of 8. Held-out prompts are never trained on.
 
-In float32 on every host (tests/conftest.py FP32): this is a test of the learning
-machinery, and the random 2-layer model does not learn in bfloat16, `auto`'s choice on a
-host with AMX. There (2026-11-27, 2 AMX cores) its held-out reward went from 0.06 to at
-best 0.19 in 30 steps; the real model's learning in bfloat16 is tests/test_demo.py's.
+In float32 on every host (tests/conftest.py FP32), `auto`'s choice for a model this small
+(`devices.FLOAT32_MAX_PARAMS`), pinned: this is a test of the learning machinery, and the
+random 2-layer model does not learn in bfloat16. On a host with AMX (2026-11-27, 2 cores)
+its held-out reward went from 0.06 to at best 0.19 in 30 steps in bfloat16; the real
+model's learning in bfloat16 is tests/test_demo.py's.
 """
 
 from __future__ import annotations
