@@ -231,7 +231,7 @@ class HarnessConfig(BaseModel):
             "The inference engine's weights and KV-cache dtype (TorchEngineConfig.dtype); auto: "
             "bfloat16 on CUDA; on CPUs that multiply it in hardware (AMX, AVX-512-BF16), "
             "float32 for a model of at most 270M parameters (SmolLM2-135M learned more in "
-            "float32 there, at 1.3-1.8x the wall time) and bfloat16 above; float32 on other "
+            "float32 there, at 1.2-1.8x the wall time) and bfloat16 above; float32 on other "
             "CPUs, where bfloat16 is emulated and several times slower. Set "
             "one dtype by hand, set the other alike, so sampler and trainer round alike."
         ),

@@ -11,6 +11,7 @@ its peak RSS and wall time are measured here.
     .venv/bin/python -m bench.learning [--task capitals|books|directory] [--seeds 1,2,3,4,5]
         [--controls 1,2,3] [--extra "--learning-rate 1e-4"] [--tag NAME]
     .venv/bin/python -m bench.learning --task capitals --combine [--tag ci]
+    .venv/bin/python -m bench.learning --compare amxbf16
 
 `--task`: the bundled capital/currency task (examples/mcp_server, the demo's), the book
 facts task (examples/mcp_books, never used to choose a default) or the staff directory
@@ -22,10 +23,12 @@ gathers every bench/results/learning_<task>_<tag>.json of the defaults into
 learning_<task>.json, the plot and the docs table; `--combine --tag ci` gathers the runs
 tagged ci_* (made with the same `--extra`: the CI learning test's arguments) into
 learning_<task>_ci.json and its docs table, with the margin a test may require. Results
-are pooled per class of host (`host_key`: AVX2, where `auto` runs fp32; AMX or
-AVX512-BF16, where it runs bf16), never across: each class gets its own file
+are pooled per class of host (`host_key`: AVX2; AMX or AVX512-BF16, where bf16 is fast
+but `auto` keeps a model this small in fp32, `devices.FLOAT32_MAX_PARAMS`), never across:
+their speed differs. Each class gets its own file
 (`_amx` and so on after the name; AVX2's has none), table and plot, and the README's
-headline a row per class.
+headline a row per class. `--compare TAG` sets each run of the defaults beside the same
+run tagged TAG (a dtype, say) on the same host class, for both tasks.
 
 Left out: running seeds side by side (2 cores: they would only share them).
 """
@@ -78,8 +81,8 @@ def task_args(task: str) -> list[str]:
 
 def host_key(machine: str) -> str:
     """The class of host a result was measured on, from its machine line's CPU flags: "amx"
-    and "avx512bf16" (where `auto` trains and serves in bf16) or "avx2" (fp32). Results of
-    different classes are never pooled: their speed and their dtypes differ."""
+    and "avx512bf16" (bf16 in hardware) or "avx2". Results of different classes are never
+    pooled: their speed differs, and with it what a run may use."""
     if "amx_bf16" in machine:
         return "amx"
     if "avx512_bf16" in machine:
@@ -87,8 +90,9 @@ def host_key(machine: str) -> str:
     return "avx2"
 
 
-HOST_LABEL = {"amx": "AMX, bf16", "avx512bf16": "AVX512-BF16, bf16", "avx2": "AVX2, fp32"}
-"""How a table names a host class: its matmul flags and the dtype `auto` picks there."""
+HOST_LABEL = {"amx": "AMX, fp32", "avx512bf16": "AVX512-BF16, fp32", "avx2": "AVX2, fp32"}
+"""How a table names a host class: its matmul flags and the dtype `auto` picks there for
+SmolLM2-135M (`devices.pick_engine_dtype`)."""
 
 
 def host_suffix(host: str) -> str:
@@ -369,6 +373,55 @@ def combine(task: str, tag: str = "") -> list[dict[str, Any]]:
     return datasets
 
 
+def compare(tag: str) -> str:
+    """Each run of the defaults beside the run of the same name tagged `tag` (flags of its
+    own, on the same host class), for both tasks: sampled success before -> after, greedy
+    and format after, wall time and peak RSS, then each arm's mean sampled rise."""
+    head = [
+        f"Each run of the defaults beside the same run with {tag}'s flags, both tasks; "
+        "sampled success is paired per held-out scenario (24 x 2 samples at T=1).",
+        "",
+        f"| task, run | sampled, {tag} | sampled, defaults | greedy after, {tag} / defaults "
+        f"| format after, {tag} / defaults | wall, {tag} / defaults | peak RSS, {tag} / defaults |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines, means = head, []
+    for task in ("capitals", "books"):
+        (other,), (ours,) = (
+            combine(task, tag),
+            [d for d in combine(task) if host_key(d["machine"]) != "avx2"],
+        )
+        if host_key(other["machine"]) != host_key(ours["machine"]):
+            raise SystemExit(f"{tag} and the defaults ran on different host classes")
+        a, b = ({r["run"]: r for r in d["rows"]} for d in (other, ours))
+        for run in [r["run"] for r in ours["rows"] if r["run"] in a]:
+            x, y = a[run], b[run]
+
+            def sampled(r: dict[str, Any]) -> str:
+                rise = r["paired"]["sampled"]["rise"]
+                return f"{r['sampled_before']:.2f} -> {r['sampled_after']:.2f} ({rise:+.2f})"
+
+            lines.append(
+                f"| {task}, {run} | {sampled(x)} | {sampled(y)} "
+                f"| {x['greedy_after']:.2f} / {y['greedy_after']:.2f} "
+                f"| {x['format_after']:.2f} / {y['format_after']:.2f} "
+                f"| {x['wall_s'] / 60:.1f} / {y['wall_s'] / 60:.1f} min "
+                f"| {x['peak_rss_mib'] / 1024:.1f} / {y['peak_rss_mib'] / 1024:.1f} GiB |"
+            )
+        for name, rows in ((tag, a), ("defaults", b)):
+            for control in (False, True):
+                rises = [
+                    r["paired"]["sampled"]["rise"] for r in rows.values() if r["control"] == control
+                ]
+                if len(rises) > 1:
+                    kind = "controls" if control else "seeds"
+                    means.append(
+                        f"{task}, {name}, {kind}: mean sampled rise {statistics.fmean(rises):+.2f} "
+                        f"± {statistics.stdev(rises):.2f} sd, least {min(rises):+.2f}"
+                    )
+    return "\n".join([*lines, "", *(f"- {m}" for m in means)])
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -379,7 +432,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--extra", default="", help="more `art-mcp train` flags, as one string")
     p.add_argument("--tag", default="", help="a suffix for the results file")
     p.add_argument("--combine", action="store_true", help="gather the tagged results; run nothing")
+    p.add_argument("--compare", default="", help="a tag to set beside the defaults; run nothing")
     args = p.parse_args(argv)
+    if args.compare:
+        text = compare(args.compare)
+        print(text)
+        update_readme(f"learning_compare_{args.compare}", text)
+        return
     if args.combine:
         datasets = combine(args.task, args.tag)
         for data in datasets:

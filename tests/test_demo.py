@@ -10,9 +10,9 @@ What runs depends on the host class, because a step's time and the dtypes do (`a
 - **A CPU with AMX or AVX512-BF16:** the main job in bfloat16 (`--engine-dtype bfloat16`),
   nothing else cut: 7.5-7.7 min a run on 2 AMX cores, for the seeds that ran alone. `auto`
   keeps SmolLM2-135M in float32 there (`devices.FLOAT32_MAX_PARAMS`), where it learns more
-  but a run takes 10-13 min, past this test's 10. The margin comes from the 5 seeds that
-  ran in bfloat16 there, when it was `auto`'s choice
-  (bench/results/learning_capitals_amxbf16.json, docs/results.md): a paired rise in held-out
+  but a run takes 9-13 min, past this test's 10. The margin comes from the 5 seeds that
+  ran in bfloat16 there, when it was `auto`'s choice (docs/results.md, "Float32 or
+  bfloat16 on AMX"; bench/results/learning_capitals_amxbf16_*.json): a paired rise in held-out
   success, greedy and sampled episodes pooled, of +0.34, +0.50, +0.49, +0.41 and +0.45
   for seeds 1-5 (mean +0.44 ± 0.06 sd). MIN_RISE_BF16 is the mean minus 2.33 sd, +0.29,
   rounded down to +0.28 (bench.learning's MARGIN_SDS; about 1 run in 100 of a normal

@@ -41,7 +41,7 @@ class TorchEngineConfig:
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
     """Weights dtype; None: bfloat16 on CUDA; on CPUs that multiply it in hardware (AMX,
     AVX-512-BF16), float32 for a model of at most 270M parameters (counted from its config:
-    SmolLM2-135M learned more in float32 there, at 1.3-1.8x the wall time) and bfloat16 for a
+    SmolLM2-135M learned more in float32 there, at 1.2-1.8x the wall time) and bfloat16 for a
     larger one; float32 on other CPUs (`devices.pick_engine_dtype`, `FLOAT32_MAX_PARAMS`)."""
     seed: int = 0
     """Seed of the generator shared by requests that carry no seed."""
