@@ -194,7 +194,7 @@ class ModelConfig(BaseModel):
             "The trainer's frozen base weights. auto: the engine's dtype (bfloat16 on CUDA; on "
             "CPUs that multiply it in hardware, AMX or AVX-512-BF16, float32 for a model of at "
             "most 270M parameters, where it learned more, and bfloat16 above; float32 on other "
-            "CPUs; `devices.pick_engine_dtype`), so an embedded backend's trainer wraps the engine's own weights instead of a "
+            "CPUs), so an embedded backend's trainer wraps the engine's own weights instead of a "
             "second copy. The LoRA weights and the optimizer stay float32."
         ),
     )
