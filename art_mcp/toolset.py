@@ -120,7 +120,9 @@ class MCPToolset:
         """`env`: variables added to a stdio server's environment. `stderr_log`: the file
         a stdio server's stderr goes to (None: a temporary file), so its tracebacks never
         flood the console; appended to, and a failed start quotes the last lines this
-        toolset's server wrote there. `allow_tools` / `deny_tools`: the only tools offered, or
+        toolset's server wrote there; a temporary file is deleted at `close()` unless the
+        server failed to start or crashed, so the path an error quoted still holds its
+        tracebacks. `allow_tools` / `deny_tools`: the only tools offered, or
         tools never offered (names the server does not list are an error at start)."""
         self.server = server
         self.timeout_s = timeout_s
@@ -130,6 +132,11 @@ class MCPToolset:
         self.deny_tools = list(deny_tools or [])
         self.stderr_log: Path | None = None
         """Where a stdio server's stderr goes."""
+        self._temp_log = False
+        """Whether `stderr_log` is a temporary file of this toolset's own (see `close`)."""
+        self._keep_log = False
+        """Whether a failed start or a crash left tracebacks in `stderr_log`: a temporary one
+        is then kept."""
         if (
             not isinstance(self._target, str)
             and type(self._target).__name__ == "StdioServerParameters"
@@ -138,6 +145,7 @@ class MCPToolset:
                 fd, name = tempfile.mkstemp(prefix="art-mcp-server-", suffix=".log")
                 os.close(fd)
                 stderr_log = name
+                self._temp_log = True
             self.stderr_log = Path(stderr_log)
             self.stderr_log.parent.mkdir(parents=True, exist_ok=True)
         self._log_start = 0
@@ -248,6 +256,7 @@ class MCPToolset:
         else:
             why = "; ".join(dict.fromkeys(f"{type(e).__name__}: {e}" for e in _leaves(exc)))
         lines = _tail(self.stderr_log, self._log_start)
+        self._keep_log = True
         codes = [x.removeprefix(_EXIT_MARK) for x in lines if x.startswith(_EXIT_MARK)]
         lines = [x for x in lines if not x.startswith(_EXIT_MARK)]
         msg = f"cannot start MCP server {self.label}: {why}"
@@ -273,9 +282,13 @@ class MCPToolset:
         self._owner, self._client = None, None
 
     async def close(self) -> None:
-        """End the session (and the server process)."""
+        """End the session (and the server process); delete a temporary stderr log unless a
+        failed start or a crash wrote to it."""
         async with self._lock:
             await self._close_owner()
+            if self._temp_log and not self._keep_log:
+                assert self.stderr_log is not None
+                self.stderr_log.unlink(missing_ok=True)
 
     async def restart(self) -> None:
         async with self._lock:
@@ -325,6 +338,7 @@ class MCPToolset:
             )
         except Exception as exc:  # the transport broke: the server crashed or hung up
             log.warning("MCP call %s failed (%r); the server will be restarted", name, exc)
+            self._keep_log = True
             await self._close_owner()
             return ToolOutcome(
                 f"error: the MCP server failed during {name!r}: {exc!r}",

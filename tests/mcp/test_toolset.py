@@ -18,10 +18,10 @@ SERVER = "python -m examples.mcp_server.server"
 
 
 @pytest.fixture
-async def stdio_toolset() -> AsyncIterator[MCPToolset]:
-    async with MCPToolset(
-        SERVER, env={**os.environ, "ART_MCP_TEST_TOOLS": "1"}, timeout_s=2.0
-    ) as ts:
+async def stdio_toolset(tmp_path: Path) -> AsyncIterator[MCPToolset]:
+    env = {**os.environ, "ART_MCP_TEST_TOOLS": "1"}
+    log_file = tmp_path / "server.log"  # a crash keeps its log: not in the system's tmp
+    async with MCPToolset(SERVER, env=env, timeout_s=2.0, stderr_log=log_file) as ts:
         yield ts
 
 
@@ -97,10 +97,13 @@ async def test_langchain_tools_in_a_graph_record_tool_events(stdio_toolset: MCPT
     assert (await stdio_toolset.call("add", {"a": 1, "b": 1})).text == "2"  # restarted
 
 
-async def test_a_server_that_exits_on_start_reports_its_exit_code_and_stderr() -> None:
+async def test_a_server_that_exits_on_start_reports_its_exit_code_and_stderr(
+    tmp_path: Path,
+) -> None:
     cmd = "python -c 'import sys; print(\"missing API key\", file=sys.stderr); sys.exit(3)'"
+    log_file = tmp_path / "server.log"
     with pytest.raises(art.InfrastructureError) as info:
-        await MCPToolset(cmd, startup_timeout_s=20).start()
+        await MCPToolset(cmd, startup_timeout_s=20, stderr_log=log_file).start()
     msg = str(info.value)
     assert "cannot start MCP server" in msg and "exited with code 3" in msg
     assert "missing API key" in msg and "ExceptionGroup" not in msg
@@ -142,6 +145,27 @@ async def test_server_stderr_goes_to_its_log_file_not_the_console(
     out, err = capfd.readouterr()
     assert "Traceback" not in out + err
     assert log_file.stat().st_size > 0  # the server wrote there (its start-up and errors)
+
+
+async def test_a_temporary_stderr_log_is_deleted_unless_it_holds_a_failure() -> None:
+    async with MCPToolset(SERVER, env={"ART_MCP_TEST_TOOLS": "1"}, timeout_s=5) as clean:
+        assert (await clean.call("add", {"a": 1, "b": 2})).text == "3"
+        clean_log = clean.stderr_log
+        assert clean_log is not None and clean_log.exists()
+    assert not clean_log.exists()  # a clean run leaves nothing in the temporary folder
+    async with MCPToolset(SERVER, env={"ART_MCP_TEST_TOOLS": "1"}, timeout_s=5) as crashed:
+        assert (await crashed.call("crash")).is_error
+        crash_log = crashed.stderr_log
+    assert crash_log is not None and crash_log.exists()  # kept for its traceback
+    crash_log.unlink()
+    cmd = "python -c 'import sys; print(\"no key\", file=sys.stderr); sys.exit(3)'"
+    failed = MCPToolset(cmd, startup_timeout_s=20)
+    with pytest.raises(art.InfrastructureError) as info:
+        await failed.start()
+    await failed.close()
+    assert failed.stderr_log is not None and str(failed.stderr_log) in str(info.value)
+    assert failed.stderr_log.exists()  # the error names it, so it stays
+    failed.stderr_log.unlink()
 
 
 async def test_allow_and_deny_lists_choose_the_tools_offered() -> None:
