@@ -373,6 +373,25 @@ def combine(task: str, tag: str = "") -> list[dict[str, Any]]:
     return datasets
 
 
+def _compared(tag: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(task label, `tag`'s runs, the defaults' runs) for each task and host class that has
+    both; the label names the class where `tag` ran on more than one."""
+    out = []
+    for task in ("capitals", "books"):
+        tagged = {host_key(d["machine"]): d for d in combine(task, tag)}
+        defaults = {host_key(d["machine"]): d for d in combine(task)}
+        hosts = [h for h in sorted(tagged) if h in defaults]
+        if not hosts:
+            raise SystemExit(
+                f"{task}: no host class has runs of both {tag} ({sorted(tagged) or 'none'}) and "
+                f"the defaults ({sorted(defaults) or 'none'})"
+            )
+        for h in hosts:
+            label = f"{task} ({HOST_LABEL[h]})" if len(tagged) > 1 else task
+            out.append((label, tagged[h], defaults[h]))
+    return out
+
+
 def compare(tag: str) -> str:
     """Each run of the defaults beside the run of the same name tagged `tag` (flags of its
     own, on the same host class), for both tasks: sampled success before -> after, greedy
@@ -386,13 +405,7 @@ def compare(tag: str) -> str:
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     lines, means = head, []
-    for task in ("capitals", "books"):
-        (other,), (ours,) = (
-            combine(task, tag),
-            [d for d in combine(task) if host_key(d["machine"]) != "avx2"],
-        )
-        if host_key(other["machine"]) != host_key(ours["machine"]):
-            raise SystemExit(f"{tag} and the defaults ran on different host classes")
+    for task, other, ours in _compared(tag):
         a, b = ({r["run"]: r for r in d["rows"]} for d in (other, ours))
         for run in [r["run"] for r in ours["rows"] if r["run"] in a]:
             x, y = a[run], b[run]
