@@ -120,9 +120,9 @@ class MCPToolset:
         """`env`: variables added to a stdio server's environment. `stderr_log`: the file
         a stdio server's stderr goes to (None: a temporary file), so its tracebacks never
         flood the console; appended to, and a failed start quotes the last lines this
-        toolset's server wrote there; a temporary file is deleted at `close()` unless the
-        server failed to start or crashed, so the path an error quoted still holds its
-        tracebacks. `allow_tools` / `deny_tools`: the only tools offered, or
+        toolset's server wrote there; a temporary file is deleted when the session ends
+        unless an error or warning named it (a failed start that wrote to stderr, a crash),
+        so the path it named still holds the traceback. `allow_tools` / `deny_tools`: the only tools offered, or
         tools never offered (names the server does not list are an error at start)."""
         self.server = server
         self.timeout_s = timeout_s
@@ -135,7 +135,7 @@ class MCPToolset:
         self._temp_log = False
         """Whether `stderr_log` is a temporary file of this toolset's own (see `close`)."""
         self._keep_log = False
-        """Whether a failed start or a crash left tracebacks in `stderr_log`: a temporary one
+        """Whether an error or warning named `stderr_log` for its traceback: a temporary one
         is then kept."""
         if (
             not isinstance(self._target, str)
@@ -221,12 +221,15 @@ class MCPToolset:
             client = await asyncio.wait_for(asyncio.shield(ready), self.startup_timeout_s)
         except Exception as exc:
             await self._close_owner(graceful=False)
-            raise InfrastructureError(self._start_failure(exc)) from None
+            msg = self._start_failure(exc)
+            self._drop_temp_log()
+            raise InfrastructureError(msg) from None
         self._client = client
         try:
             self.tools = self._select(list((await client.list_tools()).tools))
         except UsageError:
             await self._close_owner()
+            self._drop_temp_log()
             raise
         try:
             self.resources = list((await client.list_resources()).resources)
@@ -256,7 +259,6 @@ class MCPToolset:
         else:
             why = "; ".join(dict.fromkeys(f"{type(e).__name__}: {e}" for e in _leaves(exc)))
         lines = _tail(self.stderr_log, self._log_start)
-        self._keep_log = True
         codes = [x.removeprefix(_EXIT_MARK) for x in lines if x.startswith(_EXIT_MARK)]
         lines = [x for x in lines if not x.startswith(_EXIT_MARK)]
         msg = f"cannot start MCP server {self.label}: {why}"
@@ -264,6 +266,7 @@ class MCPToolset:
             msg += f"; it exited with code {codes[-1]}"
         if lines:
             msg += f"\nits stderr ({self.stderr_log}) ends with:\n  " + "\n  ".join(lines)
+            self._keep_log = True
         return msg
 
     async def _close_owner(self, *, graceful: bool = True) -> None:
@@ -281,14 +284,17 @@ class MCPToolset:
                 owner.cancel()
         self._owner, self._client = None, None
 
+    def _drop_temp_log(self) -> None:
+        """Delete a temporary stderr log that no error or warning named."""
+        if self._temp_log and not self._keep_log and self.stderr_log is not None:
+            self.stderr_log.unlink(missing_ok=True)
+
     async def close(self) -> None:
-        """End the session (and the server process); delete a temporary stderr log unless a
-        failed start or a crash wrote to it."""
+        """End the session (and the server process); delete a temporary stderr log that no
+        error or warning named."""
         async with self._lock:
             await self._close_owner()
-            if self._temp_log and not self._keep_log:
-                assert self.stderr_log is not None
-                self.stderr_log.unlink(missing_ok=True)
+            self._drop_temp_log()
 
     async def restart(self) -> None:
         async with self._lock:
@@ -337,8 +343,9 @@ class MCPToolset:
                 latency_s=self.timeout_s,
             )
         except Exception as exc:  # the transport broke: the server crashed or hung up
-            log.warning("MCP call %s failed (%r); the server will be restarted", name, exc)
-            self._keep_log = True
+            where = f"; its stderr: {self.stderr_log}" if self.stderr_log is not None else ""
+            log.warning("MCP call %s failed (%r); the server will be restarted%s", name, exc, where)
+            self._keep_log = self.stderr_log is not None
             await self._close_owner()
             return ToolOutcome(
                 f"error: the MCP server failed during {name!r}: {exc!r}",

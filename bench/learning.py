@@ -387,7 +387,7 @@ def _compared(tag: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
                 f"the defaults ({sorted(defaults) or 'none'})"
             )
         for h in hosts:
-            label = f"{task} ({HOST_LABEL[h]})" if len(tagged) > 1 else task
+            label = f"{task} ({h})" if len(tagged) > 1 else task
             out.append((label, tagged[h], defaults[h]))
     return out
 

@@ -147,7 +147,9 @@ async def test_server_stderr_goes_to_its_log_file_not_the_console(
     assert log_file.stat().st_size > 0  # the server wrote there (its start-up and errors)
 
 
-async def test_a_temporary_stderr_log_is_deleted_unless_it_holds_a_failure() -> None:
+async def test_a_temporary_stderr_log_is_kept_only_where_a_message_names_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async with MCPToolset(SERVER, env={"ART_MCP_TEST_TOOLS": "1"}, timeout_s=5) as clean:
         assert (await clean.call("add", {"a": 1, "b": 2})).text == "3"
         clean_log = clean.stderr_log
@@ -157,7 +159,18 @@ async def test_a_temporary_stderr_log_is_deleted_unless_it_holds_a_failure() -> 
         assert (await crashed.call("crash")).is_error
         crash_log = crashed.stderr_log
     assert crash_log is not None and crash_log.exists()  # kept for its traceback
+    assert str(crash_log) in caplog.text  # the crash's warning says where it is
     crash_log.unlink()
+    # a start that fails without a word on stderr, or asks for a tool the server lacks:
+    # nothing names the log, so nothing is left behind
+    silent = MCPToolset("python -c 'import sys; sys.exit(3)'", startup_timeout_s=20)
+    with pytest.raises(art.InfrastructureError, match="exited with code 3"):
+        await silent.start()
+    unknown = MCPToolset(SERVER, deny_tools=["delete_all"])
+    with pytest.raises(art.UsageError):
+        await unknown.start()
+    for toolset in (silent, unknown):
+        assert toolset.stderr_log is not None and not toolset.stderr_log.exists()
     cmd = "python -c 'import sys; print(\"no key\", file=sys.stderr); sys.exit(3)'"
     failed = MCPToolset(cmd, startup_timeout_s=20)
     with pytest.raises(art.InfrastructureError) as info:
