@@ -23,7 +23,9 @@ loudly (`InfrastructureError`), so a step never silently serves the old weights.
 
 The subprocess: its log goes to `log_path`; start-up waits for `/health` (a clear error
 with the log's tail if it dies or times out); a request that finds it dead restarts it
-once (reloading the adapters it held) and retries; `close()` stops it. It dies with the
+once (reloading the adapters it held) and retries; `close()` stops it. Its TMPDIR is a
+folder of its own, deleted when it stops (vLLM leaves a `vllm_dist_*` folder and unix
+sockets there at every start); torch's compile cache stays where torch keeps it. It dies with the
 process that started it, however that process ends (`close()` forgotten, SIGKILL): vLLM
 runs under a small watchdog (`engine/watchdog.py`, its session leader) that holds the read end of
 a pipe whose write end only our process holds; the kernel closes it when we die, and on
@@ -46,6 +48,7 @@ import logging
 import os
 import re
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -263,6 +266,9 @@ class VLLMEngine:
             **self.config.extra_env,
         }
         env.pop("PYTHONPATH", None)  # our packages must not shadow vLLM's pins
+        # vLLM's TMPDIR is a scratch folder deleted when it stops (`_spawn`); torch's compile
+        # cache stays where torch keeps it by default, so a new start still finds it
+        env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache_dir())
         if self.config.cpu_threads_bind == "auto":
             env.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
         elif self.config.cpu_threads_bind:
@@ -289,6 +295,7 @@ class VLLMEngine:
             ready=healthy,
             timeout_s=self.config.startup_timeout_s,
             poll_s=0.25,
+            scratch=True,  # vLLM leaves a folder and sockets in TMPDIR at every start
         )
         log.info("vLLM serves %s on %s", self.base_path, self._url)
 
@@ -651,6 +658,19 @@ def _kv_cache_bytes(text: str) -> int:
 
 def _finish(reason: Any) -> Any:
     return reason if reason in ("stop", "length") else "abort" if reason is None else "stop"
+
+
+def _inductor_cache_dir() -> str:
+    """Where torch's inductor keeps its compile cache when TORCHINDUCTOR_CACHE_DIR is unset
+    (torch's `default_cache_dir`): `torchinductor_<user>` in the system's temporary folder."""
+    import getpass
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        user = f"uid_{os.getuid()}"
+    safe = re.sub(r'[\\/:*?"<>|]', "_", user)
+    return os.path.join(tempfile.gettempdir(), f"torchinductor_{safe}")
 
 
 def _preload_libs(venv: Path) -> list[str]:

@@ -7,7 +7,8 @@ vLLM's virtualenv) that starts the server as its child and leads its process gro
 holds the read end of a pipe whose write end only the starting process holds (`WATCH_FDS`
 closes our ends in forked children). However that process dies (exit without cleanup,
 SIGKILL), the kernel closes the write end, the watchdog reads EOF and stops the server
-and its whole group. The parent-death signal (PR_SET_PDEATHSIG) is not used: it fires
+and its whole group, then deletes the server's scratch folder (its TMPDIR, where one was
+asked for). The parent-death signal (PR_SET_PDEATHSIG) is not used: it fires
 when the *thread* that spawned the child exits, and servers are started from worker
 threads (`asyncio.to_thread`).
 
@@ -20,14 +21,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 WATCHDOG = r"""
-import os, signal, subprocess, sys, threading, time
+import os, shutil, signal, subprocess, sys, threading, time
 fd, cmd = int(sys.argv[1]), sys.argv[2:]
+scratch = os.environ.get("ART_WATCHDOG_SCRATCH")
 server = subprocess.Popen(cmd)  # vLLM, in our process group, as are its engine core's
 signal.signal(signal.SIGTERM, lambda *_: server.terminate())
 
@@ -64,6 +69,8 @@ threading.Thread(target=orphaned, daemon=True).start()
 rc = server.wait()
 if os.path.isdir("/proc"):
     sweep()
+    if scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
 else:
     os.killpg(0, signal.SIGKILL)
 sys.exit(rc if rc >= 0 else 128 - rc)
@@ -71,7 +78,9 @@ sys.exit(rc if rc >= 0 else 128 - rc)
 """Runs vLLM (argv[2:]) as its child, with the read end of our pipe as argv[1]. SIGTERM is
 passed on to vLLM. When the pipe reads EOF (the process that started us died, however),
 it stops vLLM (SIGTERM, then after 10 s SIGKILL to the whole group). When vLLM exits, it
-gives the rest of the group 5 s to end, kills what is left, and exits with vLLM's code.
+gives the rest of the group 5 s to end, kills what is left, deletes the folder
+$ART_WATCHDOG_SCRATCH names (the child's own temporary folder, `WatchedProcess.start`'s
+`scratch`), and exits with vLLM's code.
 Runs on vLLM's Python, so the standard library only."""
 
 WATCH_FDS: set[int] = set()
@@ -134,6 +143,8 @@ class WatchedProcess:
         self.what, self.log_path = what, log_path
         self.proc: subprocess.Popen[bytes] | None = None
         self._watch_fd: int | None = None  # the write end of the child's pipe
+        self.scratch: Path | None = None
+        """The child's own temporary folder while it runs (`start`'s `scratch`), else None."""
 
     @property
     def pid(self) -> int | None:
@@ -154,17 +165,32 @@ class WatchedProcess:
         ready: Callable[[], bool],
         timeout_s: float,
         poll_s: float = 0.05,
+        scratch: bool = False,
     ) -> None:
         """Start `argv(read_fd)` and wait until `ready()` is true. Raises
         InfrastructureError, quoting the end of the log, when the child exits first or is
-        not ready within `timeout_s` (it is stopped then)."""
+        not ready within `timeout_s` (it is stopped then).
+
+        `scratch`: give the child a temporary folder of its own (its TMPDIR, in the system's
+        temporary folder) that is deleted once it has stopped: by `stop()`, and by
+        `WATCHDOG` when the child exits, so also when this process was killed outright. vLLM
+        leaves a `vllm_dist_*` folder and unix sockets in TMPDIR at every start."""
         from art_langgraph.errors import InfrastructureError
 
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.proc, self._watch_fd = spawn_watched(argv, self.log_path, env, header)
+        if scratch:
+            slug = re.sub(r"[^a-z0-9]+", "-", self.what.lower()).strip("-")
+            self.scratch = Path(tempfile.mkdtemp(prefix=f"art-{slug}-"))
+            env = {**env, "TMPDIR": str(self.scratch), "ART_WATCHDOG_SCRATCH": str(self.scratch)}
+        try:
+            self.proc, self._watch_fd = spawn_watched(argv, self.log_path, env, header)
+        except BaseException:
+            self._drop_scratch()
+            raise
         deadline = time.monotonic() + timeout_s
         while not ready():
             if self.proc.poll() is not None:
+                self._drop_scratch()
                 raise InfrastructureError(
                     f"{self.what} exited with code {self.proc.returncode} while starting; the "
                     f"end of its log ({self.log_path}):\n{self.tail()}"
@@ -179,7 +205,8 @@ class WatchedProcess:
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM, then after `grace_s` SIGKILL to the child's whole process group (it
-        leads one); our end of its pipe closed either way. Idempotent."""
+        leads one); our end of its pipe closed and its scratch folder deleted either way.
+        Idempotent."""
         proc, self.proc = self.proc, None
         try:
             if proc is None or proc.poll() is not None:
@@ -198,6 +225,12 @@ class WatchedProcess:
                 WATCH_FDS.discard(fd)
                 with contextlib.suppress(OSError):
                     os.close(fd)
+            self._drop_scratch()
+
+    def _drop_scratch(self) -> None:
+        folder, self.scratch = self.scratch, None
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def tail(self, lines: int = 40) -> str:
         """The last `lines` lines of the child's log."""

@@ -4,7 +4,8 @@ One `LocalBackend(engine="vllm")` on the real preset (fp32) serves the module: a
 GRPO step with verified swap, parity of logprobs with our torch engine, constraints
 through vLLM's structured outputs, a failed load that fails loudly, prefix caching seen in
 `cached_tokens` and `metrics()`, and a crashed vLLM that is restarted with its adapters.
-Then a vLLM whose starter exits without `close()`, or is SIGKILLed, must not outlive it;
+Then a vLLM whose starter exits without `close()`, or is SIGKILLed, must not outlive it
+nor leave its temporary files;
 and `art-mcp train --engine vllm` end to end.
 """
 
@@ -229,7 +230,7 @@ config = VLLMEngineConfig(dtype="float32", max_model_len=512, kv_cache_gib=1)
 start = (VLLMEngine.start, resolve_preset("smollm2-135m"), config, Path(sys.argv[1]))
 engine = asyncio.run(asyncio.to_thread(*start))  # from a worker thread, as LocalBackend does
 assert httpx.get(engine._url + "/health").status_code == 200  # that thread's end left it up
-print(engine._child.proc.pid, flush=True)
+print(engine._child.proc.pid, engine._child.scratch, flush=True)
 if sys.argv[2] == "sigkill":
     sys.stdin.read()  # until killed
 """
@@ -270,11 +271,12 @@ def test_vllm_dies_with_the_process_that_started_it(end: str, tmp_path: Path) ->
     assert starter.stdout is not None
     root = 0
     try:
-        line = starter.stdout.readline()
-        assert line.strip().isdigit(), log.read_text()[-3000:] if log.exists() else "no log"
-        root = int(line)
+        line = starter.stdout.readline().split()
+        assert line and line[0].isdigit(), log.read_text()[-3000:] if log.exists() else "no log"
+        root, scratch = int(line[0]), Path(line[1])
         tree = _tree(root, set())
         assert len(tree) >= 3, tree  # the watchdog, vLLM's API server, its engine core
+        assert any(scratch.iterdir())  # vLLM's TMPDIR: its dist folder and sockets land there
         if end == "sigkill":
             starter.kill()  # no close(), no atexit, no finally: only the kernel closes its fds
         assert starter.wait(timeout=60) == (-9 if end == "sigkill" else 0)
@@ -282,6 +284,7 @@ def test_vllm_dies_with_the_process_that_started_it(end: str, tmp_path: Path) ->
         while (left := _tree(root, tree)) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not left, f"still running after its starter ended: {sorted(left)}"
+        assert not scratch.exists()  # and the watchdog deleted what it left in TMPDIR
     finally:
         starter.kill()
         if root:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from art_langgraph.engine.watchdog import WatchedProcess
+from art_langgraph.engine.watchdog import WATCHDOG, WatchedProcess
 from art_langgraph.errors import InfrastructureError
 
 
@@ -71,6 +71,37 @@ def test_a_child_that_exits_or_hangs_is_a_clear_error(tmp_path: Path) -> None:
     assert not child.alive()  # stopped on the way out
 
 
+def test_a_scratch_folder_is_the_childs_tmpdir_and_goes_with_it(tmp_path: Path) -> None:
+    """`scratch=True`: the child's TMPDIR is a folder of its own, deleted when it stops,
+    when it fails to start, and (by the watchdog) when it exits on its own."""
+    ready = tmp_path / "ready"
+    child = WatchedProcess("vLLM 2", tmp_path / "s.log")
+    code = (
+        "import os, pathlib, tempfile, time; "
+        "pathlib.Path(tempfile.gettempdir(), 'vllm_dist_x').mkdir(); "
+        f"pathlib.Path({str(ready)!r}).write_text(tempfile.gettempdir()); time.sleep(600)"
+    )
+    child.start(lambda fd: _python(code), os.environ, "s", ready=ready.exists, timeout_s=60, scratch=True)  # fmt: skip
+    folder = child.scratch
+    assert folder is not None and folder.name.startswith("art-vllm-2-")
+    assert ready.read_text() == str(folder) and (folder / "vllm_dist_x").is_dir()
+    child.stop(grace_s=5)
+    assert child.scratch is None and not folder.exists()
+
+    with pytest.raises(InfrastructureError, match="exited with code 3 while starting"):
+        child.start(lambda fd: _python("raise SystemExit(3)"), os.environ, "s", ready=lambda: False, timeout_s=60, scratch=True)  # fmt: skip
+    assert child.scratch is None and not list(Path(os.path.dirname(folder)).glob("art-vllm-2-*"))
+
+    ready.unlink()
+    code = (
+        f"import pathlib, tempfile; pathlib.Path({str(ready)!r}).write_text(tempfile.gettempdir())"
+    )
+    child.start(lambda fd: [sys.executable, "-c", WATCHDOG, str(fd), *_python(code)], os.environ, "s", ready=ready.exists, timeout_s=60, scratch=True)  # fmt: skip
+    assert child.proc is not None and child.proc.wait(timeout=30) == 0
+    assert not Path(ready.read_text()).exists()  # the watchdog deleted it as the child exited
+    child.stop()
+
+
 def test_a_child_ignoring_sigterm_is_killed_with_its_group(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     child = WatchedProcess("stubborn", tmp_path / "s.log")
@@ -87,7 +118,7 @@ def test_a_child_ignoring_sigterm_is_killed_with_its_group(tmp_path: Path) -> No
 
 def test_the_child_dies_with_a_parent_killed_outright(tmp_path: Path) -> None:
     """A parent process starts a watched child under the watchdog, then is SIGKILLed: the
-    watchdog reads EOF on its pipe and stops the child."""
+    watchdog reads EOF on its pipe, stops the child and deletes its scratch folder."""
     ready = tmp_path / "ready"
     server = (
         "import os, pathlib, time; "
@@ -99,17 +130,20 @@ def test_the_child_dies_with_a_parent_killed_outright(tmp_path: Path) -> None:
         "from art_langgraph.engine.watchdog import WATCHDOG, WatchedProcess\n"
         f"c = WatchedProcess('server', Path({str(tmp_path / 'p.log')!r}))\n"
         f"c.start(lambda fd: [sys.executable, '-c', WATCHDOG, str(fd), sys.executable, '-c', {server!r}],\n"
-        f"        os.environ, 'server', ready=Path({str(ready)!r}).exists, timeout_s=60)\n"
-        "print(c.pid, flush=True)\n"
+        f"        os.environ, 'server', ready=Path({str(ready)!r}).exists, timeout_s=60, scratch=True)\n"
+        "print(c.pid, c.scratch, flush=True)\n"
         "time.sleep(600)\n"
     )
     parent = subprocess.Popen(_python(parent_code), stdout=subprocess.PIPE, text=True)
     try:
         assert parent.stdout is not None
-        watchdog_pid = int(parent.stdout.readline())
+        pid, scratch = parent.stdout.readline().split()
+        watchdog_pid = int(pid)
+        assert Path(scratch).is_dir()
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=30)
         server_pid = int(ready.read_text())
         assert _gone(watchdog_pid, within_s=30) and _gone(server_pid, within_s=30)
+        assert not Path(scratch).exists()  # the watchdog deleted the server's TMPDIR
     finally:
         parent.kill()
