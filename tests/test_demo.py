@@ -11,7 +11,8 @@ on the host class, because a step's time and the dtypes do (`auto`):
 
 - **A CPU with AMX or AVX512-BF16:** the main job in bfloat16, cut: 5 steps of 8 x 4
   rollouts (the default is 6) and a held-out evaluation of 32 scenarios x (1 greedy + 1
-  sampled episode), 7.5-8.8 min a run on 2 AMX cores. The whole main job takes 9-13 min
+  sampled episode), 7.5-8.8 min a run on 2 AMX cores (9.6 min in the fresh-clone CI of
+  33b3d9d, on a slow day, rising +0.36). The whole main job takes 9-13 min
   there in float32, `auto`'s choice for SmolLM2-135M on such a CPU
   (`devices.FLOAT32_MAX_PARAMS`), and 7.5-11 min in bfloat16, past this test's 10. Its
   margin comes from `bench.learning` with these arguments, seeds 0-4 (0 is the demo's
