@@ -12,8 +12,8 @@ on the host class, because a step's time and the dtypes do (`auto`):
 - **A CPU with AMX or AVX512-BF16:** the main job in bfloat16, cut: 5 steps of 8 x 4
   rollouts (the default is 6) and a held-out evaluation of 32 scenarios x (1 greedy + 1
   sampled episode), 7.5-8.8 min a run on 2 AMX cores (9.6 min in the fresh-clone CI of
-  33b3d9d, on a slow day, rising +0.36). The whole main job takes 9-13 min
-  there in float32, `auto`'s choice for SmolLM2-135M on such a CPU
+  33b3d9d, on a slow day, rising +0.36). The whole main job takes 9-13 min there in
+  float32, `auto`'s choice for SmolLM2-135M on such a CPU
   (`devices.FLOAT32_MAX_PARAMS`), and 7.5-11 min in bfloat16, past this test's 10. Its
   margin comes from `bench.learning` with these arguments, seeds 0-4 (0 is the demo's
   default, the seed this test runs) and a control
@@ -21,11 +21,11 @@ on the host class, because a step's time and the dtypes do (`auto`):
   pooled rises of +0.44, +0.39, +0.31, +0.27 and +0.44 (mean +0.37 ± 0.08 sd), each
   measured with a standard error of about 0.10. MIN_RISE_AMX is the mean minus 2.33 x
   0.096 (the evaluation's s.e., above the sd), +0.144, rounded down to +0.14; the
-  shuffled-reward control rose -0.02 (8.5 min), 0.16 below it. Two earlier versions of this arm: 4 steps with
-  16 held-out scenarios, whose margin of +0.28 from seeds 1-5 (+0.34 to +0.47, sd 0.06,
-  tighter than one run's s.e. of 0.11) failed a CI run at +0.25 on seed 0; and 4 steps
-  with 32 scenarios, whose seeds rose +0.08 to +0.44 (sd 0.14), too unevenly for a
-  margin above no learning (-0.03; its control +0.03).
+  shuffled-reward control rose -0.02 (8.5 min), 0.16 below it. Two earlier versions of
+  this arm: 4 steps with 16 held-out scenarios, whose margin of +0.28 from seeds 1-5
+  (+0.34 to +0.47, sd 0.06, tighter than one run's s.e. of 0.11) failed a CI run at
+  +0.25 on seed 0; and 4 steps with 32 scenarios, whose seeds rose +0.08 to +0.44 (sd
+  0.14), too unevenly for a margin above no learning (-0.03; its control +0.03).
 - **AVX2 only (fp32):** the main job takes 17-21 min there, so it runs cut: 4 steps of
   4 x 4 rollouts and a held-out evaluation of 16 scenarios x (1 greedy + 1 sampled
   episode), 7-9 min a run. Its margin comes from `bench.learning` with these arguments,

@@ -25,12 +25,12 @@ The subprocess: its log goes to `log_path`; start-up waits for `/health` (a clea
 with the log's tail if it dies or times out); a request that finds it dead restarts it
 once (reloading the adapters it held) and retries; `close()` stops it. Its TMPDIR is a
 folder of its own, deleted when it stops (vLLM leaves a `vllm_dist_*` folder and unix
-sockets there at every start); torch's compile cache stays where torch keeps it. It dies with the
-process that started it, however that process ends (`close()` forgotten, SIGKILL): vLLM
-runs under a small watchdog (`engine/watchdog.py`, its session leader) that holds the read end of
-a pipe whose write end only our process holds; the kernel closes it when we die, and on
-EOF the watchdog stops vLLM and kills what is left of its process group (the engine
-core). Not the parent-death signal: it fires when the *thread* that spawned the child
+sockets there at every start); torch's compile cache stays where torch keeps it. It dies
+with the process that started it, however that process ends (`close()` forgotten,
+SIGKILL): vLLM runs under a small watchdog (`engine/watchdog.py`, its session leader)
+that holds the read end of a pipe whose write end only our process holds; the kernel
+closes it when we die, and on EOF the watchdog stops vLLM and kills what is left of its
+process group (the engine core). Not the parent-death signal: it fires when the *thread* that spawned the child
 ends, and we start vLLM from worker threads (`asyncio.to_thread`).
 
 Left out: vLLM's own multi-GPU flags (pass them through `engine_args`), pipelined
