@@ -6,7 +6,8 @@ the caller's choice, else (`auto`) the machine's fast one:
 - the engine's weights (`pick_engine_dtype`): bfloat16 on CUDA; on a CPU that multiplies
   bfloat16 in hardware (AMX, AVX-512-BF16), float32 for a model of at most
   `FLOAT32_MAX_PARAMS` parameters (`parameter_count`) and bfloat16 above; float32 on
-  other CPUs;
+  other CPUs, and on one whose instruction sets the environment caps below bfloat16
+  (`ISA_CAP_VARIABLES`: an AMX host capped at AVX2 computes as an AVX2 one);
 - the trainer's frozen weights (`pick_dtype`): the engine's dtype, so that in one process
   the trainer's LoRA wraps the engine's own weights instead of a second copy
   (`engine/shared_base.py`). The LoRA's weights and the optimizer stay in float32 everywhere
@@ -23,6 +24,7 @@ Left out: MPS and multi-GPU placement.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -118,19 +120,64 @@ def cpu_flags() -> set[str]:
         return set()
 
 
+ISA_CAP_VARIABLES = (
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "ATEN_CPU_CAPABILITY",
+)
+"""Environment variables that cap the instruction sets torch's CPU kernels may use: oneDNN's
+(its bfloat16 matmuls; `ONEDNN_` is read before `DNNL_`), MKL's (float32 matmuls) and
+ATen's own vectorised kernels. Capped at AVX2 (`ONEDNN_MAX_CPU_ISA=AVX2
+MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2`), an AMX host computes as an AVX2
+one does: float32 matmuls measured 1.8x slower there, bfloat16 ones ~500x (emulated)."""
+
+_BF16_ISAS = frozenset(
+    {
+        "AVX512_CORE_BF16",
+        "AVX512_CORE_FP16",
+        "AVX512_CORE_AMX",
+        "AVX512_CORE_AMX_FP16",
+        "AVX10_1_512",
+        "AVX10_1_512_AMX",
+        "AVX10_1_512_AMX_FP16",
+        "AVX10_2_512",
+        "AVX10_2_512_AMX_2",
+        "ALL",
+        "DEFAULT",
+    }
+)
+"""The values of oneDNN's ISA cap that still let it multiply bfloat16 in hardware."""
+
+
+def isa_caps() -> dict[str, str]:
+    """The `ISA_CAP_VARIABLES` set in this process's environment, with their values."""
+    return {k: os.environ[k] for k in ISA_CAP_VARIABLES if os.environ.get(k)}
+
+
 def matmul_flags() -> str:
     """The CPU's matmul-relevant flags, for a log line or a benchmark table: amx_bf16,
-    avx512_bf16, avx512f, avx2 (those it has, comma-separated)."""
+    avx512_bf16, avx512f, avx2 (those it has, comma-separated), followed by the
+    instruction-set caps set in the environment (`isa_caps`), if any."""
     have = cpu_flags()
     wanted = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
-    return ",".join(f for f in wanted if f in have) or "none of amx/avx512/avx2"
+    flags = ",".join(f for f in wanted if f in have) or "none of amx/avx512/avx2"
+    caps = isa_caps()
+    if caps:
+        flags += " (instruction sets capped: " + ", ".join(f"{k}={v}" for k, v in caps.items())
+        flags += ")"
+    return flags
 
 
 def cpu_has_fast_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 in hardware (AMX or AVX-512-BF16). Without it
-    (AVX2 only) bfloat16 matmuls are emulated: measured 3-5x slower than float32 on a
-    2-core AVX2 machine, against ~1.85x faster than float32 on an AMX one."""
-    return bool({"amx_bf16", "avx512_bf16"} & cpu_flags())
+    """Whether this CPU multiplies bfloat16 in hardware (AMX or AVX-512-BF16) and oneDNN's
+    instruction sets are not capped below it (`ISA_CAP_VARIABLES`). Without it (AVX2 only)
+    bfloat16 matmuls are emulated: measured 3-5x slower than float32 on a 2-core AVX2
+    machine, against ~1.85x faster than float32 on an AMX one."""
+    if not {"amx_bf16", "avx512_bf16"} & cpu_flags():
+        return False
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+    return not cap or cap.strip().upper() in _BF16_ISAS
 
 
 def describe_machine(
@@ -140,8 +187,6 @@ def describe_machine(
     that decide the dtypes, and the engine's and the trainer's dtypes as `auto` (or the
     names given) resolve here for a model of `params` parameters in an embedded backend,
     where the trainer computes in the engine's weights dtype unless told otherwise."""
-    import os
-
     device = pick_device()
     engine = pick_engine_dtype(None if engine_dtype == "auto" else engine_dtype, device, params)
     compute = engine if compute_dtype in (None, "auto") else compute_dtype

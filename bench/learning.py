@@ -82,7 +82,11 @@ def task_args(task: str) -> list[str]:
 def host_key(machine: str) -> str:
     """The class of host a result was measured on, from its machine line's CPU flags: "amx"
     and "avx512bf16" (bf16 in hardware) or "avx2". Results of different classes are never
-    pooled: their speed differs, and with it what a run may use."""
+    pooled: their speed differs, and with it what a run may use. A host whose instruction
+    sets the environment capped (`devices.ISA_CAP_VARIABLES`; in this project only ever at
+    AVX2, to compute on an AMX host as on an AVX2 one) is "avx2cap", pooled apart too."""
+    if "instruction sets capped" in machine:
+        return "avx2cap"
     if "amx_bf16" in machine:
         return "amx"
     if "avx512_bf16" in machine:
@@ -90,7 +94,12 @@ def host_key(machine: str) -> str:
     return "avx2"
 
 
-HOST_LABEL = {"amx": "AMX, fp32", "avx512bf16": "AVX512-BF16, fp32", "avx2": "AVX2, fp32"}
+HOST_LABEL = {
+    "amx": "AMX, fp32",
+    "avx512bf16": "AVX512-BF16, fp32",
+    "avx2": "AVX2, fp32",
+    "avx2cap": "AMX capped at AVX2, fp32",
+}
 """How a table names a host class: its matmul flags and the dtype `auto` picks there for
 SmolLM2-135M (`devices.pick_engine_dtype`)."""
 

@@ -5,6 +5,8 @@ loading it."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from art_langgraph import devices
@@ -72,3 +74,36 @@ def test_parameter_count_reads_the_config_only(tmp_path) -> None:
     assert devices.parameter_count(str(tmp_path)) == expected
     assert devices.parameter_count(str(tmp_path / "missing")) is None
     assert devices.parameter_count("no-such-owner/no-such-model") is None
+
+
+def test_an_isa_cap_below_bfloat16_turns_auto_to_float32(monkeypatch) -> None:
+    # oneDNN capped at AVX2 emulates bfloat16 on an AMX CPU: auto must not pick it there
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx2", "avx512f", "amx_bf16"})
+    for name in devices.ISA_CAP_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert devices.cpu_has_fast_bf16() and devices.pick_engine_dtype(None, "cpu") == "bfloat16"
+    assert "capped" not in devices.matmul_flags()
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")  # float32 only: bfloat16 stays fast
+    assert devices.cpu_has_fast_bf16()
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "avx512_core_amx")
+    assert devices.cpu_has_fast_bf16()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # read before DNNL_
+    assert not devices.cpu_has_fast_bf16()
+    assert devices.pick_engine_dtype(None, "cpu") == "float32"
+    assert devices.pick_compute_dtype("auto", "float32", "cpu") == "float32"
+    flags = devices.matmul_flags()
+    assert flags.startswith("amx_bf16,avx512f,avx2 (instruction sets capped: "), flags
+    assert "ONEDNN_MAX_CPU_ISA=AVX2" in flags and "MKL_ENABLE_INSTRUCTIONS=AVX2" in flags
+    assert "bfloat16 would be emulated" in devices.describe_machine()
+
+
+def test_an_isa_cap_is_what_torch_computes_with() -> None:
+    # the cap is real: a child capped at AVX2 runs ATen's AVX2 kernels on any x86 CPU
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
+    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() in ("AVX2", "DEFAULT"), out.stdout
