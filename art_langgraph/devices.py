@@ -196,8 +196,10 @@ def describe_machine(
         where = torch.cuda.get_device_name(0)
     else:
         where = f"CPU, {os.cpu_count()} cores, flags {matmul_flags()}"
-        if not cpu_has_fast_bf16():
+        if not {"amx_bf16", "avx512_bf16"} & cpu_flags():
             where += " (no AMX or AVX-512-BF16: bfloat16 would be emulated)"
+        elif not cpu_has_fast_bf16():
+            where += " (oneDNN capped below bfloat16: bfloat16 would be emulated)"
     return f"{where}; engine {engine}, trainer {compute}"
 
 

@@ -30,6 +30,9 @@ their speed differs. Each class gets its own file
 headline a row per class. `--compare TAG` sets each run of the defaults beside the same
 run tagged TAG (a dtype, say) on the same host class, for both tasks.
 
+Each run is supervised by the project's watchdog (`run_watched`): it stops when this
+bench stops or dies, however it died.
+
 Left out: running seeds side by side (2 cores: they would only share them).
 """
 
@@ -40,8 +43,8 @@ import datetime as dt
 import json
 import os
 import platform
+import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -110,6 +113,47 @@ def host_suffix(host: str) -> str:
     return "" if host == "avx2" else f"_{host}"
 
 
+def _children(pid: int) -> list[int]:
+    """The child processes of `pid` (none once it is gone)."""
+    try:
+        return [
+            int(c) for t in Path(f"/proc/{pid}/task").iterdir()
+            for c in (t / "children").read_text().split()
+        ]  # fmt: skip
+    except OSError:
+        return []
+
+
+def run_watched(name: str, cmd: list[str], log: Path) -> tuple[int, float]:
+    """Run `cmd` (from this process's folder: `main` runs from the repository root) under
+    the project's watchdog (`WatchedProcess`),
+    its output in `log`, until it ends: its exit code and peak RSS in MiB (its process
+    tree's, the watchdog's own left out). It does not outlive this process: an error or
+    Ctrl-C here stops it, and so does this process's death, however it died (SIGKILL
+    included: the watchdog reads EOF on its pipe and stops the run's whole group)."""
+    from art_langgraph.engine.watchdog import WATCHDOG, WatchedProcess
+
+    child = WatchedProcess(name, log)
+    log.write_bytes(b"")
+    child.start(
+        lambda fd: [sys.executable, "-c", WATCHDOG, str(fd), *cmd],
+        os.environ,
+        header=" ".join(cmd),
+        ready=lambda: True,
+        timeout_s=60.0,
+    )
+    peak = 0.0
+    try:
+        while child.alive():
+            pid = child.pid
+            if pid is not None:
+                peak = max(peak, sum(_tree_peak_rss_mib(c) for c in _children(pid)))
+            time.sleep(1.0)
+        return int(child.returncode or 0), peak
+    finally:  # the bench stopped (an error, Ctrl-C, SIGTERM): the run goes with it
+        child.stop()
+
+
 def run_one(
     task: str, seed: int, control: bool, extra: list[str], folder: Path, name: str | None = None
 ) -> dict[str, Any]:
@@ -121,21 +165,11 @@ def run_one(
         cmd += ["--shuffle-rewards", "true"]
     t0 = time.perf_counter()
     log = folder / f"{name}.log"  # a file, not a pipe: a chatty child never blocks on it
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True)
-        peak = 0.0
-        try:
-            while proc.poll() is None:
-                peak = max(peak, _tree_peak_rss_mib(proc.pid))
-                time.sleep(1.0)
-        finally:  # the bench stopped (an error, Ctrl-C): the run does not outlive it
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    returncode, peak = run_watched(name, cmd, log)
     wall = time.perf_counter() - t0
     tail = log.read_text()[-3000:]
-    if proc.returncode != 0:
-        raise RuntimeError(f"{name} failed ({proc.returncode}):\n{tail}")
+    if returncode != 0:
+        raise RuntimeError(f"{name} failed ({returncode}):\n{tail}")
     report = json.loads((folder / "mcp" / "models" / name / "report.json").read_text())
     first, last = (
         Evaluation.model_validate(e) for e in (report["evaluations"][0], report["evaluations"][-1])
@@ -265,13 +299,14 @@ def summary(data: dict[str, Any], plot: bool = True) -> str:
 
 def headline(datasets: list[dict[str, Any]]) -> str:
     """The README's first-screen lines: per host class, mean before -> after over the seeds
-    and the control's rise, then each class's wall time, peak RSS and machine."""
+    and the control's rise, then each class's wall time, peak RSS and machine. A capped
+    host ("avx2cap") stands in for a class, and is left to docs/results.md."""
     lines: list[str] = []
     notes: list[str] = []
     for data in datasets:
         rl = [r for r in data["rows"] if not r["control"]]
         ctl = [r for r in data["rows"] if r["control"]]
-        if not rl:
+        if not rl or host_key(data["machine"]) == "avx2cap":
             continue
         host = HOST_LABEL[host_key(data["machine"])]
 
@@ -473,6 +508,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--combine", action="store_true", help="gather the tagged results; run nothing")
     p.add_argument("--compare", default="", help="a tag to set beside the defaults; run nothing")
     args = p.parse_args(argv)
+    os.chdir(ROOT)  # the tasks' paths (`task_args`) are the repository's
+    # SIGTERM (`kill`) unwinds as Ctrl-C does, through `run_watched`'s stop of the run
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if args.compare:
         text = compare(args.compare)
         print(text)

@@ -1,0 +1,56 @@
+"""`bench.learning`'s runs end with the bench: `run_watched` returns a run's exit code and
+peak RSS, and a run dies with a bench that was SIGKILLed (no `finally` runs then)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state not in "ZX"
+
+
+def test_a_run_reports_its_exit_code_and_peak(tmp_path: Path) -> None:
+    from bench.learning import run_watched
+
+    code = "import sys, time; x = bytearray(80 << 20); time.sleep(2.5); sys.exit(3)"
+    rc, peak = run_watched("run", [sys.executable, "-c", code], tmp_path / "run.log")
+    assert rc == 3
+    assert 80 < peak < 400, peak  # the run's 80 MiB and its Python, not the watchdog's too
+
+
+def test_a_run_dies_with_a_killed_bench(tmp_path: Path) -> None:
+    pid_file = tmp_path / "run.pid"
+    run = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(300)"
+    bench = (
+        "import sys; from pathlib import Path; from bench.learning import run_watched; "
+        f"run_watched('run', [sys.executable, '-c', {run!r}], Path({str(tmp_path / 'run.log')!r}))"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", bench], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never started"
+            time.sleep(0.1)
+        pid = int(pid_file.read_text())
+        assert _alive(pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 30  # the watchdog: SIGTERM, then SIGKILL after 10 s
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(pid), "the run outlived the bench"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
