@@ -169,12 +169,17 @@ def matmul_flags() -> str:
     return flags
 
 
+def _hardware_bf16() -> bool:
+    """Whether the CPU has AMX or AVX-512-BF16, caps aside."""
+    return bool({"amx_bf16", "avx512_bf16"} & cpu_flags())
+
+
 def cpu_has_fast_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 in hardware (AMX or AVX-512-BF16) and oneDNN's
     instruction sets are not capped below it (`ISA_CAP_VARIABLES`). Without it (AVX2 only)
     bfloat16 matmuls are emulated: measured 3-5x slower than float32 on a 2-core AVX2
     machine, against ~1.85x faster than float32 on an AMX one."""
-    if not {"amx_bf16", "avx512_bf16"} & cpu_flags():
+    if not _hardware_bf16():
         return False
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
     return not cap or cap.strip().upper() in _BF16_ISAS
@@ -196,7 +201,7 @@ def describe_machine(
         where = torch.cuda.get_device_name(0)
     else:
         where = f"CPU, {os.cpu_count()} cores, flags {matmul_flags()}"
-        if not {"amx_bf16", "avx512_bf16"} & cpu_flags():
+        if not _hardware_bf16():
             where += " (no AMX or AVX-512-BF16: bfloat16 would be emulated)"
         elif not cpu_has_fast_bf16():
             where += " (oneDNN capped below bfloat16: bfloat16 would be emulated)"

@@ -55,14 +55,15 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
 
 
-def _tree_peak_rss_mib(pid: int) -> float:
-    """Peak RSS (VmHWM) of a process and its children, summed."""
+def _tree_peak_rss_mib(pid: int, root: bool = True) -> float:
+    """Peak RSS (VmHWM) of a process and its children, summed; without the process's own
+    where `root` is False (a supervisor's, say)."""
     total, todo = 0, [pid]
     while todo:
         p = todo.pop()
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
+                if line.startswith("VmHWM:") and (root or p != pid):
                     total += int(line.split()[1])
             for t in Path(f"/proc/{p}/task").iterdir():
                 children = (t / "children").read_text().split()

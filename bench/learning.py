@@ -113,21 +113,9 @@ def host_suffix(host: str) -> str:
     return "" if host == "avx2" else f"_{host}"
 
 
-def _children(pid: int) -> list[int]:
-    """The child processes of `pid` (none once it is gone)."""
-    try:
-        return [
-            int(c) for t in Path(f"/proc/{pid}/task").iterdir()
-            for c in (t / "children").read_text().split()
-        ]  # fmt: skip
-    except OSError:
-        return []
-
-
 def run_watched(name: str, cmd: list[str], log: Path) -> tuple[int, float]:
     """Run `cmd` (from this process's folder: `main` runs from the repository root) under
-    the project's watchdog (`WatchedProcess`),
-    its output in `log`, until it ends: its exit code and peak RSS in MiB (its process
+    the project's watchdog (`WatchedProcess`), its output in `log`, until it ends: its exit code and peak RSS in MiB (its process
     tree's, the watchdog's own left out). It does not outlive this process: an error or
     Ctrl-C here stops it, and so does this process's death, however it died (SIGKILL
     included: the watchdog reads EOF on its pipe and stops the run's whole group)."""
@@ -144,10 +132,8 @@ def run_watched(name: str, cmd: list[str], log: Path) -> tuple[int, float]:
     )
     peak = 0.0
     try:
-        while child.alive():
-            pid = child.pid
-            if pid is not None:
-                peak = max(peak, sum(_tree_peak_rss_mib(c) for c in _children(pid)))
+        while (pid := child.pid) is not None and child.alive():
+            peak = max(peak, _tree_peak_rss_mib(pid, root=False))
             time.sleep(1.0)
         return int(child.returncode or 0), peak
     finally:  # the bench stopped (an error, Ctrl-C, SIGTERM): the run goes with it

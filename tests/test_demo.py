@@ -58,19 +58,18 @@ MIN_RISE_AMX = 0.14
 """The least pooled paired rise the AMX arm accepts (the module docstring)."""
 
 
-def arm() -> tuple[list[str], int, float]:
-    """This host's arm: the demo's extra arguments, its RL steps and the least rise."""
+def arm() -> tuple[list[str], float]:
+    """This host's arm: the demo's extra arguments and the least rise."""
     from art_langgraph.devices import cpu_has_fast_bf16
 
-    if cpu_has_fast_bf16():
-        return AMX_ARGS, 5, MIN_RISE_AMX
-    return CI_ARGS, 4, MIN_RISE_AVX2
+    return (AMX_ARGS, MIN_RISE_AMX) if cpu_has_fast_bf16() else (CI_ARGS, MIN_RISE_AVX2)
 
 
 @pytest.mark.slow
 @pytest.mark.serial
 def test_the_main_job_makes_the_real_model_better(tmp_path: Path) -> None:
-    args, steps, min_rise = arm()
+    args, min_rise = arm()
+    steps = int(args[args.index("--steps") + 1])
     out = subprocess.run(
         ["bash", "scripts/demo.sh", *args],
         cwd=ROOT,

@@ -6,6 +6,9 @@ loading it."""
 from __future__ import annotations
 
 import os
+import platform
+import subprocess
+import sys
 
 import pytest
 
@@ -99,13 +102,15 @@ def test_an_isa_cap_below_bfloat16_turns_auto_to_float32(monkeypatch) -> None:
     )
 
 
-def test_an_isa_cap_is_what_torch_computes_with() -> None:
-    # the cap is real: a child capped at AVX2 runs ATen's AVX2 kernels on any x86 CPU
-    import subprocess
-    import sys
-
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
-    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="AVX2 is an x86-64 instruction set")
+def test_a_capped_process_computes_with_avx2_and_auto_knows_it() -> None:
+    # the real environment, no monkeypatch: torch's kernels and `auto` read the same caps
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+    code = (
+        "import torch; from art_langgraph import devices; "
+        "print(torch.backends.cpu.get_cpu_capability(), devices.pick_engine_dtype(None, 'cpu'), "
+        "'capped' in devices.matmul_flags())"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() in ("AVX2", "DEFAULT"), out.stdout
+    assert out.stdout.split() == ["AVX2", "float32", "True"], out.stdout

@@ -30,8 +30,8 @@ with the process that started it, however that process ends (`close()` forgotten
 SIGKILL): vLLM runs under a small watchdog (`engine/watchdog.py`, its session leader)
 that holds the read end of a pipe whose write end only our process holds; the kernel
 closes it when we die, and on EOF the watchdog stops vLLM and kills what is left of its
-process group (the engine core). Not the parent-death signal: it fires when the *thread* that spawned the child
-ends, and we start vLLM from worker threads (`asyncio.to_thread`).
+process group (the engine core). Not the parent-death signal: it fires when the *thread*
+that spawned the child ends, and we start vLLM from worker threads (`asyncio.to_thread`).
 
 Left out: vLLM's own multi-GPU flags (pass them through `engine_args`), pipelined
 streaming of several choices per request (one request per choice, as our torch engine
