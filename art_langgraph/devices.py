@@ -24,6 +24,7 @@ Left out: MPS and multi-GPU placement.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -89,26 +90,37 @@ def pick_compute_dtype(
 def parameter_count(path: str) -> int | None:
     """The parameters of the causal LM whose config is at `path` (a local folder, or a Hub id
     already in the Hugging Face cache), counted on the meta device: nothing is loaded or
-    downloaded. None where there is no config to read here or it builds no model."""
+    downloaded. None where there is no config to read here or it builds no model. Counted
+    once per config as its file reads (a run asks for the engine, the trainer and the
+    machine line)."""
     try:
         local = Path(path).expanduser()
         if local.is_dir():
-            if not (local / "config.json").is_file():
+            config_file = local / "config.json"
+            if not config_file.is_file():
                 return None
         else:
             from huggingface_hub import try_to_load_from_cache
 
-            if not isinstance(try_to_load_from_cache(path, "config.json"), str):
+            cached = try_to_load_from_cache(path, "config.json")
+            if not isinstance(cached, str):
                 return None
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
-
-        config = AutoConfig.from_pretrained(str(local) if local.is_dir() else path)
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
-        return sum(p.numel() for p in model.parameters())
+            config_file = Path(cached)
+        return _count_parameters(str(config_file.parent.absolute()), config_file.read_text())
     except Exception:  # an odd or partial config: the size is unknown
         return None
+
+
+@functools.lru_cache(maxsize=16)
+def _count_parameters(folder: str, config_text: str) -> int:
+    """`parameter_count` of the model in `folder`, whose config.json reads `config_text`."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
 
 
 def cpu_flags() -> set[str]:

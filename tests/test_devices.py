@@ -77,6 +77,10 @@ def test_parameter_count_reads_the_config_only(tmp_path) -> None:
     assert devices.parameter_count(str(tmp_path)) == expected
     assert devices.parameter_count(str(tmp_path / "missing")) is None
     assert devices.parameter_count("no-such-owner/no-such-model") is None
+    # counted once per config as it is: a rewritten config is counted again
+    config.num_hidden_layers = 1
+    config.save_pretrained(tmp_path)
+    assert devices.parameter_count(str(tmp_path)) == expected - (expected - 1000 * 64 - 64) // 2
 
 
 def test_an_isa_cap_below_bfloat16_turns_auto_to_float32(monkeypatch) -> None:
