@@ -78,20 +78,11 @@ def _matmul_gflops(torch: Any, hidden: int, inter: int) -> float:
 
 def _child(args: argparse.Namespace) -> None:
     """Measure every shape in this process and write the rows as JSON to `args.json`."""
-    from art_langgraph.allocator import reexec_with_tcmalloc
+    from bench.engine_packed import _decode_ms, _set_packed, load_float32
 
-    reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/allocator.py)
-    os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")  # as the engine sets it
+    model = load_float32(args.base_model)
     import torch
-    from transformers import AutoModelForCausalLM
 
-    from art_langgraph.presets import resolve_preset
-    from bench.engine_packed import _decode_ms, _set_packed
-
-    torch.set_grad_enabled(False)
-    model = AutoModelForCausalLM.from_pretrained(
-        resolve_preset(args.base_model, None), dtype=torch.float32
-    ).eval()
     _set_packed(model, True)
     c = model.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads

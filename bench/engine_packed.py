@@ -61,6 +61,22 @@ def _decode_ms(model: Any, rows: int, context: int, steps: int) -> tuple[float, 
     return statistics.median(times[2:]) * 1000, logits
 
 
+def load_float32(base_model: str) -> Any:
+    """`base_model` in float32 for decode timing, in a process set up as the engine's is:
+    tcmalloc (re-executing this process if need be), grouped-query SDPA, no gradients."""
+    reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/allocator.py)
+    os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")  # as the engine sets it
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from art_langgraph.presets import resolve_preset
+
+    torch.set_grad_enabled(False)
+    return AutoModelForCausalLM.from_pretrained(
+        resolve_preset(base_model, None), dtype=torch.float32
+    ).eval()
+
+
 def _set_packed(model: Any, on: bool) -> None:
     from art_langgraph.engine.packed_linear import PackedLinear, pack_linears
 
@@ -77,17 +93,7 @@ def main() -> None:
     p.add_argument("--base-model", default="smollm2-135m")
     p.add_argument("--steps", type=int, default=20)
     args = p.parse_args()
-    reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/allocator.py)
-    os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")  # as the engine sets it
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from art_langgraph.presets import resolve_preset
-
-    torch.set_grad_enabled(False)
-    model = AutoModelForCausalLM.from_pretrained(
-        resolve_preset(args.base_model, None), dtype=torch.float32
-    ).eval()
+    model = load_float32(args.base_model)
     rows = []
     for b, t in SHAPES:
         arms: dict[str, list[float]] = {"plain": [], "packed": []}
