@@ -37,7 +37,7 @@ from pydantic import BaseModel
 import art_langgraph as art
 from art_langgraph.errors import UsageError
 from art_langgraph.utils import iterate_dataset
-from art_mcp.backends import machine_line
+from art_mcp.backends import backend_for, machine_line
 from art_mcp.config import HarnessConfig
 from art_mcp.evaluation import episode_format
 from art_mcp.progress import say, terminal
@@ -74,6 +74,10 @@ class Preflight(BaseModel):
     reward_errors: int
     """Rollouts whose reward function raised (dropped from training)."""
     first_error: str = ""
+    episode_errors: int = 0
+    """Episodes (sampled and greedy) stopped by an error other than running out of turns:
+    a model call the server refused, a server gone. Scored as they ended."""
+    first_episode_error: str = ""
     rollout_s: float | None = None
     """Wall time of the step's rollouts (seconds)."""
     train_s: float | None = None
@@ -99,6 +103,11 @@ class Preflight(BaseModel):
                 f"the reward function raised in {self.reward_errors} episodes; first:\n"
                 f"{self.first_error}"
             )
+        if self.episode_errors:
+            out.append(
+                f"{self.episode_errors} episodes stopped with an error; first:\n"
+                f"{self.first_episode_error}"
+            )
         if self.rollout_s is not None:
             t = f"time: rollouts {self.rollout_s:.0f} s"
             if self.train_s is not None:
@@ -117,9 +126,11 @@ def summarize(
     *,
     greedy: list[art.Trajectory] | None = None,
     errors: tuple[int, str] = (0, ""),
+    episode_errors: tuple[int, str] = (0, ""),
 ) -> Preflight:
     """The report of one step's groups (their trajectories carry `metadata["scenario"]`,
-    `scenarios` the scenarios they ran); `greedy`: one greedy episode per scenario."""
+    `scenarios` the scenarios they ran); `greedy`: one greedy episode per scenario;
+    `errors` and `episode_errors`: the reward function's and the episodes' (count, first)."""
     by_id = {s.id: s for s in scenarios}
     trajs = [t for g in groups for t in g.trajectories]
     rewards = [float(t.reward) for t in trajs]
@@ -144,6 +155,8 @@ def summarize(
         flat_groups=_mean(flat),
         reward_errors=n_err,
         first_error=first,
+        episode_errors=episode_errors[0],
+        first_episode_error=episode_errors[1],
         ok=True,
         verdict="",
     )
@@ -160,6 +173,11 @@ def _verdict(p: Preflight, cfg: HarnessConfig, rewards: list[float]) -> tuple[bo
         return False, (
             f"the reward function raised in {p.reward_errors} episodes (train drops them): "
             "fix it and check again"
+        )
+    if p.episode_errors:
+        return False, (
+            f"{p.episode_errors} episodes stopped with an error before the agent finished "
+            "(the first is above): fix it and check again"
         )
     if not rewards:
         return False, "no rollout finished: see the log above for why"
@@ -232,7 +250,7 @@ async def check(
     log(f"machine: {machine_line(cfg)}")
     with tempfile.TemporaryDirectory(prefix="art-check-") as tmp:
         local = cfg.model_copy(update={"path": tmp})
-        backend = art.LocalBackend(path=tmp, engine=cfg.engine)
+        backend = backend_for(local, None, log)  # the engine train would build
         servers = Servers(server, local, env=env, stderr_log=Path(tmp) / "mcp-server.log")
         try:
             await servers.toolset.start()
@@ -274,7 +292,12 @@ async def check(
             groups, greedy = await asyncio.gather(groups_task, greedy_task)
             rollout_s = time.perf_counter() - tick
             report = summarize(
-                groups, batch.items, cfg, greedy=list(greedy), errors=rollouts.errors.take()
+                groups,
+                batch.items,
+                cfg,
+                greedy=list(greedy),
+                errors=rollouts.errors.take(),
+                episode_errors=rollouts.episode_errors.take(),
             )
             report.rollout_s = rollout_s
             if any(len({t.reward for t in g.trajectories}) > 1 for g in groups):

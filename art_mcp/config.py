@@ -10,39 +10,13 @@ repeated here.
 
 from __future__ import annotations
 
-import json
-import math
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-SWEPT_LEARNING_RATE = 1e-3
-"""The learning rate bench.defaults_sweep chose on SmolLM2-135M-Instruct (bench/results/
-defaults_sweep.json: one seed per setting, the bundled capital/currency task)."""
-_SWEPT_WIDTH = 576
-"""SmolLM2-135M's hidden size, where SWEPT_LEARNING_RATE was chosen."""
-_PRESET_WIDTHS = {"smollm2-135m": 576}
+from art_langgraph.training.config import SWEPT_LEARNING_RATE, default_learning_rate
 
-
-def default_learning_rate(base_model: str) -> tuple[float, str]:
-    """The learning rate for `base_model` when none is given, and why, in words: the
-    tiny preset's 5e-4; else `SWEPT_LEARNING_RATE` scaled by sqrt(576 / the model's hidden
-    size), read from a preset's known width or a local folder's config.json; a model whose
-    width cannot be read without loading it (a Hub id) gets the swept value."""
-    if base_model == "tiny":
-        return 5e-4, "the tiny preset's"
-    width = _PRESET_WIDTHS.get(base_model)
-    if width is None:
-        try:
-            config = json.loads((Path(base_model).expanduser() / "config.json").read_text())
-            width = int(config.get("hidden_size") or config["text_config"]["hidden_size"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return SWEPT_LEARNING_RATE, "swept on SmolLM2-135M (this model's width is unknown)"
-    lr = SWEPT_LEARNING_RATE * math.sqrt(_SWEPT_WIDTH / width)
-    if width == _SWEPT_WIDTH:
-        return lr, "swept on SmolLM2-135M"
-    return lr, f"swept on SmolLM2-135M (width 576), times sqrt(576 / {width})"
+__all__ = ["SWEPT_LEARNING_RATE", "HarnessConfig", "default_learning_rate"]
 
 
 class HarnessConfig(BaseModel):

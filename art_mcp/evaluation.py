@@ -243,4 +243,10 @@ async def log_to_langfuse(
         folder=folder,
     )
     if res.sent:
-        log(f"Langfuse: held-out evaluation at step {step} is dataset run {name}@{step}")
+        if step == 0:
+            label = "the untrained model's held-out evaluation"
+        elif rl_step == 0:
+            label = "the held-out evaluation before RL"
+        else:
+            label = f"the held-out evaluation after RL step {rl_step}"
+        log(f"Langfuse: {label} is dataset run {name}@{step}")

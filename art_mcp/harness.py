@@ -323,7 +323,7 @@ class _Run:
         log(f"{line} in {rollout_s:.0f} s; training")
         errors = self.report_errors(f"RL step {done}")
         if index == 0:  # the pre-flight summary (art-mcp check), from this step
-            first = summarize(groups, items, cfg, errors=errors)
+            first = summarize(groups, items, cfg, errors=errors[0], episode_errors=errors[1])
             first.rollout_s = rollout_s
             for text in first.lines():
                 log(f"RL step 1 pre-flight: {text}")
@@ -413,14 +413,22 @@ class _Run:
         """One episode of `s` with `agent` (the training agent when None)."""
         return await self.rollouts.run(s, agent or self.train_agent, held_out=held_out)
 
-    def report_errors(self, where: str) -> tuple[int, str]:
-        """Log the reward function's errors since the last call; their count and the first."""
+    def report_errors(self, where: str) -> tuple[tuple[int, str], tuple[int, str]]:
+        """Log the reward function's errors and the episodes stopped by one since the last
+        call; returns each as (count, first)."""
         count, first = self.rollouts.errors.take()
         if count:
             what = "dropped" if where.startswith("RL") else "scored 0"
             self.log(f"{where}: the reward function raised in {count} episodes ({what}); first:")
             self.log(first)
-        return count, first
+        stopped = self.rollouts.episode_errors.take()
+        if stopped[0]:
+            self.log(
+                f"{where}: {stopped[0]} episodes stopped with an error (scored as they "
+                "ended); first:"
+            )
+            self.log(stopped[1])
+        return (count, first), stopped
 
     async def evaluate(self, step: int, rl_step: int) -> Evaluation:
         """The held-out evaluation of the model's `step` (RL step `rl_step`): one greedy

@@ -6,7 +6,9 @@ or one per episode), the server's tools plus `complete_task`, the turn policy
 agent (`create_agent`) at one sampling temperature; `run(scenario, agent)` plays one
 episode under `art.capture`, reads its final answer and scores it. A reward function
 that raises is counted in `errors`: a training episode is then dropped (the exception
-propagates to `gather_trajectory_groups`), a held-out one scored 0.
+propagates to `gather_trajectory_groups`), a held-out one scored 0. An episode stopped
+by anything but running out of turns (a model call the server refused, a server gone) is
+scored as it ended and counted in `episode_errors`, so `check` and `train` can say so.
 
 Left out: what is done with the episodes (harness.py trains on them, check.py reports on
 them); the judge (scoring.py).
@@ -15,6 +17,8 @@ them); the judge (scoring.py).
 from __future__ import annotations
 
 from typing import Any
+
+from langgraph.errors import GraphRecursionError
 
 import art_langgraph as art
 from art_langgraph.errors import UsageError
@@ -36,6 +40,8 @@ class Rollouts:
         self.cfg = cfg
         self.reward = reward
         self.errors = RewardErrors()
+        self.episode_errors = RewardErrors()
+        """Episodes stopped by an exception other than running out of turns."""
         self.tools = [*servers.toolset.langchain_tools(), complete_task_tool()]
         self._turns = force_tool_calls(
             cfg.max_turns if cfg.final_answer_turn else None,
@@ -64,7 +70,10 @@ class Rollouts:
                         {"messages": [("user", s.task)]},
                         {"recursion_limit": 2 * self.cfg.max_turns},
                     )
-                except Exception as exc:  # out of turns, a broken graph: scored, not fatal
+                except GraphRecursionError as exc:  # out of turns: scored as it ended
+                    traj.log(f"rollout stopped: {exc!r}")
+                except Exception as exc:  # a refused call, a server gone: scored, and counted
+                    self.episode_errors.add(exc)
                     traj.log(f"rollout stopped: {exc!r}")
         traj.metadata["answer"] = final_answer(traj)
         try:

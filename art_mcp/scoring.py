@@ -70,7 +70,8 @@ async def score(reward: RewardFn | None, traj: art.Trajectory, s: Scenario) -> f
 
 
 class RewardErrors:
-    """Exceptions of the reward function in one phase: counted, the first traceback kept."""
+    """Exceptions in one phase (the reward function's, or the episodes'): counted, the
+    first traceback kept."""
 
     def __init__(self) -> None:
         self.count = 0

@@ -396,6 +396,7 @@ class LocalBackend:
     ) -> TrainResult:
         """One GRPO step (see the module docstring). `request_id`: a retry of a request whose
         step was already committed returns that step's result instead of training again."""
+        config = config.for_model(model.base_model)
         run = self._run(model)
         async with run.lock:
             if request_id and (done := self._replay(run, request_id)):
@@ -501,6 +502,7 @@ class LocalBackend:
     ) -> TrainResult:
         if epochs < 1 or batch_size < 1:
             raise UsageError(f"epochs and batch_size must be >= 1, got {epochs} and {batch_size}")
+        config = config.for_model(model.base_model)
         run = self._run(model)
         async with run.lock:
             if request_id and (done := self._replay(run, request_id)):

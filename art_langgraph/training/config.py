@@ -10,9 +10,54 @@ the learning rate (one step per `train()` call, so a caller varies it per call).
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SWEPT_LEARNING_RATE = 1e-3
+"""The learning rate bench.defaults_sweep chose on SmolLM2-135M-Instruct (bench/results/
+defaults_sweep.json: one seed per setting, the bundled capital/currency task)."""
+_SWEPT_WIDTH = 576
+"""SmolLM2-135M's hidden size, where SWEPT_LEARNING_RATE was chosen."""
+_PRESET_WIDTHS = {"smollm2-135m": 576}
+
+
+def default_learning_rate(base_model: str) -> tuple[float, str]:
+    """The learning rate for `base_model` when none is given, and why, in words: the
+    tiny preset's 5e-4; else `SWEPT_LEARNING_RATE` scaled by sqrt(576 / the model's hidden
+    size), read from a preset's known width, a local folder's config.json or a Hub id's
+    config in the Hugging Face cache; a model whose width cannot be read so (a Hub id not
+    downloaded yet, a .gguf file) gets the swept value, and the reason says so."""
+    if base_model == "tiny":
+        return 5e-4, "the tiny preset's"
+    width = _PRESET_WIDTHS.get(base_model) or _hidden_size(base_model)
+    if width is None:
+        return SWEPT_LEARNING_RATE, "swept on SmolLM2-135M (this model's width is unknown)"
+    lr = SWEPT_LEARNING_RATE * math.sqrt(_SWEPT_WIDTH / width)
+    if width == _SWEPT_WIDTH:
+        return lr, "swept on SmolLM2-135M"
+    return lr, f"swept on SmolLM2-135M (width 576), times sqrt(576 / {width})"
+
+
+def _hidden_size(base_model: str) -> int | None:
+    """The hidden size in the config.json of a local folder, or of a Hub id already in the
+    Hugging Face cache (nothing is downloaded); None where there is none to read."""
+    path = Path(base_model).expanduser() / "config.json"
+    try:
+        if not path.is_file():
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(base_model, "config.json")
+            if not isinstance(cached, str):
+                return None
+            path = Path(cached)
+        config = json.loads(path.read_text())
+        return int(config.get("hidden_size") or config["text_config"]["hidden_size"])
+    except (OSError, ValueError, KeyError, TypeError):  # also a name that is no Hub id
+        return None
 
 
 class TrainConfig(BaseModel):
@@ -20,8 +65,15 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    learning_rate: float = Field(
-        5e-6, gt=0, description="AdamW learning rate. Default 5e-6 (ART's); tiny models take ~1e-3."
+    learning_rate: float | None = Field(
+        None,
+        gt=0,
+        description="AdamW learning rate. None (default): the base model's "
+        "(`default_learning_rate`): SWEPT_LEARNING_RATE (1e-3), chosen by bench.defaults_sweep "
+        "on SmolLM2-135M (hidden size 576), times sqrt(576 / hidden size) for other models (an "
+        "extrapolation not measured beyond 135M; ART's 5e-6 is for 7B-32B models, which the "
+        "rule puts at 3e-4-4e-4); 5e-4 for the tiny preset. Each step's metrics report the "
+        "rate used.",
     )
     beta: float = Field(
         0.0,
@@ -147,6 +199,13 @@ class TrainConfig(BaseModel):
     def clip_high(self) -> float:
         """The upper clip range actually used (epsilon_high, or epsilon)."""
         return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+    def for_model(self, base_model: str) -> TrainConfig:
+        """This config with its learning rate set: `base_model`'s (`default_learning_rate`)
+        where none was given. The backend calls it before a step; the trainer needs a number."""
+        if self.learning_rate is not None:
+            return self
+        return self.model_copy(update={"learning_rate": default_learning_rate(base_model)[0]})
 
 
 class ModelConfig(BaseModel):

@@ -57,7 +57,7 @@ from art_langgraph.devices import (
     torch_dtype,
 )
 from art_langgraph.engine.shared_base import SharedBase, model_over
-from art_langgraph.errors import CheckpointError
+from art_langgraph.errors import CheckpointError, UsageError
 from art_langgraph.heap import heap_for_large_blocks
 from art_langgraph.training import loss as L
 from art_langgraph.training.config import ModelConfig, TrainConfig
@@ -244,7 +244,7 @@ class LoRATrainer:
         """One GRPO optimizer step over `seqs`; returns metrics."""
         t0 = time.perf_counter()
         self.model.train()
-        self._configure(config.learning_rate, config.adam_betas, config.weight_decay)
+        self._configure(_rate(config), config.adam_betas, config.weight_decay)
         self.optimizer.zero_grad(set_to_none=True)
         n_total, s_total = self._totals(seqs)
         if n_total == 0:
@@ -338,7 +338,7 @@ class LoRATrainer:
             "kl": acc["kl"] / max(n_total, 1),
             "clip_fraction": acc["clip_fraction"] / max(n_total, 1),
             "grad_norm": grad_norm,
-            "learning_rate": config.learning_rate,
+            "learning_rate": _rate(config),
             "trainable_tokens": float(n_total),
             "sequences": float(s_total),
             "padding_waste": 1 - real / max(cells, 1),
@@ -353,7 +353,7 @@ class LoRATrainer:
         """One optimizer step of next-token cross-entropy on the trainable tokens (token mean)."""
         t0 = time.perf_counter()
         self.model.train()
-        self._configure(config.learning_rate, config.adam_betas, config.weight_decay)
+        self._configure(_rate(config), config.adam_betas, config.weight_decay)
         self.optimizer.zero_grad(set_to_none=True)
         n_total, _ = self._totals(seqs)
         if n_total == 0:
@@ -692,3 +692,13 @@ def _row_length(seqs: list[TrainSequence], config: TrainConfig) -> int:
     """Pack into rows as long as the longest sequence: a dense attention mask costs L² per
     row, so longer rows would cost more compute than the padding they save."""
     return min(config.max_seq_length, max((len(s) for s in seqs), default=1))
+
+
+def _rate(config: TrainConfig) -> float:
+    """The step's learning rate; a trainer is given a number (`TrainConfig.for_model`)."""
+    if config.learning_rate is None:
+        raise UsageError(
+            "TrainConfig.learning_rate is None: a backend sets the base model's own "
+            "(TrainConfig.for_model(base_model)); give one when calling a trainer directly"
+        )
+    return config.learning_rate

@@ -99,3 +99,4 @@ async def test_node_rewards_train_router_and_agent_in_one_step(
     assert metrics["node_advantage_calls"] >= 3  # every router call has its own advantage
     result = await fresh_model.train([group])
     assert result.metrics["trajectories"] == 3 and seqs
+    assert result.metrics["learning_rate"] == 5e-4  # none given: the base model's (tiny's)

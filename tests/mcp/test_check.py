@@ -86,7 +86,7 @@ def test_summary_verdicts() -> None:
 @pytest.mark.slow_job  # the rules above on the real model; the demo prints this summary
 def test_the_bundled_task_on_the_real_model_is_learnable(tmp_path: Path) -> None:
     """The real preset with the library's defaults, but 4 groups: the untrained SmolLM2 has
-    a sampled success of about 0.1-0.2 here (docs/results.md), far from both limits."""
+    a sampled success of 0.1-0.33 here (docs/results.md), far from both limits."""
     out = subprocess.run(
         [
             sys.executable, "-m", "art_mcp.cli", "check", "--server", SERVER,
@@ -99,3 +99,18 @@ def test_the_bundled_task_on_the_real_model_is_learnable(tmp_path: Path) -> None
     assert "learnable as set up" in out.stdout and "a step ~" in out.stdout
     assert "the run ~" in out.stdout and "machine: CPU" in out.stdout
     assert not (tmp_path / "runs").exists()
+
+
+async def test_the_check_runs_the_engine_train_would_and_names_a_failing_episode(
+    tmp_path: Path,
+) -> None:
+    # --chat-template (and --engine-dtype) reach the check's engine, as train's; a template
+    # that refuses to render stops every episode, and the check says so in its words
+    template = tmp_path / "refuses.jinja"
+    template.write_text("{{ raise_exception('the custom template was used') }}")
+    cfg = _cfg(tmp_path, chat_template=str(template), engine_dtype="float32")
+    said: list[str] = []
+    p = await check(SERVER, cfg, scenarios=SCENARIOS, reward=constant, log=said.append)
+    assert not p.ok and "6 episodes stopped with an error" in p.verdict, p.verdict
+    assert p.episode_errors == 6 and "the custom template was used" in p.first_episode_error
+    assert any("episodes stopped with an error; first:" in line for line in said)

@@ -1,5 +1,5 @@
-"""`art_mcp.train` when things go wrong: a reward that raises, steps with nothing to
-train, a judge-only run's evaluation, Ctrl-C at several points and the resumed report, a
+"""`art_mcp.train` when things go wrong: a reward that raises, model calls the server
+refuses, steps with nothing to train, a judge-only run's evaluation, Ctrl-C at several points and the resumed report, a
 recipe that changed under a model's name. All on the tiny preset and the bundled server."""
 
 from __future__ import annotations
@@ -76,6 +76,29 @@ async def test_a_raising_reward_is_counted_and_a_flat_step_says_it_trained_nothi
     assert "RL step 1: trained 0 micro-batches (0 tokens)" in text
     assert "the untrained model's held-out evaluation: 4 episodes in" in text
     assert "1 of 1 RL steps trained on nothing" in (Path(report.folder) / "report.md").read_text()
+
+
+async def test_episodes_a_refused_model_call_stopped_are_counted_and_named(
+    tmp_path: Path,
+) -> None:
+    # a chat template that refuses to render: every model call fails at the server
+    template = tmp_path / "refuses.jinja"
+    template.write_text("{{ raise_exception('the custom template refused') }}")
+    said: list[str] = []
+    await train(
+        SERVER,
+        _cfg(tmp_path, steps=1, chat_template=str(template)),
+        scenarios=SCENARIOS,
+        reward=lambda traj, s: 0.0,
+        log=said.append,
+    )
+    text = "\n".join(said)
+    assert "the untrained model's held-out evaluation: 4 episodes stopped with an error" in text, (
+        text
+    )
+    assert "RL step 1: 4 episodes stopped with an error (scored as they ended)" in text
+    assert "the custom template refused" in text.split("with an error", 1)[1]
+    assert "RL step 1 pre-flight: change the setup: 4 episodes stopped with an error" in text
 
 
 async def test_a_judge_only_run_evaluates_with_the_judge(tmp_path: Path) -> None:

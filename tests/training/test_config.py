@@ -17,9 +17,20 @@ from art_langgraph.training.tensorize import TensorizeStats
 CONFIGS: list[type[BaseModel]] = [TrainConfig, ModelConfig]
 
 
+def test_the_learning_rate_is_the_base_models_unless_given(tmp_path) -> None:
+    from art_langgraph.training.config import SWEPT_LEARNING_RATE
+
+    assert TrainConfig().for_model("smollm2-135m").learning_rate == SWEPT_LEARNING_RATE
+    assert TrainConfig().for_model("tiny").learning_rate == 5e-4
+    (tmp_path / "config.json").write_text('{"hidden_size": 2304}')  # 4x SmolLM2's width
+    assert TrainConfig().for_model(str(tmp_path)).learning_rate == pytest.approx(5e-4)
+    given = TrainConfig(learning_rate=2e-5)
+    assert given.for_model("smollm2-135m") is given
+
+
 def test_train_config_defaults() -> None:
     c = TrainConfig()
-    assert c.learning_rate == 5e-6
+    assert c.learning_rate is None  # the base model's, set by the backend (for_model)
     assert c.beta == 0.0
     assert c.scale_rewards is True
     assert c.epsilon == 0.2
@@ -182,6 +193,7 @@ def test_names_in_descriptions_are_real_fields_options_or_metrics() -> None:
     }
     known |= {f.name for f in dataclasses.fields(TensorizeStats)}  # metrics a description names
     known |= {n for n in dir(TrainableModel) if not n.startswith("_")}  # the model's methods
+    known |= {"default_learning_rate", "defaults_sweep"}  # the learning-rate rule, its sweep
     for cls in CONFIGS:
         for name, field in cls.model_fields.items():
             for word in re.findall(r"\b[a-z0-9]+(?:_[a-z0-9]+)+\b", field.description or ""):
