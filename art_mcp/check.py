@@ -43,7 +43,7 @@ from art_mcp.evaluation import episode_format
 from art_mcp.progress import say, terminal
 from art_mcp.rollouts import Rollouts
 from art_mcp.scenario_source import run_scenarios
-from art_mcp.scenarios import Scenario, load_scenarios, split_scenarios
+from art_mcp.scenarios import Scenario, few_scenarios, load_scenarios, split_scenarios
 from art_mcp.scoring import RewardFn, load_reward
 from art_mcp.servers import Servers, check_server
 
@@ -264,6 +264,8 @@ async def check(
             folder = Path(tmp) / cfg.project / "models" / "check"
             scen = await run_scenarios(scenarios, local, servers.toolset, model, folder, log)
             train_set, val_set = split_scenarios(scen, cfg.val_fraction, cfg.seed)
+            if warning := few_scenarios(len(train_set), len(val_set), cfg.groups_per_step):
+                log(warning)
             batch = next(
                 iter(
                     iterate_dataset(

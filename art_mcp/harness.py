@@ -65,7 +65,7 @@ from art_mcp.report import (
 )
 from art_mcp.rollouts import Rollouts
 from art_mcp.scenario_source import run_scenarios
-from art_mcp.scenarios import Scenario, load_scenarios, split_scenarios
+from art_mcp.scenarios import Scenario, few_scenarios, load_scenarios, split_scenarios
 from art_mcp.scoring import (
     CountedJudge,
     RewardFn,
@@ -224,6 +224,8 @@ class _Run:
             f"{len(toolset.tools)} tools from {self.label}; {len(self.train_set)} train / "
             f"{self.held_out} val scenarios{evaluated}"
         )
+        if warning := few_scenarios(len(self.train_set), self.held_out, cfg.groups_per_step):
+            log(warning)
         self.rollouts = Rollouts(self.model, self.servers, cfg, self.reward_fn)
         self.train_agent = self.rollouts.agent(cfg.temperature)
         self.greedy_agent = self.rollouts.agent(0.0)

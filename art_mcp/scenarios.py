@@ -92,6 +92,33 @@ def split_scenarios(
     return order[n_val:], order[:n_val]
 
 
+MIN_HELD_OUT = 8
+"""Fewer held-out scenarios than this and one scenario moves held-out success by over 0.12:
+an evaluation cannot tell learning from noise (`few_scenarios`)."""
+
+
+def few_scenarios(n_train: int, n_held_out: int, groups_per_step: int) -> str | None:
+    """What is too few about a run's scenarios, as a line to log; None when they will do."""
+    problems = []
+    if n_held_out < MIN_HELD_OUT:
+        problems.append(
+            f"{n_held_out} held out: one of them is {1 / max(n_held_out, 1):.2f} of held-out "
+            "success, so the evaluation cannot tell learning from noise"
+        )
+    if n_train < groups_per_step:
+        problems.append(
+            f"{n_train} to train on for {groups_per_step} groups a step: each step repeats them"
+        )
+    if not problems:
+        return None
+    return (
+        "few scenarios: "
+        + "; ".join(problems)
+        + " (give more: --scenarios FILE, more generated with -n / --n-scenarios, or a "
+        "stronger generator with --generator)"
+    )
+
+
 _WORD = 15
 """Most characters in one word of a generated task."""
 _WORDS = 16

@@ -50,6 +50,7 @@ async def test_a_constant_reward_is_no_signal(tmp_path: Path) -> None:
     assert p.rollouts == 4 and p.flat_groups == 1.0 and p.reward_sd == 0.0
     assert said[0].startswith("machine: ") and "; engine " in said[0]
     assert any(line.startswith("change the setup: ") for line in said)
+    assert not any(line.startswith("few scenarios") for line in said)  # the bundled file: many
     assert not (tmp_path / "runs").exists()  # a check writes nothing under --path
 
 

@@ -10,8 +10,11 @@ bundled MCP server over stdio, litellm as a user would call it.
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +94,24 @@ async def test_ruler_on_the_real_model_scores_each_trajectory(
     assert len(explanations) == 3
     # A 135M judge's explanations are short (it often restates the answer), but they are words
     assert all(any(c.isalpha() for c in e.removeprefix("RULER: ")) for e in explanations)
+
+
+@pytest.mark.slow_job  # the default path of a user who brings only a server
+def test_the_default_generation_ends_in_valid_items_on_an_unseen_server(tmp_path: Path) -> None:
+    """`art-mcp scenarios --server X` with every default: the model being trained (the real
+    preset) writes 24 tasks sampled at temperature 1, the tool-word filter on. A 135M model
+    writes weak tasks (on the books server 2 of 24 survived the filter, seed 0), but what it
+    writes is complete, valid items within its token budget, never a parse error."""
+    out_file = tmp_path / "scenarios.jsonl"
+    out = subprocess.run(
+        [
+            sys.executable, "-m", "art_mcp.cli", "scenarios",
+            "--server", f"{sys.executable} -m examples.mcp_books.server",
+            "--out", str(out_file), "--path", str(tmp_path / "runs"),
+        ],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    items = [json.loads(line) for line in out_file.read_text().splitlines()]
+    assert items and all(_readable(i["task"]) for i in items), items
+    assert f"{len(items)} scenarios for 2 tools" in out.stdout + out.stderr

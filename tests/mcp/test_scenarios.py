@@ -177,3 +177,15 @@ def test_generated_tasks_must_name_something_a_tool_reaches() -> None:
     assert not _words("Write a poem about the sea.") & vocab
     a, b = _words("What is the capital of France?"), _words("what is THE capital of france")
     assert _near_duplicate(a, b) and not _near_duplicate(a, _words("What is France's currency?"))
+
+
+def test_too_few_scenarios_are_named_before_a_run_spends_compute() -> None:
+    from art_mcp.scenarios import MIN_HELD_OUT, few_scenarios
+
+    # what a 135M generator left of 24 over a server it never saw: 2 scenarios
+    line = few_scenarios(1, 1, 8)
+    assert line is not None and line.startswith("few scenarios: 1 held out: one of them is 1.00")
+    assert "1 to train on for 8 groups a step" in line and "--generator" in line
+    assert few_scenarios(40, MIN_HELD_OUT, 8) is None
+    only_train = few_scenarios(4, 20, 8)
+    assert only_train is not None and "held out" not in only_train
