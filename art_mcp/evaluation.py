@@ -213,6 +213,16 @@ async def check_langfuse_dataset(name: str, cfg: HarnessConfig) -> None:
     await asyncio.to_thread(check_dataset, held_out_dataset(name, cfg))
 
 
+def evaluation_label(step: int, rl_step: int) -> str:
+    """How the run's lines name the evaluation of the model's `step`: by RL step, as every
+    other line is (the model's own step also counts an SFT warm start's)."""
+    if step == 0:
+        return "the untrained model's held-out evaluation"
+    if rl_step == 0:
+        return "held-out evaluation after the SFT warm start, before RL"
+    return f"held-out evaluation after RL step {rl_step}"
+
+
 async def log_to_langfuse(
     name: str,
     cfg: HarnessConfig,
@@ -243,10 +253,4 @@ async def log_to_langfuse(
         folder=folder,
     )
     if res.sent:
-        if step == 0:
-            label = "the untrained model's held-out evaluation"
-        elif rl_step == 0:
-            label = "the held-out evaluation before RL"
-        else:
-            label = f"the held-out evaluation after RL step {rl_step}"
-        log(f"Langfuse: {label} is dataset run {name}@{step}")
+        log(f"Langfuse: {evaluation_label(step, rl_step)} is dataset run {name}@{step}")

@@ -48,6 +48,7 @@ from art_mcp.evaluation import (
     check_langfuse_dataset,
     episode_format,
     eval_sample,
+    evaluation_label,
     log_to_langfuse,
     transcript,
 )
@@ -437,14 +438,7 @@ class _Run:
         episode and `eval_samples` sampled ones per evaluated scenario, judged when a judge
         scores training; kept in the journal, logged, and promoted on when asked."""
         cfg, log = self.cfg, self.log
-        # Named by RL step, as every other line is (the model's own step also counts the
-        # SFT warm start's).
-        if step == 0:
-            label = "the untrained model's held-out evaluation"
-        elif rl_step == 0:
-            label = "held-out evaluation after the SFT warm start, before RL"
-        else:
-            label = f"held-out evaluation after RL step {rl_step}"
+        label = evaluation_label(step, rl_step)
         tick = time.perf_counter()
         jobs = [(s, True) for s in self.val_set]
         jobs += [(s, False) for s in self.val_set for _ in range(cfg.eval_samples)]

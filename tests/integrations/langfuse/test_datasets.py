@@ -328,7 +328,7 @@ async def test_art_mcp_train_closes_the_langfuse_loop(
             SUCCESS_RATE,
         }
     assert f"Langfuse: the untrained model's held-out evaluation is dataset run {name}@0" in said
-    assert f"Langfuse: the held-out evaluation after RL step 1 is dataset run {name}@1" in said
+    assert f"Langfuse: held-out evaluation after RL step 1 is dataset run {name}@1" in said
     lines = (Path(report.folder) / EVALUATIONS_FILE).read_text().splitlines()
     assert [json.loads(x)["status"] for x in lines] == ["sent", "sent"]
 
