@@ -87,25 +87,31 @@ def pick_compute_dtype(
     return weights
 
 
-def parameter_count(path: str) -> int | None:
-    """The parameters of the causal LM whose config is at `path` (a local folder, or a Hub id
-    already in the Hugging Face cache), counted on the meta device: nothing is loaded or
-    downloaded. None where there is no config to read here or it builds no model. Counted
-    once per config as its file reads (a run asks for the engine, the trainer and the
-    machine line)."""
+def model_config_file(path: str) -> Path | None:
+    """The config.json of a local model folder, or of a Hub id already in the Hugging Face
+    cache (nothing is downloaded); None where there is none here."""
+    local = Path(path).expanduser()
+    if local.is_dir():
+        found = local / "config.json"
+        return found if found.is_file() else None
     try:
-        local = Path(path).expanduser()
-        if local.is_dir():
-            config_file = local / "config.json"
-            if not config_file.is_file():
-                return None
-        else:
-            from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import try_to_load_from_cache
 
-            cached = try_to_load_from_cache(path, "config.json")
-            if not isinstance(cached, str):
-                return None
-            config_file = Path(cached)
+        cached = try_to_load_from_cache(path, "config.json")
+    except Exception:  # a name that is no Hub id
+        return None
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def parameter_count(path: str) -> int | None:
+    """The parameters of the causal LM whose config is at `path` (`model_config_file`),
+    counted on the meta device: nothing is loaded or downloaded. None where there is no
+    config to read here or it builds no model. Counted once per config as its file reads
+    (a run asks for the engine, the trainer and the machine line)."""
+    config_file = model_config_file(path)
+    if config_file is None:
+        return None
+    try:
         return _count_parameters(str(config_file.parent.absolute()), config_file.read_text())
     except Exception:  # an odd or partial config: the size is unknown
         return None

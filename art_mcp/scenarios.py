@@ -100,9 +100,11 @@ an evaluation cannot tell learning from noise (`few_scenarios`)."""
 def few_scenarios(n_train: int, n_held_out: int, groups_per_step: int) -> str | None:
     """What is too few about a run's scenarios, as a line to log; None when they will do."""
     problems = []
-    if n_held_out < MIN_HELD_OUT:
+    if n_held_out == 0:
+        problems.append("none held out: nothing measures what training did")
+    elif n_held_out < MIN_HELD_OUT:
         problems.append(
-            f"{n_held_out} held out: one of them is {1 / max(n_held_out, 1):.2f} of held-out "
+            f"{n_held_out} held out: one of them is {1 / n_held_out:.2f} of held-out "
             "success, so the evaluation cannot tell learning from noise"
         )
     if n_train < groups_per_step:

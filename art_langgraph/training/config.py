@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -43,20 +42,17 @@ def default_learning_rate(base_model: str) -> tuple[float, str]:
 
 
 def _hidden_size(base_model: str) -> int | None:
-    """The hidden size in the config.json of a local folder, or of a Hub id already in the
-    Hugging Face cache (nothing is downloaded); None where there is none to read."""
-    path = Path(base_model).expanduser() / "config.json"
-    try:
-        if not path.is_file():
-            from huggingface_hub import try_to_load_from_cache
+    """The hidden size in the model's config.json (`devices.model_config_file`); None where
+    there is none to read."""
+    from art_langgraph.devices import model_config_file
 
-            cached = try_to_load_from_cache(base_model, "config.json")
-            if not isinstance(cached, str):
-                return None
-            path = Path(cached)
+    path = model_config_file(base_model)
+    if path is None:
+        return None
+    try:
         config = json.loads(path.read_text())
         return int(config.get("hidden_size") or config["text_config"]["hidden_size"])
-    except (OSError, ValueError, KeyError, TypeError):  # also a name that is no Hub id
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

@@ -187,5 +187,6 @@ def test_too_few_scenarios_are_named_before_a_run_spends_compute() -> None:
     assert line is not None and line.startswith("few scenarios: 1 held out: one of them is 1.00")
     assert "1 to train on for 8 groups a step" in line and "--generator" in line
     assert few_scenarios(40, MIN_HELD_OUT, 8) is None
+    assert "none held out" in (few_scenarios(40, 0, 8) or "")
     only_train = few_scenarios(4, 20, 8)
     assert only_train is not None and "held out" not in only_train
