@@ -31,7 +31,6 @@ import logging
 import math
 import statistics
 import time
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -40,6 +39,7 @@ from art_langgraph.backend.base import ModelRef, TrainableModelRef, TrainResult
 from art_langgraph.backend.checkpoints import CheckpointStore
 from art_langgraph.backend.engines import EngineChoice, start_engine
 from art_langgraph.backend.promotion import PromotionDecision, PromotionLog
+from art_langgraph.backend.shutdown import OwnedResources, stop_at_exit
 from art_langgraph.engine.base import InferenceEngine
 from art_langgraph.errors import CheckpointError, UsageError
 from art_langgraph.heap import release_free_memory
@@ -143,12 +143,9 @@ class LocalBackend:
             )
         self.trainer_fsdp = trainer_fsdp
         self._ray: Any = None
-        self._ray_started: bool | None = None
         self._share: Any = None
         self.server_config = server_config
-        self.engine: InferenceEngine | None = None
         self.registry: ModelRegistry | None = None
-        self.server: ServerHandle | None = None
         self.http = http
         self.app: Any = None
         """The OpenAI ASGI app, once the engine runs (with or without a server of our own)."""
@@ -156,9 +153,21 @@ class LocalBackend:
         self._base_path: str | None = None
         self._runs: dict[str, _Run] = {}
         self.loggers = LoggerSet(loggers)
-        # A script that never closes the backend (ART's examples do not) still flushes its
-        # loggers: at exit, or when the backend is collected, whichever comes first.
-        self._close_loggers = weakref.finalize(self, self.loggers.close)
+        self._owned = OwnedResources(self.loggers)
+        # A script that never closes the backend (ART's examples do not) still stops what it
+        # started, in order, and flushes its loggers: when the backend is collected, or at
+        # interpreter exit (shutdown.py says why that must come before Python's teardown).
+        self._finalizer = stop_at_exit(self, self._owned)
+
+    @property
+    def engine(self) -> InferenceEngine | None:
+        """The inference engine, once the first model is registered (None after `close`)."""
+        return self._owned.engine
+
+    @property
+    def server(self) -> ServerHandle | None:
+        """The OpenAI server's handle, with `http=True` (None after `close`)."""
+        return self._owned.server
 
     async def __aenter__(self) -> LocalBackend:
         return self
@@ -167,24 +176,19 @@ class LocalBackend:
         await self.close()
 
     async def close(self) -> None:
-        """Stop the server and the engine, flush the loggers. Checkpoints are already on disk."""
-        await asyncio.to_thread(self._close_loggers)  # once, whoever calls it first
-        for run in self._runs.values():  # a distributed trainer's processes
-            if run.trainer is not None:
-                await asyncio.to_thread(run.trainer.close)
-                run.trainer = None
-        if self.server is not None:
-            await asyncio.to_thread(self.server.stop)
-            self.server = None
-        if self.engine is not None:
-            await self.engine.close()
-            self.engine = None
-        if self._ray_started:  # the Ray instance "local" started in this process ends with us
-            self._ray.shutdown()
-            self._ray = self._ray_started = None
+        """Stop the server, the engine and the trainers' processes, flush the loggers.
+        Checkpoints are already on disk. Idempotent; `close_sync` is the same without a loop."""
+        await asyncio.to_thread(self.close_sync)
+
+    def close_sync(self) -> None:
+        """`close` for code with no event loop (it blocks). Also what runs at interpreter exit
+        for a backend nobody closed."""
+        self._finalizer()  # once, whoever calls it first
 
     # ---------------------------------------------------------------- register
     async def register(self, model: ModelRef) -> None:
+        if not self._finalizer.alive:
+            raise UsageError("this LocalBackend is closed: make a new one to register models")
         if self._base_model is not None and model.base_model != self._base_model:
             raise UsageError(
                 f"this backend serves {self._base_model!r}; model {model.name!r} wants {model.base_model!r}: "
@@ -272,14 +276,16 @@ class LocalBackend:
         started = start_engine(
             self.engine_choice, self._base_path, folder / "logs", lora_rank, self.trainer_ranks
         )
-        self.engine = started.engine
-        self._ray, self._share, self._ray_started = started.ray, started.share, started.ray_started
+        self._owned.engine = started.engine
+        self._ray, self._share = started.ray, started.share
+        if started.ray_started:  # the Ray instance "local" started in this process ends with us
+            self._owned.ray = started.ray
         self.registry = ModelRegistry(base_model)
         self.app = create_app(
-            self.engine, self.registry, api_key=self.api_key, config=self.server_config
+            started.engine, self.registry, api_key=self.api_key, config=self.server_config
         )
         if self.http:
-            self.server = start_app_server(
+            self._owned.server = start_app_server(
                 self.app,
                 host=self.host,
                 port=self.port,
@@ -363,6 +369,7 @@ class LocalBackend:
         while run.trainer is None:
             try:
                 run.trainer = await asyncio.to_thread(self._build_trainer, run)
+                self._owned.trainers[run.model.name] = run.trainer
             except CheckpointError as exc:
                 bad = run.step
                 aside = run.store.set_aside(bad, str(exc))
@@ -469,6 +476,7 @@ class LocalBackend:
                 # it, so the next step starts again from the latest checkpoint on disk.
                 trainer.close()  # a distributed trainer's ranks (stopped already if one failed)
                 run.trainer = None
+                self._owned.trainers.pop(run.model.name, None)
                 raise
             finally:
                 # The step's activations, back to the OS (heap.py), beside the swap:

@@ -162,3 +162,8 @@ class InferenceEngine(Protocol):
     async def close(self) -> None:
         """Stop the engine; pending requests end with finish_reason 'abort'."""
         ...
+
+    def close_sync(self) -> None:
+        """`close` from any thread, with no event loop (a backend closing at interpreter exit):
+        returns once the engine's threads and processes are stopped. Idempotent."""
+        ...
