@@ -26,8 +26,16 @@ kill_tree() {  # a process and its descendants: nothing started here outlives th
 if [ "${ART_SKIP_VLLM:-0}" != "1" ]; then
   "$root/scripts/setup-vllm.sh" &
   vllm_setup=$!
-  trap 'if [ -n "$vllm_setup" ]; then kill_tree "$vllm_setup"; fi' EXIT
 fi
+# BFCL's environment (bfcl-eval and its pins, about 2 minutes the first time), beside the
+# others: examples/bfcl's tests score through its checker, and a missing environment fails
+# the run instead of skipping them. ART_SKIP_BFCL=1 skips both.
+bfcl_setup=""
+if [ "${ART_SKIP_BFCL:-0}" != "1" ]; then
+  "$root/scripts/setup-bfcl.sh" &
+  bfcl_setup=$!
+fi
+trap 'for p in $vllm_setup $bfcl_setup; do kill_tree "$p"; done' EXIT
 "$root/scripts/setup.sh"
 # Debian's Chromium for the review page's browser test (tests/test_review_page.py), from
 # the Debian registry when this machine can install packages; the test then fails instead
@@ -57,6 +65,11 @@ if [ -n "$vllm_setup" ]; then
   wait "$vllm_setup" || { echo "test: setting up .venv-vllm failed" >&2; exit 1; }
   vllm_setup=""
   export ART_REQUIRE_VLLM=1
+fi
+if [ -n "$bfcl_setup" ]; then
+  wait "$bfcl_setup" || { echo "test: setting up .venv-bfcl failed" >&2; exit 1; }
+  bfcl_setup=""
+  export ART_REQUIRE_BFCL=1
 fi
 # pytest's exit 5 (no test collected) is a failure, not a pass. With arguments that pick
 # tests (-k, a path), some of the runs below may find none of them; one must.

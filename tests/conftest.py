@@ -157,7 +157,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip `gpu` tests cleanly without CUDA, and `vllm` tests without a vLLM environment;
-    with $ART_REQUIRE_VLLM=1 (the test command sets it) a missing vLLM is a failure. A
+    with $ART_REQUIRE_VLLM=1 (the test command sets it) a missing vLLM is a failure; `bfcl`
+    tests likewise without BFCL's environment, and $ART_REQUIRE_BFCL. A
     `vllm` or SmolLM2 test in a file outside its `WORKER_GROUPS` group is an error."""
     import os
 
@@ -167,6 +168,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     no_gpu = pytest.mark.skip(reason="needs a CUDA device")
     no_vllm = pytest.mark.skip(reason="needs vLLM: scripts/setup-vllm.sh, or $ART_VLLM_PYTHON")
+    no_bfcl = pytest.mark.skip(reason="needs BFCL's environment: scripts/setup-bfcl.sh")
+    has_bfcl = _has_bfcl()
+    if (
+        not has_bfcl
+        and any("bfcl" in item.keywords for item in items)
+        and os.environ.get("ART_REQUIRE_BFCL") == "1"
+    ):
+        raise pytest.UsageError(
+            "ART_REQUIRE_BFCL=1 but no BFCL environment: run scripts/setup-bfcl.sh"
+        )
     has_vllm = vllm_python() is not None
     wanted = any("vllm" in item.keywords for item in items)
     if not has_vllm and wanted and os.environ.get("ART_REQUIRE_VLLM") == "1":
@@ -182,6 +193,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(no_gpu)
         if "vllm" in item.keywords and not has_vllm:
             item.add_marker(no_vllm)
+        if "bfcl" in item.keywords and not has_bfcl:
+            item.add_marker(no_bfcl)
+
+
+def _has_bfcl() -> bool:
+    from examples.bfcl.checker import bfcl_python
+
+    try:
+        bfcl_python()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _uses_smol(item: pytest.Item) -> bool:

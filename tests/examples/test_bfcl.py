@@ -1,0 +1,124 @@
+"""examples/bfcl: BFCL's checker across its environment's boundary, the split by function
+name, the partial-credit reward, and the app end to end (real graph, backend and checker).
+
+The `bfcl` tests need `.venv-bfcl` (scripts/setup-bfcl.sh; the test command builds it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from examples.bfcl.app import partial_credit
+from examples.bfcl.checker import CATEGORIES, BfclChecker
+from examples.bfcl.splits import EVAL_PER_CATEGORY, load_splits, make_splits
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def checker() -> object:
+    with BfclChecker() as c:
+        yield c
+
+
+@pytest.mark.bfcl
+def test_bfcls_checker_judges_calls_as_bfcl_does(checker: BfclChecker) -> None:
+    item = next(i for i in checker.items("simple_python") if i["id"] == "simple_python_1")
+    assert item["ground_truth"] == [{"math.factorial": {"number": [5]}}]
+    # BFCL's convert_to_tool: dots to underscores, its types to JSON Schema's
+    (tool,) = item["tools"]
+    assert tool["function"]["name"] == "math_factorial"
+    assert tool["function"]["parameters"]["type"] == "object"
+    assert checker.check(item, [{"math_factorial": {"number": 5}}])["valid"]
+    twice = checker.check(item, [{"math_factorial": {"number": 5}}] * 2)
+    assert twice["error_type"] == "simple_function_checker:wrong_count"
+    assert not checker.check(item, [{"math_factorial": {"number": 6}}])["valid"]
+    assert not checker.check(item, [])["valid"]
+    irrelevant = checker.items("irrelevance")[0]
+    assert checker.check(irrelevant, [])["valid"]
+    assert not checker.check(irrelevant, [{"anything": {}}])["valid"]
+
+
+@pytest.mark.bfcl
+def test_a_bad_request_is_a_clear_error_and_the_service_goes_on(checker: BfclChecker) -> None:
+    with pytest.raises(RuntimeError, match="live_simple"):
+        checker.items("live_simple")  # a transfer-test category: never served
+    assert len(checker.items("multiple")) == 200
+
+
+def test_no_held_out_function_occurs_in_training() -> None:
+    splits = load_splits()
+    for c in CATEGORIES:
+        train, val, held = (set(splits[k][c]) for k in ("train", "validation", "heldout"))
+        assert not (train & held or val & held or train & val)
+        assert len(splits["eval_sample"][c]) == EVAL_PER_CATEGORY
+        assert set(splits["eval_sample"][c]) <= held
+
+
+@pytest.mark.bfcl
+def test_the_committed_splits_are_bfcls_items_split_by_function_name(
+    checker: BfclChecker,
+) -> None:
+    items = [it for c in CATEGORIES for it in checker.items(c)]
+    assert make_splits(items) == load_splits()  # reproducible from BFCL's data
+    splits = load_splits()
+    names = {it["id"]: {f["name"] for f in it["function"]} for it in items}
+    held = {n for c in CATEGORIES for i in splits["heldout"][c] for n in names[i]}
+    seen = {
+        n
+        for k in ("train", "validation")
+        for c in CATEGORIES
+        for i in splits[k][c]
+        for n in names[i]
+    }
+    assert not held & seen
+    assert sum(
+        len(v) for k in ("train", "validation", "heldout") for v in splits[k].values()
+    ) == len(items)
+
+
+def test_partial_credit_decomposes_name_parameters_and_values() -> None:
+    item = {"ground_truth": [{"math.hypot": {"x": [4], "y": [5], "z": ["", 0]}}]}
+    assert partial_credit(item, [{"math_hypot": {"x": 4, "y": 5}}]) == pytest.approx(1.0)
+    # right name, right parameter names, one value of two wrong
+    assert partial_credit(item, [{"math_hypot": {"x": 4, "y": 6}}]) == pytest.approx(0.85)
+    # right name, one of two parameters: names 1/2, values 1/2
+    assert partial_credit(item, [{"math_hypot": {"x": 4}}]) == pytest.approx(0.4 + 0.15 + 0.15)
+    assert partial_credit(item, [{"other": {"x": 4, "y": 5}}]) == 0.0
+    # the same right call twice: half the credit (one call expected, two made)
+    assert partial_credit(item, [{"math_hypot": {"x": 4, "y": 5}}] * 2) == pytest.approx(0.5)
+    assert partial_credit(item, []) == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.bfcl
+def test_the_app_trains_and_scores_end_to_end(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "examples.bfcl",
+            "--base-model",
+            "tiny",
+            "--steps",
+            "1",
+            *("--eval-limit", "2", "--out", str(tmp_path)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["args"]["steps"] == 1 and len(result["steps"]) == 1
+    assert set(result["accuracy"]) >= {"simple_python/greedy", "irrelevance/greedy_auto"}
+    for c in ("simple_python", "irrelevance"):
+        assert len(result["per_item"]["before"][f"{c}/greedy"]) == 2
+    assert result["commit"] and result["cpu_flags"] and result["peak_rss_gib"] > 0
+    # the step trained on the graph's captured calls: 8 groups of 4
+    assert result["steps"][0]["metrics"]["trajectories"] == 32
