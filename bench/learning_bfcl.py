@@ -1,0 +1,131 @@
+"""Does RL make the real model better on BFCL? `python -m examples.bfcl` over seeds and controls.
+
+Each run is the example as a user runs it (its defaults, plus `--seed`; `--control` for the
+shuffled-reward arm), in a child process under the project's watchdog, one after another.
+Its `result.json` (BFCL's pass/fail per held-out item, greedy and sampled, before and after;
+the phases' wall time; its commit and arguments) is copied to
+bench/results/bfcl_<host>_<run>.json as it lands, so a session's end loses at most the run
+under way. `--combine` pools the runs of one host class made by the same code and
+arguments into bench/results/bfcl_<host>.json and prints the table: per category, the
+seeds' mean before, after and rise with the seeds' spread, and the controls' rise.
+
+    .venv/bin/python -m bench.learning_bfcl --seeds 0,1,2,3,4 --controls 1,2
+    .venv/bin/python -m bench.learning_bfcl --combine
+
+Needs BFCL's environment (scripts/setup-bfcl.sh). Left out: BFCL's whole held-out half
+and its non-live overall (a separate, once-per-table evaluation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.learning import host_key, run_watched
+from bench.trainer_roofline import cpu_flags
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+CALLING = ("simple_python", "multiple", "parallel", "parallel_multiple")
+
+
+def _host() -> str:
+    return host_key(cpu_flags())
+
+
+def run_one(seed: int, control: bool, extra: list[str], folder: Path) -> Path:
+    name = f"{'control' if control else 'seed'}{seed}"
+    out = folder / name
+    cmd = [sys.executable, "-m", "examples.bfcl", "--seed", str(seed), "--out", str(out), *extra]
+    if control:
+        cmd.append("--control")
+    rc, peak = run_watched(name, cmd, folder / f"{name}.log")
+    if rc != 0:
+        raise RuntimeError(f"{name} failed ({rc}):\n{(folder / f'{name}.log').read_text()[-3000:]}")
+    result = json.loads((out / "result.json").read_text())
+    result["tree_peak_rss_mib"] = round(peak)
+    result["control"] = control
+    dest = RESULTS / f"bfcl_{_host()}_{name}.json"
+    dest.write_text(json.dumps(result, indent=1))
+    print(f"{name}: calling mean greedy rise {result['calling_mean_greedy_rise']:+.3f} -> {dest}")
+    return dest
+
+
+def combine() -> str:
+    host = _host()
+    runs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob(f"bfcl_{host}_*.json"))]
+    if not runs:
+        raise SystemExit(f"no bench/results/bfcl_{host}_*.json yet")
+    key = (
+        runs[0]["commit"],
+        {k: v for k, v in runs[0]["args"].items() if k not in ("seed", "control", "out")},
+    )
+    same = [
+        r
+        for r in runs
+        if (
+            r["commit"],
+            {k: v for k, v in r["args"].items() if k not in ("seed", "control", "out")},
+        )
+        == key
+    ]
+    seeds = [r for r in same if not r["control"]]
+    controls = [r for r in same if r["control"]]
+    lines = [
+        f"BFCL held-out sample, {len(seeds)} seed(s) and {len(controls)} control(s), commit "
+        f"{key[0]}, host {host} ({', '.join(runs[0]['cpu_flags'])})",
+        "| category | untrained | after | rise (seeds' mean ± sd) | control's rise |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for cat in seeds[0]["accuracy"] if seeds else []:
+
+        def col(rs: list[dict[str, Any]], field: str, cat: str = cat) -> list[float]:
+            return [r["accuracy"][cat][field] for r in rs]
+
+        rises = col(seeds, "rise")
+        sd = f" ± {statistics.stdev(rises):.2f}" if len(rises) > 1 else ""
+        ctrl = f"{statistics.fmean(col(controls, 'rise')):+.2f}" if controls else "-"
+        lines.append(
+            f"| {cat} | {statistics.fmean(col(seeds, 'before')):.2f} | "
+            f"{statistics.fmean(col(seeds, 'after')):.2f} | {statistics.fmean(rises):+.2f}{sd} | {ctrl} |"
+        )
+    walls = [r["wall_s"] / 60 for r in same]
+    rss = [r["peak_rss_gib"] for r in same]
+    lines.append(
+        f"One run: {min(walls):.0f}-{max(walls):.0f} min, peak RSS {max(rss):.1f} GiB. "
+        f"Per seed, the mean greedy rise over the calling categories: "
+        + ", ".join(f"{r['calling_mean_greedy_rise']:+.2f}" for r in seeds)
+    )
+    text = "\n".join(lines)
+    (RESULTS / f"bfcl_{host}.json").write_text(
+        json.dumps({"table": text, "runs": [r["args"] for r in same]}, indent=1)
+    )
+    return text
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", default="0,1,2,3,4")
+    p.add_argument("--controls", default="1,2")
+    p.add_argument("--extra", default="", help="more flags for the example, as one string")
+    p.add_argument("--combine", action="store_true")
+    args = p.parse_args(argv)
+    if args.combine:
+        print(combine())
+        return
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bfcl-") as tmp:
+        for s in [int(x) for x in args.seeds.split(",") if x]:
+            run_one(s, False, args.extra.split(), Path(tmp))
+        for s in [int(x) for x in args.controls.split(",") if x]:
+            run_one(s, True, args.extra.split(), Path(tmp))
+    print(combine())
+
+
+if __name__ == "__main__":
+    main()
