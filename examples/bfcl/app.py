@@ -234,10 +234,13 @@ def paired(before: dict[str, bool], after: dict[str, bool]) -> dict[str, float]:
 
 
 def _commit() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    )
-    return out.stdout.strip() or "unknown"
+    """HEAD's short hash, with "+dirty" when tracked files differ from it."""
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], capture_output=True, text=True, check=False).stdout
+
+    head = git("rev-parse", "--short", "HEAD").strip() or "unknown"
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no").strip() else "")
 
 
 def _cpu_flags() -> list[str]:
@@ -247,6 +250,7 @@ def _cpu_flags() -> list[str]:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     start = time.monotonic()
+    commit = _commit()  # the code that runs: read before, not after, the run's minutes
     out = Path(args.out)
     bfcl = Run(args)
     rng = random.Random(args.seed)
@@ -297,7 +301,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     greedy_rise = statistics.fmean(table[f"{c}/greedy"]["rise"] for c in CALLING)
     result = {
-        "commit": _commit(),
+        "commit": commit,
         "args": vars(args),
         "cpu_flags": _cpu_flags(),
         "wall_s": round(time.monotonic() - start, 1),
