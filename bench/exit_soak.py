@@ -41,10 +41,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from art_langgraph.devices import matmul_flags
+
 ROOT = Path(__file__).resolve().parents[1]
 
 _SCRIPT = """
-import asyncio, json, sys
+import asyncio, json, os, sys
 from pathlib import Path
 
 import art_langgraph as art
@@ -92,7 +94,8 @@ async def main():
         raise RuntimeError("the script failed after its calls")
     if END == "signal":  # calls in flight until the signal comes
         busy = model.chat_model(temperature=1.0, max_tokens=64)
-        while True:
+        parent = os.getppid()
+        while os.getppid() == parent:  # until the signal, or until the soak is gone
             await asyncio.gather(*(busy.ainvoke(f"Count to {i}") for i in range(8)))
 
 
@@ -209,7 +212,14 @@ def main() -> None:
     )
     args = ap.parse_args()
     names = list(VARIANTS) if args.variant == "all" else [args.variant]
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
+    spin = "import os\np = os.getppid()\nwhile os.getppid() == p: pass"  # ends with the soak
+    busy = subprocess.Popen([sys.executable, "-c", spin]) if args.busy else None
+    # the code that runs, read before the runs
+    commit = subprocess.run(
+        ["git", "-C", str(args.root), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     outcomes: list[Outcome] = []
     try:
         with tempfile.TemporaryDirectory(prefix="exit-soak-") as tmp:
@@ -222,19 +232,8 @@ def main() -> None:
         if busy is not None:
             busy.kill()
             busy.wait()
-    commit = subprocess.run(
-        ["git", "-C", str(args.root), "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    flags = sorted(
-        {f for f in Path("/proc/cpuinfo").read_text().split() if f in _FLAGS}
-        if Path("/proc/cpuinfo").is_file()
-        else set()
-    )
-    print(
-        f"\ncommit {commit}, {'one core busy' if args.busy else 'alone'}, CPU flags: {','.join(flags)}"
-    )
+    flags = matmul_flags()
+    print(f"\ncommit {commit}, {'one core busy' if args.busy else 'alone'}, CPU flags: {flags}")
     print("| variant | runs | as expected | aborted |\n|---|---:|---:|---:|")
     summary = []
     for name in names:
@@ -266,8 +265,6 @@ def main() -> None:
     if any(not o.ok for o in outcomes):
         sys.exit(1)
 
-
-_FLAGS = {"amx_bf16", "avx512_bf16", "avx512f", "avx2"}
 
 if __name__ == "__main__":
     main()

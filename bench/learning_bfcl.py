@@ -5,8 +5,8 @@ shuffled-reward arm), in a child process under the project's watchdog, one after
 Its `result.json` (BFCL's pass/fail per held-out item, greedy and sampled, before and after;
 the phases' wall time; its commit and arguments) is copied to
 bench/results/bfcl_<host>_<run>.json as it lands, so a session's end loses at most the run
-under way. `--combine` pools the runs of one host class made by the same code and
-arguments into bench/results/bfcl_<host>.json and prints the table: per category, the
+under way. `--combine` pools this host class's runs, which must be of the same code and
+arguments (it refuses a mix), into bench/results/bfcl_<host>.json and prints the table: per category, the
 seeds' mean before, after and rise with the seeds' spread, and the controls' rise.
 
     .venv/bin/python -m bench.learning_bfcl --seeds 0,1,2,3,4 --controls 1,2
@@ -31,11 +31,12 @@ from bench.trainer_roofline import cpu_flags
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-CALLING = ("simple_python", "multiple", "parallel", "parallel_multiple")
 
 
-def _host() -> str:
-    return host_key(cpu_flags())
+def _pooled(r: dict[str, Any]) -> tuple[str, str]:
+    """What runs must share to be pooled: the code and every argument but seed, arm, folder."""
+    args = {k: v for k, v in r["args"].items() if k not in ("seed", "control", "out")}
+    return r["commit"], json.dumps(args, sort_keys=True)
 
 
 def run_one(seed: int, control: bool, extra: list[str], folder: Path) -> Path:
@@ -50,35 +51,27 @@ def run_one(seed: int, control: bool, extra: list[str], folder: Path) -> Path:
     result = json.loads((out / "result.json").read_text())
     result["tree_peak_rss_mib"] = round(peak)
     result["control"] = control
-    dest = RESULTS / f"bfcl_{_host()}_{name}.json"
+    dest = RESULTS / f"bfcl_{host_key(result['cpu_flags'])}_{name}.json"
     dest.write_text(json.dumps(result, indent=1))
     print(f"{name}: calling mean greedy rise {result['calling_mean_greedy_rise']:+.3f} -> {dest}")
     return dest
 
 
-def combine() -> str:
-    host = _host()
+def combine(host: str) -> str:
+    """The table of host class `host`'s runs; refused when they ran different code or args."""
     runs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob(f"bfcl_{host}_*.json"))]
     if not runs:
         raise SystemExit(f"no bench/results/bfcl_{host}_*.json yet")
-    key = (
-        runs[0]["commit"],
-        {k: v for k, v in runs[0]["args"].items() if k not in ("seed", "control", "out")},
-    )
-    same = [
-        r
-        for r in runs
-        if (
-            r["commit"],
-            {k: v for k, v in r["args"].items() if k not in ("seed", "control", "out")},
+    if len(kinds := {_pooled(r) for r in runs}) > 1:
+        raise SystemExit(
+            f"bfcl_{host}_*.json hold runs of different code or arguments, never pooled: "
+            f"{sorted(kinds)}; re-run them on one commit"
         )
-        == key
-    ]
-    seeds = [r for r in same if not r["control"]]
-    controls = [r for r in same if r["control"]]
+    seeds = [r for r in runs if not r["control"]]
+    controls = [r for r in runs if r["control"]]
     lines = [
         f"BFCL held-out sample, {len(seeds)} seed(s) and {len(controls)} control(s), commit "
-        f"{key[0]}, host {host} ({', '.join(runs[0]['cpu_flags'])})",
+        f"{runs[0]['commit']}, host {host} (CPU flags: {runs[0]['cpu_flags']})",
         "| category | untrained | after | rise (seeds' mean ± sd) | control's rise |",
         "|---|---:|---:|---:|---:|",
     ]
@@ -94,8 +87,8 @@ def combine() -> str:
             f"| {cat} | {statistics.fmean(col(seeds, 'before')):.2f} | "
             f"{statistics.fmean(col(seeds, 'after')):.2f} | {statistics.fmean(rises):+.2f}{sd} | {ctrl} |"
         )
-    walls = [r["wall_s"] / 60 for r in same]
-    rss = [r["peak_rss_gib"] for r in same]
+    walls = [r["wall_s"] / 60 for r in runs]
+    rss = [r["peak_rss_gib"] for r in runs]
     lines.append(
         f"One run: {min(walls):.0f}-{max(walls):.0f} min, peak RSS {max(rss):.1f} GiB. "
         f"Per seed, the mean greedy rise over the calling categories: "
@@ -103,7 +96,7 @@ def combine() -> str:
     )
     text = "\n".join(lines)
     (RESULTS / f"bfcl_{host}.json").write_text(
-        json.dumps({"table": text, "runs": [r["args"] for r in same]}, indent=1)
+        json.dumps({"table": text, "runs": [r["args"] for r in runs]}, indent=1)
     )
     return text
 
@@ -115,8 +108,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--extra", default="", help="more flags for the example, as one string")
     p.add_argument("--combine", action="store_true")
     args = p.parse_args(argv)
+    host = host_key(cpu_flags())  # this host's class: the runs made here
     if args.combine:
-        print(combine())
+        print(combine(host))
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bfcl-") as tmp:
@@ -124,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
             run_one(s, False, args.extra.split(), Path(tmp))
         for s in [int(x) for x in args.controls.split(",") if x]:
             run_one(s, True, args.extra.split(), Path(tmp))
-    print(combine())
+    print(combine(host))
 
 
 if __name__ == "__main__":

@@ -187,8 +187,7 @@ class LocalBackend:
 
     # ---------------------------------------------------------------- register
     async def register(self, model: ModelRef) -> None:
-        if not self._finalizer.alive:
-            raise UsageError("this LocalBackend is closed: make a new one to register models")
+        self._check_open()
         if self._base_model is not None and model.base_model != self._base_model:
             raise UsageError(
                 f"this backend serves {self._base_model!r}; model {model.name!r} wants {model.base_model!r}: "
@@ -294,7 +293,12 @@ class LocalBackend:
             )
         self._base_model = base_model
 
+    def _check_open(self) -> None:
+        if not self._finalizer.alive:
+            raise UsageError("this LocalBackend is closed: make a new one to serve or train models")
+
     def _run(self, model: ModelRef) -> _Run:
+        self._check_open()
         run = self._runs.get(model.name)
         if run is None or (run.model is not model and run.model.project != model.project):
             raise UsageError(f"model {model.name!r} is not registered with this backend")

@@ -8,7 +8,8 @@ This is the code a user with a LangGraph agent writes; nothing in it is a harnes
 1. The app: a one-node LangGraph graph per BFCL item, whose model is `model.chat_model()`
    with the item's functions bound as tools (`bind_tools`, the tools as BFCL's own
    `convert_to_tool` writes them for OpenAI models). `tool_choice="required"`: the
-   untrained SmolLM2-135M answers in prose under "auto" (0 of 120 items called a tool), so
+   untrained SmolLM2-135M answers in prose under "auto" (issue 53's probe: 0 of 120
+   calling items made a call), so
    the graph asks for calls, and the model learns which functions, how many, and which
    arguments. Such a graph cannot decline: irrelevance is reported under "required" (where
    nothing can pass) and under "auto", before and after, apart from the rise.
@@ -50,6 +51,7 @@ from langchain_core.messages import AIMessage
 from langgraph.graph import START, MessagesState, StateGraph
 
 import art_langgraph as art
+from art_langgraph.devices import matmul_flags
 from art_langgraph.utils import atomic_write
 from examples.bfcl.checker import BfclChecker
 from examples.bfcl.splits import load_splits
@@ -243,11 +245,6 @@ def _commit() -> str:
     return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no").strip() else "")
 
 
-def _cpu_flags() -> list[str]:
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    return sorted({"amx_bf16", "avx512_bf16", "avx512f", "avx2"} & set(text.split()))
-
-
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     start = time.monotonic()
     commit = _commit()  # the code that runs: read before, not after, the run's minutes
@@ -303,7 +300,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     result = {
         "commit": commit,
         "args": vars(args),
-        "cpu_flags": _cpu_flags(),
+        "cpu_flags": matmul_flags(),  # caps included: a capped host is labelled so
         "wall_s": round(time.monotonic() - start, 1),
         "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         "phases_s": phases,

@@ -96,6 +96,8 @@ async def test_a_closed_backend_refuses_new_models_and_closes_once(tmp_path: Pat
     assert backend.engine is None and backend.server is None
     with pytest.raises(UsageError, match="closed"):
         await model.register(backend)
+    with pytest.raises(UsageError, match="closed"):  # not a trainer it closed, nor an engine gone
+        await model.train([])
 
 
 @pytest.mark.slow
