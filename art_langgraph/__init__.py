@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from art_langgraph import loggers as _loggers
 from art_langgraph import rewards
 from art_langgraph._lazy import lazy_getattr
+from art_langgraph.allocator import reexec_with_tcmalloc
 from art_langgraph.branch import branch
 from art_langgraph.capture import TrajectoryCallback, capture, current_trajectory
 from art_langgraph.capture import register_trace_linker as _register_trace_linker
@@ -108,6 +109,7 @@ __all__ = [
     "mark_pending",
     "read_groups",
     "read_jsonl",
+    "reexec_with_tcmalloc",
     "resume_reward",
     "rewards",
     "rollouts",

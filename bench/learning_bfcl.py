@@ -3,9 +3,10 @@
 Each run is the example as a user runs it (its defaults, plus `--seed`; `--control` for the
 shuffled-reward arm), in a child process under the project's watchdog, one after another.
 Its `result.json` (BFCL's pass/fail per held-out item, greedy and sampled, before and after;
-the phases' wall time; its commit and arguments) is copied to
+the phases' wall time; its commit, code hash and arguments) is copied to
 bench/results/bfcl_<host>_<run>.json as it lands, so a session's end loses at most the run
-under way. `--combine` pools this host class's runs, which must be of the same code and
+under way; a run already there with the code checked out now and the same flags is not run
+again. Seeds and controls alternate. `--combine` pools this host class's runs, which must be of the same code and
 arguments (it refuses a mix), into bench/results/bfcl_<host>.json and prints the table: per category, the
 seeds' mean before, after and rise with the seeds' spread, and the controls' rise.
 
@@ -28,19 +29,37 @@ from typing import Any
 
 from bench.learning import host_key, run_watched
 from bench.trainer_roofline import cpu_flags
+from examples.bfcl.app import code_hash, parser
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 
 
 def _pooled(r: dict[str, Any]) -> tuple[str, str]:
-    """What runs must share to be pooled: the code and every argument but seed, arm, folder."""
+    """What runs must share to be pooled: the code (the trees `examples.bfcl.app.CODE_PATHS`
+    hash; the commit for runs made before it was recorded) and every argument but seed,
+    arm, folder."""
     args = {k: v for k, v in r["args"].items() if k not in ("seed", "control", "out")}
-    return r["commit"], json.dumps(args, sort_keys=True)
+    return r.get("code") or r["commit"], json.dumps(args, sort_keys=True)
 
 
-def run_one(seed: int, control: bool, extra: list[str], folder: Path) -> Path:
+def _done(path: Path, extra: list[str]) -> bool:
+    """A run already landed in `path` with the code checked out now and the same flags."""
+    if not path.exists():
+        return False
+    code = code_hash()
+    args = vars(parser().parse_args(extra))
+    return not code.endswith("+dirty") and _pooled(json.loads(path.read_text())) == _pooled(
+        {"code": code, "args": args}
+    )
+
+
+def run_one(seed: int, control: bool, extra: list[str], folder: Path, host: str) -> Path:
     name = f"{'control' if control else 'seed'}{seed}"
+    dest = RESULTS / f"bfcl_{host}_{name}.json"
+    if _done(dest, extra):
+        print(f"{name}: landed already with this code and these flags ({dest.name})")
+        return dest
     out = folder / name
     cmd = [sys.executable, "-m", "examples.bfcl", "--seed", str(seed), "--out", str(out), *extra]
     if control:
@@ -101,6 +120,20 @@ def combine(host: str) -> str:
     return text
 
 
+def _order(seeds: str, controls: str) -> list[tuple[int, bool]]:
+    """Seeds and controls alternated, so a session that ends early holds both arms."""
+    arms = [
+        [(int(x), False) for x in seeds.split(",") if x],
+        [(int(x), True) for x in controls.split(",") if x],
+    ]
+    order = []
+    while any(arms):
+        for arm in arms:
+            if arm:
+                order.append(arm.pop(0))
+    return order
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", default="0,1,2,3,4")
@@ -114,10 +147,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bfcl-") as tmp:
-        for s in [int(x) for x in args.seeds.split(",") if x]:
-            run_one(s, False, args.extra.split(), Path(tmp))
-        for s in [int(x) for x in args.controls.split(",") if x]:
-            run_one(s, True, args.extra.split(), Path(tmp))
+        for seed, control in _order(args.seeds, args.controls):
+            run_one(seed, control, args.extra.split(), Path(tmp), host)
     print(combine(host))
 
 

@@ -74,3 +74,49 @@ def test_the_cli_runs_on_tcmalloc() -> None:
         env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"},
     )
     assert "train" in out.stdout  # the restarted program parsed its arguments
+
+
+WARNING_PROBE = """
+import json
+from art_langgraph.allocator import allocator_in_use, glibc_warning, reexec_with_tcmalloc
+import sys
+if sys.argv[1] == "restart":
+    reexec_with_tcmalloc()
+print(json.dumps({"self": allocator_in_use(), "warning": glibc_warning()}))
+"""
+
+
+def _warning(mode: str) -> dict[str, str | None]:
+    out = subprocess.run(
+        [sys.executable, "-c", WARNING_PROBE, mode],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"},
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc: Linux only")
+def test_a_trainer_on_glibc_is_told_how_to_leave_it() -> None:
+    seen = _warning("stay")
+    assert seen["self"] == "glibc"
+    assert seen["warning"] is not None and "reexec_with_tcmalloc()" in seen["warning"]
+
+
+@needs_tcmalloc
+def test_nothing_to_tell_on_tcmalloc() -> None:
+    seen = _warning("restart")
+    assert seen == {"self": "tcmalloc", "warning": None}
+
+
+@needs_tcmalloc
+def test_the_bfcl_example_runs_on_tcmalloc() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "examples.bfcl", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"},
+    )
+    assert "--steps" in out.stdout  # the restarted program parsed its arguments

@@ -27,6 +27,7 @@ With `ray`, the replicas and the ranks are Ray actors (`scaleout/ray_cluster.py`
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import statistics
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from art_langgraph.allocator import glibc_warning
 from art_langgraph.backend.base import ModelRef, TrainableModelRef, TrainResult
 from art_langgraph.backend.checkpoints import CheckpointStore
 from art_langgraph.backend.engines import EngineChoice, start_engine
@@ -58,6 +60,19 @@ from art_langgraph.training.trainer import LoRATrainer, ProgressFn
 from art_langgraph.trajectory import TrajectoryGroup, as_groups, write_jsonl
 
 log = logging.getLogger(__name__)
+
+
+def _warn_on_glibc(trainer: LoRATrainer) -> None:
+    """Once a process: a CPU trainer under glibc's malloc peaks at 2-3x its live memory."""
+    if trainer.device.type == "cpu":
+        _warn_once_on_glibc()
+
+
+@functools.cache
+def _warn_once_on_glibc() -> None:
+    advice = glibc_warning()
+    if advice:
+        log.warning(advice)
 
 
 @dataclass
@@ -341,6 +356,7 @@ class LocalBackend:
             self.device,
             shared=getattr(self.engine, "shared_base", None),  # our engine: one copy of the weights
         )
+        _warn_on_glibc(trainer)
         if run.step > 0:
             trainer.load(run.store.path(run.step))
         return trainer

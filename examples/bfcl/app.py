@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import math
 import random
@@ -51,6 +52,7 @@ from langchain_core.messages import AIMessage
 from langgraph.graph import START, MessagesState, StateGraph
 
 import art_langgraph as art
+from art_langgraph.allocator import allocator_in_use
 from art_langgraph.devices import matmul_flags
 from art_langgraph.utils import atomic_write
 from examples.bfcl.checker import BfclChecker
@@ -235,19 +237,36 @@ def paired(before: dict[str, bool], after: dict[str, bool]) -> dict[str, float]:
     }
 
 
+CODE_PATHS = ("art_langgraph", "examples/bfcl", "constraints.txt", "pyproject.toml")
+"""What decides a run's result, besides its arguments: runs whose trees of these agree
+pool in one table even when their commits differ (a docs commit between two runs)."""
+
+
+def _git(*a: str) -> str:
+    return subprocess.run(["git", *a], capture_output=True, text=True, check=False).stdout
+
+
 def _commit() -> str:
     """HEAD's short hash, with "+dirty" when tracked files differ from it."""
+    head = _git("rev-parse", "--short", "HEAD").strip() or "unknown"
+    return head + (
+        "+dirty" if _git("status", "--porcelain", "--untracked-files=no").strip() else ""
+    )
 
-    def git(*a: str) -> str:
-        return subprocess.run(["git", *a], capture_output=True, text=True, check=False).stdout
 
-    head = git("rev-parse", "--short", "HEAD").strip() or "unknown"
-    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no").strip() else "")
+def code_hash() -> str:
+    """A hash of CODE_PATHS' trees at HEAD, with "+dirty" when any of them differs from it."""
+    trees = [_git("rev-parse", f"HEAD:{p}").strip() for p in CODE_PATHS]
+    if not all(trees):
+        return "unknown"
+    digest = hashlib.sha1(" ".join(trees).encode()).hexdigest()[:12]
+    changed = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS).strip()
+    return digest + ("+dirty" if changed else "")
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     start = time.monotonic()
-    commit = _commit()  # the code that runs: read before, not after, the run's minutes
+    commit, code = _commit(), code_hash()  # the code that runs: read before the run's minutes
     out = Path(args.out)
     bfcl = Run(args)
     rng = random.Random(args.seed)
@@ -299,8 +318,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     greedy_rise = statistics.fmean(table[f"{c}/greedy"]["rise"] for c in CALLING)
     result = {
         "commit": commit,
+        "code": code,
         "args": vars(args),
         "cpu_flags": matmul_flags(),  # caps included: a capped host is labelled so
+        "allocator": allocator_in_use(),
         "wall_s": round(time.monotonic() - start, 1),
         "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         "phases_s": phases,
@@ -320,7 +341,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
+    """The example's command line."""
     ap = argparse.ArgumentParser(description="GRPO on BFCL through the LangGraph swap-in")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--seed", type=int, default=0)
@@ -336,4 +358,10 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="evaluate only the first N items of each category's sample (smoke tests)",
     )
-    asyncio.run(run(ap.parse_args(argv)))
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    if argv is None:  # run as a program: on tcmalloc where installed (art_langgraph/allocator.py)
+        art.reexec_with_tcmalloc()
+    asyncio.run(run(parser().parse_args(argv)))
