@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.learning import host_key, run_watched
+from bench.learning import MARGIN_SDS, host_key, run_watched
 from bench.trainer_roofline import cpu_flags
 from examples.bfcl.app import code_hash, parser
 
@@ -54,9 +54,17 @@ def _done(path: Path, extra: list[str]) -> bool:
     )
 
 
-def run_one(seed: int, control: bool, extra: list[str], folder: Path, host: str) -> Path:
+def _prefix(host: str, tag: str) -> str:
+    """Result files of host class `host`: bfcl_<host>_<run>.json, or with a tag (the CI
+    arm's runs, made with its flags) bfcl_<host>_<tag>_<run>.json."""
+    return f"bfcl_{host}_{tag}_" if tag else f"bfcl_{host}_"
+
+
+def run_one(
+    seed: int, control: bool, extra: list[str], folder: Path, host: str, tag: str = ""
+) -> Path:
     name = f"{'control' if control else 'seed'}{seed}"
-    dest = RESULTS / f"bfcl_{host}_{name}.json"
+    dest = RESULTS / f"{_prefix(host, tag)}{name}.json"
     if _done(dest, extra):
         print(f"{name}: landed already with this code and these flags ({dest.name})")
         return dest
@@ -70,17 +78,24 @@ def run_one(seed: int, control: bool, extra: list[str], folder: Path, host: str)
     result = json.loads((out / "result.json").read_text())
     result["tree_peak_rss_mib"] = round(peak)
     result["control"] = control
-    dest = RESULTS / f"bfcl_{host_key(result['cpu_flags'])}_{name}.json"
+    if host_key(result["cpu_flags"]) != host:
+        raise RuntimeError(f"{name} ran on {result['cpu_flags']}, not on host class {host}")
     dest.write_text(json.dumps(result, indent=1))
     print(f"{name}: calling mean greedy rise {result['calling_mean_greedy_rise']:+.3f} -> {dest}")
     return dest
 
 
-def combine(host: str) -> str:
-    """The table of host class `host`'s runs; refused when they ran different code or args."""
-    runs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob(f"bfcl_{host}_*.json"))]
+def combine(host: str, tag: str = "") -> str:
+    """The table of host class `host`'s runs (of `tag`); refused when they ran different
+    code or args."""
+    prefix = _prefix(host, tag)
+    runs = [
+        json.loads(p.read_text())
+        for kind in ("seed", "control")
+        for p in sorted(RESULTS.glob(f"{prefix}{kind}[0-9]*.json"))
+    ]
     if not runs:
-        raise SystemExit(f"no bench/results/bfcl_{host}_*.json yet")
+        raise SystemExit(f"no bench/results/{prefix}seed*.json yet")
     if len(kinds := {_pooled(r) for r in runs}) > 1:
         raise SystemExit(
             f"bfcl_{host}_*.json hold runs of different code or arguments, never pooled: "
@@ -89,8 +104,10 @@ def combine(host: str) -> str:
     seeds = [r for r in runs if not r["control"]]
     controls = [r for r in runs if r["control"]]
     lines = [
-        f"BFCL held-out sample, {len(seeds)} seed(s) and {len(controls)} control(s), commit "
-        f"{runs[0]['commit']}, host {host} (CPU flags: {runs[0]['cpu_flags']})",
+        f"BFCL held-out sample, {len(seeds)} seed(s) and {len(controls)} control(s); code "
+        f"{runs[0].get('code', '-')} (commits {', '.join(sorted({r['commit'] for r in runs}))}), "
+        f"flags {_pooled(runs[0])[1]}; host {host} (CPU flags: {runs[0]['cpu_flags']}), "
+        f"malloc {', '.join(sorted({r.get('allocator', 'glibc') for r in runs}))}",
         "| category | untrained | after | rise (seeds' mean ± sd) | control's rise |",
         "|---|---:|---:|---:|---:|",
     ]
@@ -113,11 +130,29 @@ def combine(host: str) -> str:
         f"Per seed, the mean greedy rise over the calling categories: "
         + ", ".join(f"{r['calling_mean_greedy_rise']:+.2f}" for r in seeds)
     )
+    if len(seeds) > 1:
+        lines.append(margin(seeds, controls))
     text = "\n".join(lines)
-    (RESULTS / f"bfcl_{host}.json").write_text(
+    (RESULTS / f"{prefix.rstrip('_')}.json").write_text(
         json.dumps({"table": text, "runs": [r["args"] for r in runs]}, indent=1)
     )
     return text
+
+
+def margin(seeds: list[dict[str, Any]], controls: list[dict[str, Any]]) -> str:
+    """What a test of these runs' arguments may require of its headline (the mean greedy rise
+    over the calling categories evaluated): the seeds' mean minus MARGIN_SDS spreads, the
+    spread being the larger of the seeds' sd and the median run's own s.e."""
+    rises = [r["calling_mean_greedy_rise"] for r in seeds]
+    mean, sd = statistics.fmean(rises), statistics.stdev(rises)
+    noise = statistics.median(r["calling_mean_greedy_se"] for r in seeds)
+    spread = max(sd, noise)
+    ctl = ", ".join(f"{r['calling_mean_greedy_rise']:+.2f}" for r in controls) or "none"
+    return (
+        f"Headline rise, seeds {', '.join(f'{x:+.2f}' for x in rises)}: mean {mean:+.2f} ± "
+        f"{sd:.2f} sd, a run's s.e. {noise:.2f} (median); mean - {MARGIN_SDS} x {spread:.2f} = "
+        f"{mean - MARGIN_SDS * spread:+.2f}. Controls: {ctl}."
+    )
 
 
 def _order(seeds: str, controls: str) -> list[tuple[int, bool]]:
@@ -139,17 +174,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", default="0,1,2,3,4")
     p.add_argument("--controls", default="1,2")
     p.add_argument("--extra", default="", help="more flags for the example, as one string")
+    p.add_argument(
+        "--tag", default="", help="name these runs apart (the CI arm's: --tag ci with its flags)"
+    )
     p.add_argument("--combine", action="store_true")
     args = p.parse_args(argv)
     host = host_key(cpu_flags())  # this host's class: the runs made here
     if args.combine:
-        print(combine(host))
+        print(combine(host, args.tag))
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bfcl-") as tmp:
         for seed, control in _order(args.seeds, args.controls):
-            run_one(seed, control, args.extra.split(), Path(tmp), host)
-    print(combine(host))
+            run_one(seed, control, args.extra.split(), Path(tmp), host, args.tag)
+    print(combine(host, args.tag))
 
 
 if __name__ == "__main__":

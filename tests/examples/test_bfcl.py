@@ -122,3 +122,23 @@ def test_the_app_trains_and_scores_end_to_end(tmp_path: Path) -> None:
     assert result["commit"] and result["cpu_flags"] and result["peak_rss_gib"] > 0
     # the step trained on the graph's captured calls: 8 groups of 4
     assert result["steps"][0]["metrics"]["trajectories"] == 32
+
+
+@pytest.mark.slow
+@pytest.mark.bfcl
+def test_the_ci_arm_evaluates_only_what_it_names(tmp_path: Path) -> None:
+    args = ["--base-model", "tiny", "--steps", "1", "--groups-per-step", "4"]
+    args += ["--eval-categories", "simple_python", "--eval-modes", "greedy", "--eval-limit", "2"]
+    out = subprocess.run(
+        [sys.executable, "-m", "examples.bfcl", *args, "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert set(result["accuracy"]) == {"simple_python/greedy"}
+    assert result["calling_mean_greedy_rise"] == result["accuracy"]["simple_python/greedy"]["rise"]
+    assert result["steps"][0]["metrics"]["trajectories"] == 16  # 4 groups of 4
+    assert result["code"] and result["allocator"] in ("tcmalloc", "glibc")
