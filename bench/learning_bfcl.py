@@ -169,6 +169,21 @@ def _order(seeds: str, controls: str) -> list[tuple[int, bool]]:
     return order
 
 
+def run_whole(run: Path, host: str) -> Path:
+    """BFCL's whole non-live categories for a run kept in `run` (`examples.bfcl.whole`),
+    kept in bench/results/bfcl_whole_<host>_<run's folder name>.json."""
+    name = f"whole_{run.name}"
+    cmd = [sys.executable, "-m", "examples.bfcl.whole", "--run", str(run)]
+    rc, peak = run_watched(name, cmd, run / "whole.log")
+    if rc != 0:
+        raise RuntimeError(f"{name} failed ({rc}):\n{(run / 'whole.log').read_text()[-3000:]}")
+    result = json.loads((run / "whole.json").read_text())
+    result["tree_peak_rss_mib"] = round(peak)
+    dest = RESULTS / f"bfcl_whole_{host}_{run.name}.json"
+    dest.write_text(json.dumps(result, indent=1))
+    return dest
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", default="0,1,2,3,4")
@@ -178,8 +193,17 @@ def main(argv: list[str] | None = None) -> None:
         "--tag", default="", help="name these runs apart (the CI arm's: --tag ci with its flags)"
     )
     p.add_argument("--combine", action="store_true")
+    p.add_argument(
+        "--whole",
+        type=Path,
+        help="a run's --out folder: score its untrained and trained model on BFCL's whole "
+        "non-live categories (examples.bfcl.whole) instead",
+    )
     args = p.parse_args(argv)
     host = host_key(cpu_flags())  # this host's class: the runs made here
+    if args.whole:
+        print(run_whole(args.whole, host))
+        return
     if args.combine:
         print(combine(host, args.tag))
         return

@@ -249,7 +249,7 @@ def _git(*a: str) -> str:
     return subprocess.run(["git", *a], capture_output=True, text=True, check=False).stdout
 
 
-def _commit() -> str:
+def commit_stamp() -> str:
     """HEAD's short hash, with "+dirty" when tracked files differ from it."""
     head = _git("rev-parse", "--short", "HEAD").strip() or "unknown"
     return head + (
@@ -269,7 +269,7 @@ def code_hash() -> str:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     start = time.monotonic()
-    commit, code = _commit(), code_hash()  # the code that runs: read before the run's minutes
+    commit, code = commit_stamp(), code_hash()  # the code that runs: read before the run's minutes
     out = Path(args.out)
     bfcl = Run(args)
     rng = random.Random(args.seed)

@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVICE = Path(__file__).with_name("checker_service.py")
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
 """BFCL v4's non-live single-turn Python categories: the ones this example trains and scores."""
+WHOLE_ONLY = ("simple_java", "simple_javascript")
+"""The other non-live categories of BFCL's overall: scored whole, never split or trained on."""
 
 
 def bfcl_python() -> Path:
@@ -85,6 +87,12 @@ class BfclChecker:
                 "output": calls,
             }
         )
+
+    def overall(self, scores: dict[str, dict[str, float]]) -> dict[str, float]:
+        """BFCL's non-live overall (`simple` and `non_live`) from per-category `accuracy`
+        and `total_count`, computed by BFCL's own code."""
+        reply = self._ask({"op": "overall", "scores": scores})
+        return {"simple": reply["simple"], "non_live": reply["non_live"]}
 
     def close(self) -> None:
         if self._proc.stdin is not None and not self._proc.stdin.closed:

@@ -44,6 +44,33 @@ def test_bfcls_checker_judges_calls_as_bfcl_does(checker: BfclChecker) -> None:
 
 
 @pytest.mark.bfcl
+def test_java_and_javascript_are_served_as_bfcl_serves_them(checker: BfclChecker) -> None:
+    item = checker.items("simple_java")[0]
+    ((name, params),) = item["ground_truth"][0].items()
+    # the model sees BFCL's language hint: every parameter a string holding a Java literal
+    props = item["tools"][0]["function"]["parameters"]["properties"]
+    assert {p["type"] for p in props.values()} == {"string"}
+    right = {name.replace(".", "_"): {k: str(v[0]) for k, v in params.items() if v[0] != ""}}
+    assert checker.check(item, [right])["valid"]
+    js = checker.items("simple_javascript")[0]  # a JavaScript boolean is `true`, not `True`
+    assert not checker.check(js, [{"validateUserInput": {"inputField": "userInputField", "isComplete": "True"}}])["valid"]  # fmt: skip
+    assert checker.check(js, [{"validateUserInput": {"inputField": "userInputField", "isComplete": "true"}}])["valid"]  # fmt: skip
+
+
+@pytest.mark.bfcl
+def test_the_non_live_overall_is_bfcls_arithmetic(checker: BfclChecker) -> None:
+    def d(accuracy: float, n: int) -> dict[str, float]:
+        return {"accuracy": accuracy, "total_count": n}
+
+    scores = {"simple_python": d(0.9, 400), "simple_java": d(0.6, 100)}
+    scores |= {"simple_javascript": d(0.5, 50), "multiple": d(0.8, 200)}
+    scores |= {"parallel": d(0.7, 200), "parallel_multiple": d(0.6, 200)}
+    got = checker.overall(scores)
+    assert got["simple"] == pytest.approx((0.9 + 0.6 + 0.5) / 3)
+    assert got["non_live"] == pytest.approx((got["simple"] + 0.8 + 0.7 + 0.6) / 4)
+
+
+@pytest.mark.bfcl
 def test_a_bad_request_is_a_clear_error_and_the_service_goes_on(checker: BfclChecker) -> None:
     with pytest.raises(RuntimeError, match="live_simple"):
         checker.items("live_simple")  # a transfer-test category: never served
@@ -142,3 +169,22 @@ def test_the_ci_arm_evaluates_only_what_it_names(tmp_path: Path) -> None:
     assert result["calling_mean_greedy_rise"] == result["accuracy"]["simple_python/greedy"]["rise"]
     assert result["steps"][0]["metrics"]["trajectories"] == 16  # 4 groups of 4
     assert result["code"] and result["allocator"] in ("tcmalloc", "glibc")
+
+
+@pytest.mark.slow
+@pytest.mark.bfcl
+def test_the_whole_categories_score_a_kept_run_untrained_and_after(tmp_path: Path) -> None:
+    run = [sys.executable, "-m", "examples.bfcl", "--base-model", "tiny", "--steps", "1"]
+    run += ["--groups-per-step", "4", "--eval-categories", "simple_python", "--eval-modes", "greedy"]  # fmt: skip
+    for cmd in (
+        [*run, "--eval-limit", "1", "--out", str(tmp_path)],
+        [sys.executable, "-m", "examples.bfcl.whole", "--run", str(tmp_path), "--limit", "2"],
+    ):
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+    whole = json.loads((tmp_path / "whole.json").read_text())
+    cats = whole["table"]["after"]["categories"]
+    assert set(cats) == {*CATEGORIES, "simple_java", "simple_javascript", "irrelevance_auto"}
+    assert all(c["total_count"] == 2 for c in cats.values())
+    assert 0 <= whole["table"]["untrained"]["non_live"] <= 1 and whole["code"]
+    assert len(whole["per_item"]["untrained/simple_java"]) == 2

@@ -1,0 +1,153 @@
+"""BFCL's whole non-live categories, untrained and after a run of the example, with BFCL's
+own non-live overall: where a 135M model trained on half of them stands.
+
+    python -m examples.bfcl --seed 0 --out runs/bfcl-s0     # a run, its model kept
+    python -m examples.bfcl.whole --run runs/bfcl-s0        # then this, once
+
+Every item of simple_python, simple_java, simple_javascript, multiple, parallel,
+parallel_multiple and irrelevance goes through the example's graph (`app.build_graph`,
+`tool_choice="required"`, greedy, as BFCL evaluates), under the untrained model (step 0 of
+the run's model) and under its last step, and BFCL's checker scores each. The Python
+categories are labelled "half of it trained on": their train split was (`splits.json`);
+Java and JavaScript were never trained on. BFCL's non-live overall comes from BFCL's code
+(`BfclChecker.overall`): the mean of simple (python, java, javascript), multiple, parallel
+and parallel_multiple; irrelevance is its own column there, and is also reported under
+`"auto"`, the only choice under which the graph can decline to call.
+
+Writes `whole.json`, stamped with the commit, code and arguments, into the run's folder;
+`python -m bench.learning_bfcl --whole runs/bfcl-s0` runs this and keeps it in
+bench/results/bfcl_whole_<host>_<run>.json. Left out: the live, multi-turn, memory,
+web-search and format-sensitivity categories (a transfer test nobody here tunes on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import art_langgraph as art
+from art_langgraph.allocator import allocator_in_use
+from art_langgraph.devices import matmul_flags
+from art_langgraph.utils import atomic_write
+from examples.bfcl.app import MAX_TOKENS, Run, build_graph, code_hash, commit_stamp
+from examples.bfcl.checker import CATEGORIES, WHOLE_ONLY
+
+CONCURRENCY = 32
+"""Graphs run at once (the example's evaluation runs as many)."""
+
+
+async def _passes(run: Run, chat: Any, items: list[dict[str, Any]], choice: str) -> dict[str, bool]:
+    limit = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(item: dict[str, Any]) -> bool:
+        async with limit:
+            out = await build_graph(chat, item["tools"], choice).ainvoke(
+                {"messages": item["question"][0]}
+            )
+        return await run.verdict(item, out)
+
+    return dict(zip((i["id"] for i in items), await asyncio.gather(*map(one, items)), strict=True))
+
+
+async def whole(args: argparse.Namespace) -> dict[str, Any]:
+    start = time.monotonic()
+    commit, code = commit_stamp(), code_hash()
+    folder = Path(args.run)
+    trained = json.loads((folder / "result.json").read_text())
+    targs = argparse.Namespace(**trained["args"])
+    bfcl = Run(targs)
+    categories = [*CATEGORIES[:-1], *WHOLE_ONLY, "irrelevance"]
+    items = {c: bfcl.checker.items(c)[: args.limit] for c in categories}
+    phases: dict[str, float] = {}
+    per_item: dict[str, dict[str, dict[str, bool]]] = {}
+    try:
+        model = art.TrainableModel(
+            name=f"bfcl-{'control' if targs.control else 'rl'}-s{targs.seed}",
+            project="bfcl",
+            base_model=targs.base_model,
+        )
+        await model.register(art.LocalBackend(path=folder / "art"))
+        last = await model.get_step()
+        if last != targs.steps:
+            raise SystemExit(
+                f"{folder}: the model is at step {last}, the run trained {targs.steps}"
+            )
+        for label, step in (("untrained", 0), ("after", last)):
+            t0 = time.monotonic()
+            chat = model.chat_model(step=step, temperature=0, max_tokens=MAX_TOKENS)
+            for c in categories:
+                per_item[f"{label}/{c}"] = await _passes(bfcl, chat, items[c], "required")
+            per_item[f"{label}/irrelevance_auto"] = await _passes(
+                bfcl, chat, items["irrelevance"], "auto"
+            )
+            phases[label] = round(time.monotonic() - t0, 1)
+            print(f"{label}: {phases[label]:.0f} s", flush=True)
+        table: dict[str, dict[str, Any]] = {}
+        for label in ("untrained", "after"):
+            scores = {
+                c: {"accuracy": statistics.fmean(v.values()), "total_count": len(v)}
+                for c in [*categories, "irrelevance_auto"]
+                for v in [per_item[f"{label}/{c}"]]
+            }
+            table[label] = {"categories": scores, **bfcl.checker.overall(scores)}
+    finally:
+        bfcl.checker.close()
+    result = {
+        "commit": commit,
+        "code": code,
+        "args": vars(args),
+        "run": {k: trained[k] for k in ("commit", "code", "args") if k in trained},
+        "cpu_flags": matmul_flags(),
+        "allocator": allocator_in_use(),
+        "wall_s": round(time.monotonic() - start, 1),
+        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "phases_s": phases,
+        "trained_on_half": list(CATEGORIES),
+        "table": table,
+        "per_item": per_item,
+    }
+    with atomic_write(folder / "whole.json") as f:
+        f.write(json.dumps(result, indent=1))
+    print(render(result))
+    return result
+
+
+def render(result: dict[str, Any]) -> str:
+    """The table: per category, untrained and after, then BFCL's simple and non-live overall."""
+    t = result["table"]
+    half = set(result["trained_on_half"])
+    lines = ["| BFCL category (whole) | items | untrained | after |", "|---|---:|---:|---:|"]
+    for c, row in t["untrained"]["categories"].items():
+        name = c if c != "irrelevance_auto" else 'irrelevance, `"auto"`'
+        note = " (half of it trained on)" if c in half and c != "irrelevance" else ""
+        after = t["after"]["categories"][c]["accuracy"]
+        lines.append(
+            f"| {name}{note} | {row['total_count']} | {row['accuracy']:.2f} | {after:.2f} |"
+        )
+    for key, name in (
+        ("simple", "simple (BFCL: python, java, js)"),
+        ("non_live", "non-live overall (BFCL)"),
+    ):
+        lines.append(f"| {name} | | {t['untrained'][key]:.3f} | {t['after'][key]:.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--run", required=True, help="a run's --out folder (its result.json, its model)"
+    )
+    ap.add_argument("--limit", type=int, default=None, help="the first N items a category (tests)")
+    if argv is None:  # run as a program: on tcmalloc where installed
+        art.reexec_with_tcmalloc()
+    asyncio.run(whole(ap.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()
