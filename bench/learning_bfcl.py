@@ -192,6 +192,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--tag", default="", help="name these runs apart (the CI arm's: --tag ci with its flags)"
     )
+    p.add_argument(
+        "--keep",
+        type=Path,
+        help="keep each run's folder (its trained model, for --whole) under this one",
+    )
     p.add_argument("--combine", action="store_true")
     p.add_argument(
         "--whole",
@@ -209,8 +214,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bfcl-") as tmp:
+        folder = args.keep or Path(tmp)
         for seed, control in _order(args.seeds, args.controls):
-            run_one(seed, control, args.extra.split(), Path(tmp), host, args.tag)
+            run_one(seed, control, args.extra.split(), folder, host, args.tag)
     print(combine(host, args.tag))
 
 
