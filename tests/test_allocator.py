@@ -65,15 +65,18 @@ def test_art_allocator_system_keeps_glibc() -> None:
 
 
 @needs_tcmalloc
-def test_the_cli_runs_on_tcmalloc() -> None:
+@pytest.mark.parametrize(
+    ("module", "shown"), [("art_mcp.cli", "train"), ("examples.bfcl", "--steps")]
+)
+def test_our_programs_run_on_tcmalloc(module: str, shown: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "art_mcp.cli", "--help"],
+        [sys.executable, "-m", module, "--help"],
         capture_output=True,
         text=True,
         check=True,
         env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"},
     )
-    assert "train" in out.stdout  # the restarted program parsed its arguments
+    assert shown in out.stdout  # the restarted program parsed its arguments
 
 
 WARNING_PROBE = """
@@ -108,15 +111,3 @@ def test_a_trainer_on_glibc_is_told_how_to_leave_it() -> None:
 def test_nothing_to_tell_on_tcmalloc() -> None:
     seen = _warning("restart")
     assert seen == {"self": "tcmalloc", "warning": None}
-
-
-@needs_tcmalloc
-def test_the_bfcl_example_runs_on_tcmalloc() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "examples.bfcl", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"},
-    )
-    assert "--steps" in out.stdout  # the restarted program parsed its arguments

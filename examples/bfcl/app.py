@@ -267,6 +267,15 @@ def code_hash() -> str:
     return digest + ("+dirty" if changed else "")
 
 
+def trainable_model(args: argparse.Namespace) -> art.TrainableModel:
+    """The run's model: named by its arm and seed, in project "bfcl"."""
+    return art.TrainableModel(
+        name=f"bfcl-{'control' if args.control else 'rl'}-s{args.seed}",
+        project="bfcl",
+        base_model=args.base_model,
+    )
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     start = time.monotonic()
     commit, code = commit_stamp(), code_hash()  # the code that runs: read before the run's minutes
@@ -275,11 +284,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     phases: dict[str, float] = {}
     try:
-        model = art.TrainableModel(
-            name=f"bfcl-{'control' if args.control else 'rl'}-s{args.seed}",
-            project="bfcl",
-            base_model=args.base_model,
-        )
+        model = trainable_model(args)
         await model.register(art.LocalBackend(path=out / "art"))
         before = await bfcl.evaluate(model, "untrained")
         phases["untrained evaluation"] = before["seconds"]

@@ -35,7 +35,7 @@ import art_langgraph as art
 from art_langgraph.allocator import allocator_in_use
 from art_langgraph.devices import matmul_flags
 from art_langgraph.utils import atomic_write
-from examples.bfcl.app import MAX_TOKENS, Run, build_graph, code_hash, commit_stamp
+from examples.bfcl.app import MAX_TOKENS, Run, build_graph, code_hash, commit_stamp, trainable_model
 from examples.bfcl.checker import CATEGORIES, WHOLE_ONLY
 
 CONCURRENCY = 32
@@ -67,11 +67,7 @@ async def whole(args: argparse.Namespace) -> dict[str, Any]:
     phases: dict[str, float] = {}
     per_item: dict[str, dict[str, dict[str, bool]]] = {}
     try:
-        model = art.TrainableModel(
-            name=f"bfcl-{'control' if targs.control else 'rl'}-s{targs.seed}",
-            project="bfcl",
-            base_model=targs.base_model,
-        )
+        model = trainable_model(targs)
         await model.register(art.LocalBackend(path=folder / "art"))
         last = await model.get_step()
         if last != targs.steps:

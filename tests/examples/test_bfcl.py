@@ -121,26 +121,18 @@ def test_partial_credit_decomposes_name_parameters_and_values() -> None:
     assert partial_credit(item, []) == 0.0
 
 
+def _example(module: str, *args: str) -> None:
+    """Run `python -m <module> <args>` as a user does; its stderr on failure."""
+    out = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
 @pytest.mark.slow
 @pytest.mark.bfcl
 def test_the_app_trains_and_scores_end_to_end(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "examples.bfcl",
-            "--base-model",
-            "tiny",
-            "--steps",
-            "1",
-            *("--eval-limit", "2", "--out", str(tmp_path)),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+    _example("examples.bfcl", "--base-model", "tiny", "--steps", "1", "--eval-limit", "2", "--out", str(tmp_path))  # fmt: skip
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["args"]["steps"] == 1 and len(result["steps"]) == 1
     assert set(result["accuracy"]) >= {"simple_python/greedy", "irrelevance/greedy_auto"}
@@ -156,14 +148,7 @@ def test_the_app_trains_and_scores_end_to_end(tmp_path: Path) -> None:
 def test_the_ci_arm_evaluates_only_what_it_names(tmp_path: Path) -> None:
     args = ["--base-model", "tiny", "--steps", "1", "--groups-per-step", "4"]
     args += ["--eval-categories", "simple_python", "--eval-modes", "greedy", "--eval-limit", "2"]
-    out = subprocess.run(
-        [sys.executable, "-m", "examples.bfcl", *args, "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+    _example("examples.bfcl", *args, "--out", str(tmp_path))
     result = json.loads((tmp_path / "result.json").read_text())
     assert set(result["accuracy"]) == {"simple_python/greedy"}
     assert result["calling_mean_greedy_rise"] == result["accuracy"]["simple_python/greedy"]["rise"]
@@ -174,14 +159,10 @@ def test_the_ci_arm_evaluates_only_what_it_names(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.bfcl
 def test_the_whole_categories_score_a_kept_run_untrained_and_after(tmp_path: Path) -> None:
-    run = [sys.executable, "-m", "examples.bfcl", "--base-model", "tiny", "--steps", "1"]
-    run += ["--groups-per-step", "4", "--eval-categories", "simple_python", "--eval-modes", "greedy"]  # fmt: skip
-    for cmd in (
-        [*run, "--eval-limit", "1", "--out", str(tmp_path)],
-        [sys.executable, "-m", "examples.bfcl.whole", "--run", str(tmp_path), "--limit", "2"],
-    ):
-        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr[-3000:]
+    run = ["--base-model", "tiny", "--steps", "1", "--groups-per-step", "4"]
+    run += ["--eval-categories", "simple_python", "--eval-modes", "greedy", "--eval-limit", "1"]
+    _example("examples.bfcl", *run, "--out", str(tmp_path))
+    _example("examples.bfcl.whole", "--run", str(tmp_path), "--limit", "2")
     whole = json.loads((tmp_path / "whole.json").read_text())
     cats = whole["table"]["after"]["categories"]
     assert set(cats) == {*CATEGORIES, "simple_java", "simple_javascript", "irrelevance_auto"}
