@@ -148,10 +148,16 @@ class Run:
         result = await asyncio.to_thread(self.checker.check, item, calls_of(output))
         return bool(result["valid"])
 
-    async def reward(self, item: dict[str, Any], output: dict[str, Any]) -> float:
-        if await self.verdict(item, output):
-            return 1.0
-        return 0.5 * partial_credit(item, calls_of(output))
+    async def reward(
+        self, item: dict[str, Any], output: dict[str, Any], traj: art.Trajectory | None = None
+    ) -> float:
+        """1.0 on BFCL's pass, else half the partial credit; `traj`, where given, gets the
+        rollout's call count and BFCL verdict among its metrics (for the step's diagnostics)."""
+        passed = await self.verdict(item, output)
+        calls = calls_of(output)
+        if traj is not None:
+            traj.metrics.update(calls=len(calls), bfcl_pass=passed)
+        return 1.0 if passed else 0.5 * partial_credit(item, calls)
 
     async def evaluate(self, model: art.TrainableModel, label: str) -> dict[str, Any]:
         """BFCL pass rates on the evaluation sample: greedy and one sample at T=1 per item
@@ -200,7 +206,7 @@ class Run:
 
         def reward_for(item: dict[str, Any]) -> Any:
             async def reward(traj: art.Trajectory, output: Any) -> float:
-                return await self.reward(item, output)
+                return await self.reward(item, output, traj)
 
             return reward
 
@@ -218,6 +224,30 @@ class Run:
                 )
             )
         )
+
+
+def rollout_diagnostics(groups: list[Any]) -> dict[str, float]:
+    """What a step's rollouts did and what its update was told: the mean call count, the
+    share of rollouts BFCL passed, and the correlation, within groups, between the rewards
+    trained on (shuffled, in a control) and the call count. A control whose shuffled
+    rewards happen to favour fewer calls pushes the model where learning would; this shows
+    when it did."""
+    trajs = [t for g in groups for t in g]
+    calls = [float(t.metrics.get("calls", 0)) for t in trajs]
+    passes = [float(t.metrics.get("bfcl_pass", False)) for t in trajs]
+    centred_r: list[float] = []
+    centred_c: list[float] = []
+    for g in groups:
+        rs, cs = [t.reward for t in g], [float(t.metrics.get("calls", 0)) for t in g]
+        centred_r += [r - statistics.fmean(rs) for r in rs]
+        centred_c += [c - statistics.fmean(cs) for c in cs]
+    spread = any(centred_r) and any(centred_c)
+    corr = statistics.correlation(centred_r, centred_c) if spread else 0.0
+    return {
+        "rollout_calls_mean": round(statistics.fmean(calls), 3),
+        "rollout_pass_rate": round(statistics.fmean(passes), 3),
+        "trained_reward_calls_correlation": round(corr, 3),
+    }
 
 
 def _rate(results: dict[str, bool]) -> float:
@@ -247,6 +277,40 @@ pool in one table even when their commits differ (a docs commit between two runs
 
 def _git(*a: str) -> str:
     return subprocess.run(["git", *a], capture_output=True, text=True, check=False).stdout
+
+
+class PhasePeaks:
+    """Peak resident memory of each phase of the run: at a phase's end the kernel's
+    high-water mark (VmHWM) is read and reset (`/proc/self/clear_refs`), so each phase
+    reports its own peak. Where the reset is not possible (not Linux), the marks are
+    cumulative, and say so."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[str, float] = {}
+        self.resettable = self._reset()
+
+    @staticmethod
+    def _reset() -> bool:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            return True
+        except OSError:
+            return False
+
+    def end(self, phase: str) -> None:
+        """Record the peak since the last `end` under `phase` (the highest, if repeated)."""
+        try:
+            with open("/proc/self/status") as f:
+                kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+        except (OSError, StopIteration):
+            kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        gib = round(kib / 2**20, 2)
+        self.peaks[phase] = max(self.peaks.get(phase, 0.0), gib)
+        self._reset()
+
+    def overall(self) -> float:
+        return max([*self.peaks.values(), 0.0])
 
 
 def commit_stamp() -> str:
@@ -283,16 +347,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     bfcl = Run(args)
     rng = random.Random(args.seed)
     phases: dict[str, float] = {}
+    memory = PhasePeaks()  # the peak of each phase, model loading counted in the first
     try:
         model = trainable_model(args)
         await model.register(art.LocalBackend(path=out / "art"))
         before = await bfcl.evaluate(model, "untrained")
         phases["untrained evaluation"] = before["seconds"]
+        memory.end("untrained evaluation")
         steps = []
         for step in range(args.steps):
             t0 = time.monotonic()
             groups = await bfcl.step_groups(model, rng)
             t1 = time.monotonic()
+            memory.end("rollouts")
             rewards = [t.reward for g in groups for t in g]
             if args.control:  # the same update with the rewards dealt to other rollouts
                 shuffled = rewards[:]
@@ -301,10 +368,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     t.reward = r
             result = await model.train(groups)
             t2 = time.monotonic()
+            memory.end("training")
             steps.append(
                 {
                     "step": step + 1,
                     "reward": round(statistics.fmean(rewards), 3),
+                    **rollout_diagnostics(groups),
                     "rollouts_s": round(t1 - t0, 1),
                     "train_s": round(t2 - t1, 1),
                     "metrics": result.metrics,
@@ -318,6 +387,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         phases["training"] = round(sum(s["train_s"] for s in steps), 1)
         after = await bfcl.evaluate(model, f"after {args.steps} steps")
         phases["final evaluation"] = after["seconds"]
+        memory.end("final evaluation")
     finally:
         bfcl.checker.close()
     table = {
@@ -333,7 +403,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_flags": matmul_flags(),  # caps included: a capped host is labelled so
         "allocator": allocator_in_use(),
         "wall_s": round(time.monotonic() - start, 1),
-        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "peak_rss_gib": memory.overall(),
+        "peak_rss_gib_by_phase": memory.peaks,
         "phases_s": phases,
         "steps": steps,
         "accuracy": table,

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from examples.bfcl.app import partial_credit
+import art_langgraph as art
+from examples.bfcl.app import partial_credit, rollout_diagnostics
 from examples.bfcl.checker import CATEGORIES, BfclChecker
 from examples.bfcl.splits import EVAL_PER_CATEGORY, load_splits, make_splits
 
@@ -121,6 +122,19 @@ def test_partial_credit_decomposes_name_parameters_and_values() -> None:
     assert partial_credit(item, []) == 0.0
 
 
+def test_a_steps_diagnostics_say_whether_its_rewards_favoured_fewer_calls() -> None:
+    def group(rows: list[tuple[float, int]]) -> list[art.Trajectory]:
+        return [art.Trajectory(reward=r, metrics={"calls": c, "bfcl_pass": r == 1.0}) for r, c in rows]  # fmt: skip
+
+    fewer_won = group([(1.0, 1), (0.2, 3), (0.2, 4), (1.0, 1)])
+    flat = group([(0.1, 2), (0.1, 2), (0.1, 3), (0.1, 5)])  # one reward: no push either way
+    got = rollout_diagnostics([fewer_won, flat])
+    assert got["rollout_calls_mean"] == pytest.approx(21 / 8)
+    assert got["rollout_pass_rate"] == pytest.approx(2 / 8)
+    assert got["trained_reward_calls_correlation"] < -0.5
+    assert rollout_diagnostics([flat])["trained_reward_calls_correlation"] == 0.0
+
+
 def _example(module: str, *args: str) -> None:
     """Run `python -m <module> <args>` as a user does; its stderr on failure."""
     out = subprocess.run(
@@ -141,6 +155,13 @@ def test_the_app_trains_and_scores_end_to_end(tmp_path: Path) -> None:
     assert result["commit"] and result["cpu_flags"] and result["peak_rss_gib"] > 0
     # the step trained on the graph's captured calls: 8 groups of 4
     assert result["steps"][0]["metrics"]["trajectories"] == 32
+    # each phase's own peak, and what the step's rollouts did
+    phases = {"untrained evaluation", "rollouts", "training", "final evaluation"}
+    assert set(result["peak_rss_gib_by_phase"]) == phases
+    assert result["peak_rss_gib"] == max(result["peak_rss_gib_by_phase"].values())
+    step = result["steps"][0]
+    assert step["rollout_calls_mean"] >= 0 and 0 <= step["rollout_pass_rate"] <= 1
+    assert -1 <= step["trained_reward_calls_correlation"] <= 1
 
 
 @pytest.mark.slow
