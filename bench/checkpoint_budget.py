@@ -7,8 +7,12 @@ process of its own on the same batch (`bench.trainer_roofline`'s agent and short
 recomputed, and peak RSS (the model, its optimizer and the step; no engine).
 
     .venv/bin/python -m bench.checkpoint_budget [--groups 4] [--budgets 256,1024,2048]
+    .venv/bin/python -m bench.checkpoint_budget --budgets 256 --batches agent \
+        --tree-caps on,off --groups 8 --system 30 --head 900 --turns 1   # BFCL-shaped
 
 Budgets are in MiB; 0 recomputes every layer (checkpointing always on), inf none.
+`--tree-caps on,off` runs each budget with and without the cap on micro-batches holding a
+prefix tree (`LoRATrainer._tree_tokens`; off: as many trees as micro_batch_tokens holds).
 Left out: the engine's memory beside it (a whole run: bench.agent_rollouts --step).
 """
 
@@ -45,6 +49,8 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     trainer = trainer_module.LoRATrainer(
         resolve_preset(args.base_model), ModelConfig(compute_dtype=dtype)
     )
+    if args.tree_cap == "off":
+        trainer._tree_tokens = lambda: None  # type: ignore[method-assign]
     seqs = batch(args.batch, args)
     config = TrainConfig(learning_rate=1e-5)
     times, recomputed = [], 0
@@ -54,8 +60,11 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         if k >= args.warmup:
             times.append(time.perf_counter() - t0)
         recomputed = sum(bool(m.gradient_checkpointing) for m in trainer._checkpointed)
+    passes = len(trainer._micro_batches(seqs, config)[0])
     return {
         "budget_mib": args.budget,
+        "tree_cap": args.tree_cap,
+        "passes": passes,
         "dtype": dtype,
         "step_s": statistics.median(times),
         "layers_recomputed": recomputed,
@@ -78,7 +87,9 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=1)
     p.add_argument("--batches", default="agent,short", help="of bench.trainer_roofline's")
+    p.add_argument("--tree-caps", default="on", help="on and/or off, comma-separated")
     p.add_argument("--budget", help=argparse.SUPPRESS)
+    p.add_argument("--tree-cap", help=argparse.SUPPRESS)
     p.add_argument("--batch", help=argparse.SUPPRESS)
     args = p.parse_args()
     reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/allocator.py); every arm alike
@@ -87,8 +98,8 @@ def main() -> None:
         return
     rows = []
     for name in args.batches.split(","):
-        for b in args.budgets.split(","):
-            argv = [*sys.argv[1:], "--budget", b, "--batch", name]
+        for b, cap in [(b, c) for b in args.budgets.split(",") for c in args.tree_caps.split(",")]:
+            argv = [*sys.argv[1:], "--budget", b, "--batch", name, "--tree-cap", cap]
             out = subprocess.run(
                 [sys.executable, "-m", "bench.checkpoint_budget", *argv],
                 check=True,
@@ -102,17 +113,20 @@ def main() -> None:
         f"{cpu_flags()}), malloc: {allocator_in_use()}; bench.trainer_roofline's batches, "
         f"{args.groups} x {args.group_size} sequences (agent: one prefix tree)",
         "",
-        "| batch | activation budget (MiB) | layers recomputed | step (s) | processed tok/s "
-        "| peak RSS (MiB) |",
-        "|---|---|---|---|---|---|",
+        "| batch | activation budget (MiB) | tree cap | passes | layers recomputed | step (s) "
+        "| processed tok/s | peak RSS (MiB) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['batch']} | {r['budget_mib']} | {r['layers_recomputed']} / {r['layers']} | "
+            f"| {r['batch']} | {r['budget_mib']} | {r['tree_cap']} | {r['passes']} | "
+            f"{r['layers_recomputed']} / {r['layers']} | "
             f"{r['step_s']:.1f} | {r['processed_tokens'] / r['step_s']:.0f} | "
             f"{r['peak_rss_mib']:.0f} |"
         )
-    publish("checkpoint_budget", RESULTS, lines, args, rows=rows)
+    # The tree-cap comparison is its own table (the budget sweep's stays as it chose 256 MiB).
+    name = "checkpoint_budget" if args.tree_caps == "on" else "checkpoint_budget_trees"
+    publish(name, RESULTS.with_name(f"{name}.json"), lines, args, rows=rows)
 
 
 if __name__ == "__main__":

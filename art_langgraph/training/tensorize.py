@@ -458,12 +458,15 @@ def micro_batches(
     pack: bool,
     share_prefixes: bool = False,
     alone_tokens: int | None = None,
+    tree_tokens: int | None = None,
 ) -> Iterator[MicroBatch]:
     """Rows of sequences (packed or one per row), grouped into micro-batches of
     ~micro_batch_tokens. With `share_prefixes` (packing only), sequences sharing a prompt
     prefix are bundled (module doc) and rows grow to the longest bundle. `alone_tokens`:
     a smaller cap for micro-batches with no prefix tree in them (a larger micro-batch
-    shares nothing more, and costs the trainer its activations' memory); None: the same."""
+    shares nothing more, and costs the trainer its activations' memory); `tree_tokens`:
+    the same for micro-batches with one, which still take at least one row (a tree is never
+    split; rows share nothing with each other). None: micro_batch_tokens."""
     if not seqs:
         return
     if pack and share_prefixes:
@@ -487,6 +490,8 @@ def micro_batches(
         cap = micro_batch_tokens
         if alone_tokens is not None and not with_tree:
             cap = min(cap, alone_tokens)
+        if tree_tokens is not None and with_tree:
+            cap = min(cap, tree_tokens)
         if batch and wider * (len(batch) + 1) > cap:
             yield _collate(seqs, batch, pack)
             batch, wider = [], n

@@ -401,6 +401,7 @@ class LoRATrainer:
                 pack=config.pack_sequences,
                 share_prefixes=config.share_prefixes,
                 alone_tokens=self._alone_tokens(),
+                tree_tokens=self._tree_tokens(),
             )
         )
         return batches, self._passes(len(batches))
@@ -413,6 +414,19 @@ class LoRATrainer:
         if self.config.gradient_checkpointing != "auto" or not self._activation_bytes:
             return None
         return max(1, AUTO_CHECKPOINT_BYTES // self._activation_bytes)
+
+    def _tree_tokens(self) -> int | None:
+        """Under gradient_checkpointing="auto": micro-batches with a prefix tree hold at most
+        the tokens whose memory fits AUTO_CHECKPOINT_BYTES with every layer recomputed: each
+        layer's input, kept through the forward, and one layer's activations, live while its
+        backward recomputes it (at least one row: a tree is never split). Two 7,856-token
+        trees in one pass took a BFCL step of SmolLM2-135M (fp32) 2.0 GiB above its resting
+        2.2 GiB; bench.checkpoint_budget --trees measures the cap."""
+        if self.config.gradient_checkpointing != "auto" or not self._activation_bytes:
+            return None
+        layers = max(len(self._checkpointed), 1)
+        per_token = layers * self._layer_input_bytes + self._activation_bytes / layers
+        return max(1, int(AUTO_CHECKPOINT_BYTES // per_token))
 
     def _passes(self, batches: int) -> int:
         """Forward/backward passes this rank runs: its micro-batches, or under FSDP the most
