@@ -564,3 +564,18 @@ def test_prefix_sharing_needs_packing() -> None:
     )
     assert mb.stats["shared_prefix_tokens"] == 0
     assert mb.input_ids.shape[0] == len(seqs)
+
+
+def test_tree_tokens_caps_micro_batches_with_a_tree_but_never_splits_a_row() -> None:
+    seqs = group_sequences()  # two trees (one a group) and a sequence alone
+    kw = dict(row_length=max(len(s) for s in seqs), micro_batch_tokens=10_000, pack=True)
+    (whole,) = micro_batches(seqs, share_prefixes=True, **kw)
+    assert whole.input_ids.shape[0] > 1  # several rows in one pass without the cap
+    capped = list(micro_batches(seqs, share_prefixes=True, tree_tokens=1, **kw))
+    assert len(capped) == whole.input_ids.shape[0]
+    assert all(mb.input_ids.shape[0] == 1 for mb in capped)  # one row each, none cut
+    # The same sequences, targets and shared tokens, only in more passes.
+    assert sum(mb.num_sequences for mb in capped) == whole.num_sequences
+    assert sum(int(mb.target_mask.sum()) for mb in capped) == int(whole.target_mask.sum())
+    shared = sum(mb.stats["shared_prefix_tokens"] for mb in capped)
+    assert shared == whole.stats["shared_prefix_tokens"]
