@@ -111,7 +111,7 @@ def main() -> None:
     lines = [
         f"{args.base_model}, {rows[0]['dtype']}, 2 cores ({platform.machine()}, CPU flags: "
         f"{cpu_flags()}), malloc: {allocator_in_use()}; bench.trainer_roofline's batches, "
-        f"{args.groups} x {args.group_size} sequences (agent: one prefix tree)",
+        f"{args.groups} x {args.group_size} sequences (agent: prefix trees)",
         "",
         "| batch | activation budget (MiB) | tree cap | passes | layers recomputed | step (s) "
         "| processed tok/s | peak RSS (MiB) |",
