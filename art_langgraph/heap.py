@@ -18,12 +18,7 @@ under 3 GiB). Two remedies, both process-wide and idempotent:
   engine's batch drains and after each training step.
 
 On tcmalloc (`art_langgraph/allocator.py`) the mallopt threshold means nothing, and
-`release_free_memory()` asks tcmalloc to return its free spans instead. There the
-engine's counterpart of the threshold is tcmalloc's aggressive decommit (a freed span goes
-back at once), on while the engine runs and off during a training step, for the same
-reasons: on a BFCL run of SmolLM2-135M (eval-limit 8, greedy) the engine's reshaped KV
-buffers left 0.8 GiB of free spans resident, and the peak fell 3.60 -> 3.22 GiB with it on,
-for +4.5% on the untrained evaluation; on in the trainer too, the step took 51 -> 92 s.
+`release_free_memory()` asks tcmalloc to return its free spans instead.
 
 Left out: other allocators (jemalloc, musl, macOS): there both calls do nothing.
 """
@@ -41,8 +36,6 @@ from typing import Any
 
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 _tuned_threshold: int | None = None  # set once use_mmap_for_large_blocks() took effect
-_DECOMMIT = b"tcmalloc.aggressive_memory_decommit"
-_decommitting = False  # set once use_mmap_for_large_blocks() turned it on under tcmalloc
 
 
 @functools.cache
@@ -63,38 +56,11 @@ def _malloc_trim() -> Any:
 
 
 @functools.cache
-def _tcmalloc_setter() -> Any:
-    """tcmalloc's `MallocExtension_SetNumericProperty` where tcmalloc is this process's
-    malloc, else None."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        setter = ctypes.CDLL(None).MallocExtension_SetNumericProperty
-    except (OSError, AttributeError):
-        return None
-    setter.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-    return setter
-
-
-def _decommit(on: bool) -> bool:
-    """Turn tcmalloc's aggressive decommit on or off; True where it took."""
-    setter = _tcmalloc_setter()
-    return setter is not None and bool(setter(_DECOMMIT, int(on)))
-
-
-@functools.cache
 def use_mmap_for_large_blocks(threshold: int = 1 << 20) -> bool:
-    """Serve blocks of `threshold` bytes or more from their own mappings (see above); on
-    tcmalloc, decommit freed spans at once instead. Process-wide; the first call's
-    threshold holds."""
-    if os.environ.get("ART_MALLOC_TUNING", "1") == "0":
-        return False
-    global _decommitting
-    if _tcmalloc_setter() is not None:
-        _decommitting = _decommit(True)
-        return _decommitting
+    """Serve blocks of `threshold` bytes or more from their own mappings (see above).
+    Process-wide; the first call's threshold holds."""
     libc = _libc()
-    if libc is None:
+    if libc is None or os.environ.get("ART_MALLOC_TUNING", "1") == "0":
         return False
     global _tuned_threshold
     if libc.mallopt(_M_MMAP_THRESHOLD, threshold):
@@ -110,15 +76,7 @@ def heap_for_large_blocks() -> Iterator[None]:
     """While a training step runs, serve large blocks from the heap again (threshold 32
     MiB): the trainer frees and reallocates its activations every micro-batch, and fresh
     mappings for each made an in-process step about 2x slower (bench/rl_step, tiny: train
-    0.95 -> 0.49 s). The engine's 1 MiB threshold is back on exit, and the caller trims.
-    On tcmalloc, aggressive decommit is off while the step runs (module doc)."""
-    if _decommitting:
-        _decommit(False)
-        try:
-            yield
-        finally:
-            _decommit(True)
-        return
+    0.95 -> 0.49 s). The engine's 1 MiB threshold is back on exit, and the caller trims."""
     libc, engine_threshold = _libc(), _tuned_threshold
     if libc is None or engine_threshold is None:  # glibc left alone: nothing to undo
         yield

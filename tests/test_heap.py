@@ -29,34 +29,3 @@ def test_the_opt_out_leaves_glibc_alone() -> None:
         check=True,
     )
     assert out.stdout.strip() == "False"
-
-
-def test_on_tcmalloc_the_engine_decommits_and_a_training_step_does_not() -> None:
-    from art_langgraph.allocator import allocator_path
-
-    lib = allocator_path()
-    if lib is None:
-        pytest.skip("tcmalloc is not installed")
-    code = """
-import ctypes
-from art_langgraph import heap
-def decommit():
-    value = ctypes.c_size_t(9)
-    assert ctypes.CDLL(None).MallocExtension_GetNumericProperty(
-        b"tcmalloc.aggressive_memory_decommit", ctypes.byref(value))
-    return value.value
-before = decommit()
-assert heap.use_mmap_for_large_blocks() is True
-on = decommit()
-with heap.heap_for_large_blocks():
-    during = decommit()
-print(before, on, during, decommit())
-"""
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={"LD_PRELOAD": lib, "PATH": ""},
-        check=True,
-    )
-    assert out.stdout.split() == ["0", "1", "0", "1"]
