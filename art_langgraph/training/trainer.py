@@ -421,7 +421,7 @@ class LoRATrainer:
         layer's input, kept through the forward, and one layer's activations, live while its
         backward recomputes it (at least one row: a tree is never split). Two 7,856-token
         trees in one pass took a BFCL step of SmolLM2-135M (fp32) 2.0 GiB above its resting
-        2.2 GiB; bench.checkpoint_budget --trees measures the cap."""
+        2.2 GiB; bench.checkpoint_budget --tree-caps on,off measures the cap."""
         if self.config.gradient_checkpointing != "auto" or not self._activation_bytes:
             return None
         layers = max(len(self._checkpointed), 1)

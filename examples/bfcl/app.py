@@ -283,7 +283,7 @@ class PhasePeaks:
     """Peak resident memory of each phase of the run: at a phase's end the kernel's
     high-water mark (VmHWM) is read and reset (`/proc/self/clear_refs`), so each phase
     reports its own peak. Where the reset is not possible (not Linux), the marks are
-    cumulative, and say so."""
+    cumulative, and `resettable` (the result's `peak_rss_phases_apart`) says so."""
 
     def __init__(self) -> None:
         self.peaks: dict[str, float] = {}
@@ -405,6 +405,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "wall_s": round(time.monotonic() - start, 1),
         "peak_rss_gib": memory.overall(),
         "peak_rss_gib_by_phase": memory.peaks,
+        "peak_rss_phases_apart": memory.resettable,  # False: each phase's mark includes earlier ones
         "phases_s": phases,
         "steps": steps,
         "accuracy": table,
