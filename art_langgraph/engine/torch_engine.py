@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import queue
@@ -463,18 +464,35 @@ class TorchEngine:
         groups: dict[str, list[int]] = {}
         for i, r in enumerate(new):
             groups.setdefault(r.adapter_key, []).append(i)
-        for idx in groups.values():
-            rows = [new[i] for i in idx]
-            shared = _shared_prefix(rows)
-            if shared - max(starts[i].tokens for i in idx) < _MIN_SHARED_PREFIX:
-                continue
-            head = rows[0].prompt_ids[:shared]
-            hit = pc.lookup(rows[0].identity, head, shared - 1)
-            cache, mask, _, _ = self._prefill_rows([head], [_Start(hit.tokens, hit=hit)], [rows[0]])
-            layers = [(layer.keys, layer.values) for layer in cache.layers]  # (1, H, P, D)
-            for i in idx:
-                starts[i] = _Start(shared, head=layers)
-            self.shared_prefix_tokens += shared * (len(idx) - 1)
+        clusters = [
+            ([idx[k] for k in members], shared)
+            for idx in groups.values()
+            for members, shared in _prefix_clusters(
+                [new[i].prompt_ids for i in idx], [starts[i].tokens for i in idx]
+            )
+        ]
+        if clusters:
+            # Each cluster's shared head runs once, all heads in one forward; every row of
+            # a cluster then starts from its head's KV (its real columns: heads of other
+            # lengths are left-padded in that forward).
+            heads = [new[m[0]].prompt_ids[:shared] for m, shared in clusters]
+            hits = [
+                pc.lookup(new[m[0]].identity, h, len(h) - 1)
+                for (m, _), h in zip(clusters, heads, strict=True)
+            ]
+            cache, mask, _, _ = self._prefill_rows(
+                heads, [_Start(h.tokens, hit=h) for h in hits], [new[m[0]] for m, _ in clusters]
+            )
+            for j, (members, shared) in enumerate(clusters):
+                cols = mask[j].nonzero().squeeze(1)
+                layers = [
+                    (layer.keys[j : j + 1, :, cols], layer.values[j : j + 1, :, cols])
+                    for layer in cache.layers
+                ]  # (1, H, P, D)
+                for i in members:
+                    starts[i] = _Start(shared, head=layers)
+                self.shared_prefix_tokens += shared * (len(members) - 1)
+            del cache
         cache, mask, pos, logits = self._prefill_rows([r.prompt_ids for r in new], starts, new)
         now = time.perf_counter()
         for r in new:
@@ -737,15 +755,43 @@ _MIN_SHARED_PREFIX = 16
 """Shorter common prefixes are prefilled per row (a separate forward would cost more)."""
 
 
-def _shared_prefix(rows: list[Request]) -> int:
-    """Length of the prompt prefix all rows share, leaving each row at least one own token."""
-    if len(rows) < 2:
-        return 0
-    ids = [r.prompt_ids for r in rows]
-    lo, hi = min(ids), max(ids)  # lexicographic: their common prefix is everyone's
-    n = min(len(lo), len(hi))
-    common = next((i for i in range(n) if lo[i] != hi[i]), n)
-    return max(min(common, min(len(x) for x in ids) - 1), 0)
+def _prefix_clusters(prompts: list[list[int]], cached: list[int]) -> list[tuple[list[int], int]]:
+    """Groups of prompts to prefill from one shared head: (their indices, the head's
+    length), each group of two or more. The prompts are sorted, so a run of neighbours
+    shares the least of their neighbouring common prefixes, and the runs are chosen to
+    save the most prompt tokens: a GRPO batch holds each prompt several times (a group),
+    and an agent's prompts share a system prompt and tools. A head leaves each row one
+    token of its own, and is worth a run only when it is at least _MIN_SHARED_PREFIX
+    tokens longer than what the prefix cache already holds of its rows (`cached`)."""
+    n = len(prompts)
+    if n < 2:
+        return []
+    order = sorted(range(n), key=lambda i: prompts[i])
+    lcp = []
+    for a, b in itertools.pairwise(order):
+        x, y = prompts[a], prompts[b]
+        m = min(len(x), len(y)) - 1
+        lcp.append(max(next((k for k in range(m) if x[k] != y[k]), m), 0))
+    best = [0] * (n + 1)  # best[j]: tokens saved over the first j sorted prompts
+    cut: list[tuple[int, int]] = [(0, 0)] * (n + 1)  # (start of the last run, its head)
+    for j in range(1, n + 1):
+        best[j], cut[j] = best[j - 1], (j - 1, 0)
+        shared, start = 1 << 30, cached[order[j - 1]]
+        for i in range(j - 2, -1, -1):  # the run order[i:j]
+            shared, start = min(shared, lcp[i]), max(start, cached[order[i]])
+            if shared - start < _MIN_SHARED_PREFIX:
+                break  # a longer run only shares less
+            gain = best[i] + (j - 1 - i) * (shared - start)
+            if gain > best[j]:
+                best[j], cut[j] = gain, (i, shared)
+    runs = []
+    j = n
+    while j > 0:
+        i, shared = cut[j]
+        if shared:
+            runs.append(([order[k] for k in range(i, j)], shared))
+        j = i
+    return runs[::-1]
 
 
 def _pad_left_2d(x: torch.Tensor, width: int) -> torch.Tensor:

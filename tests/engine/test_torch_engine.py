@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from art_langgraph.engine import GenerateResult, SamplingParams, TokenEvent, TorchEngine
+from art_langgraph.engine.torch_engine import _prefix_clusters
 from art_langgraph.errors import ContextLengthError, UsageError
 from art_langgraph.presets import TinySpec, build_tiny
 
@@ -129,6 +130,42 @@ async def test_a_shared_prompt_prefix_is_prefilled_once_and_changes_nothing(
             logits = model(full).logits[0, len(p) - 1 : -1].float()  # (T, V)
         want = torch.log_softmax(logits, -1)[torch.arange(10), r.completion_token_ids]
         assert torch.allclose(torch.tensor(r.logprobs), want, atol=1e-4)
+
+
+def test_prefix_clusters_pick_the_heads_that_save_the_most() -> None:
+    """A GRPO batch: each prompt several times. Rows of one prompt share it whole (less a
+    token of their own); prompts that share only a short header are not joined."""
+    a = list(range(100))
+    a2 = a[:30] + [999] * 70  # shares 30 tokens with `a`
+    b = [7, 8, *range(200, 260)]
+    runs = _prefix_clusters([a, b, a, a2, a, b, a2, [5]], [0] * 8)
+    assert sorted((sorted(m), s) for m, s in runs) == [([0, 2, 4], 99), ([1, 5], 61), ([3, 6], 99)]
+    # a system prompt and tools shared by every row, then each its own question: one head
+    system = list(range(40))
+    asks = [[*system, 500 + i, 600 + i] for i in range(4)]
+    assert _prefix_clusters(asks, [0] * 4) == [([0, 1, 2, 3], 40)]
+    # what the prefix cache already holds is not worth a head
+    assert _prefix_clusters([a, a], [90, 0]) == []
+    assert _prefix_clusters([a, a], [50, 0]) == [([0, 1], 99)]
+
+
+async def test_groups_of_different_prompts_each_prefill_their_prompt_once(
+    engine: TorchEngine,
+) -> None:
+    """Two groups of a GRPO step, each of one prompt with its own tools: each prompt's KV is
+    computed once for its group, and every row's greedy tokens equal `generate`'s alone."""
+    prompts = [
+        _prompt(engine, "You have tools for weather, sums and search. " * 3 + "sum 1 2"),
+        _prompt(engine, "Your one tool reads files from the disk of this host. " * 3 + "read"),
+    ]
+    greedy = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    before = engine.shared_prefix_tokens
+    batch = [p for p in prompts for _ in range(3)]
+    results = await asyncio.gather(*(engine.generate(p, greedy) for p in batch))
+    # normally 2 x (len - 1) per group; a loaded machine may admit a row alone first
+    assert engine.shared_prefix_tokens - before >= len(prompts[1]) - 1
+    for p, r in zip(batch, results, strict=True):
+        assert r.completion_token_ids == _greedy_reference(engine, p, 8)
 
 
 async def test_logprobs_match_a_teacher_forced_forward(engine: TorchEngine) -> None:
