@@ -9,14 +9,15 @@ This is the code a user with a LangGraph agent writes; nothing in it is a harnes
    with the item's functions bound as tools (`bind_tools`, the tools as BFCL's own
    `convert_to_tool` writes them for OpenAI models). `tool_choice="required"`: the
    untrained SmolLM2-135M answers in prose under "auto" (issue 53's probe: 0 of 120
-   calling items made a call), so
-   the graph asks for calls, and the model learns which functions, how many, and which
-   arguments. Such a graph cannot decline: irrelevance is reported under "required" (where
-   nothing can pass) and under "auto", before and after, apart from the rise.
+   calling items made a call), so the graph asks for calls, and the model learns which
+   functions, how many, and which arguments. A graph that forces a call must still let
+   the model decline: it binds one more tool, `decline`, whose call counts as no call, so
+   an irrelevance item passes when the model calls only `decline` (BFCL: no call).
+   Irrelevance is reported under "required" and also greedy under "auto", apart from the
+   rise.
 2. Rollouts: `art.rollouts(graph, input, group_size, reward=...)` per training item,
-   8 items a step (2 of each calling category), 4 runs each at temperature 1: the MCP
-   harness's defaults (art_mcp/config.py). Irrelevance items are not trained on: under
-   "required" every run of them fails alike, a group with nothing to teach.
+   8 items a step, drawn from the four calling categories and irrelevance in turn, 4 runs
+   each at temperature 1: the MCP harness's defaults (art_mcp/config.py).
 3. The reward: 1.0 when BFCL's `ast_checker` passes the calls; otherwise partial credit in
    [0, 0.5] for the right functions, parameter names and values, decomposed as ToolRL does
    (`partial_credit`). Every figure reported is BFCL's pass/fail alone.
@@ -59,15 +60,31 @@ from examples.bfcl.checker import BfclChecker
 from examples.bfcl.splits import load_splits
 
 CALLING = ("simple_python", "multiple", "parallel", "parallel_multiple")
-"""The categories whose items ask for calls: trained on, and the mean of them is the rise."""
+"""The categories whose items ask for calls: the mean of them is the rise."""
+TRAINED = (*CALLING, "irrelevance")
+"""The categories a step draws its items from, in turn: the calling ones, and irrelevance,
+whose items pass only when the model declines."""
+DECLINE = "decline"
+"""The graph's extra tool, for a request none of the item's functions can serve: a call
+of it is no call (`calls_of`), which is how BFCL scores an irrelevance item's pass."""
+DECLINE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": DECLINE,
+        "description": "Call this, and no other function, when none of the other functions "
+        "can do what the user asks, or the request lacks the values they need.",
+        "parameters": {"type": "object", "properties": {}, "required": []},
+    },
+}
 MAX_TOKENS = 192
 """Room for up to four calls with their arguments (parallel items ask for two to four)."""
 
 
 # ------------------------------------------------------------------ the user's app
 def build_graph(chat: Any, tools: list[dict[str, Any]], tool_choice: str = "required") -> Any:
-    """The app: one node that asks the model, with the item's functions as its tools."""
-    bound = chat.bind_tools(tools, tool_choice=tool_choice)
+    """The app: one node that asks the model, with the item's functions as its tools, and
+    `decline` for a request they cannot serve (the graph forces a call)."""
+    bound = chat.bind_tools([*tools, DECLINE_TOOL], tool_choice=tool_choice)
 
     async def agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [await bound.ainvoke(state["messages"])]}
@@ -80,11 +97,11 @@ def build_graph(chat: Any, tools: list[dict[str, Any]], tool_choice: str = "requ
 
 def calls_of(output: dict[str, Any]) -> list[dict[str, Any]]:
     """The tool calls of the graph's answer, as BFCL decodes a function-calling model's:
-    `[{name: {arg: value}}]`."""
+    `[{name: {arg: value}}]`; `decline` is no call."""
     last = output["messages"][-1]
     if not isinstance(last, AIMessage):
         return []
-    return [{tc["name"]: dict(tc["args"])} for tc in last.tool_calls]
+    return [{tc["name"]: dict(tc["args"])} for tc in last.tool_calls if tc["name"] != DECLINE]
 
 
 def _norm(value: Any) -> Any:
@@ -195,13 +212,17 @@ class Run:
         print(f"{label}: {_summary(per_item)} ({seconds:.0f} s)")
         return {"per_item": per_item, "seconds": round(seconds, 1)}
 
-    async def step_groups(self, model: art.TrainableModel, rng: random.Random) -> list[Any]:
+    async def step_groups(
+        self, model: art.TrainableModel, rng: random.Random, step: int = 0
+    ) -> list[Any]:
+        """One group per training item; the step's items come from TRAINED's categories
+        in turn (the turn continuing across steps), each drawn at random from its train half."""
         chat = model.chat_model(temperature=self.args.temperature, max_tokens=MAX_TOKENS)
-        per_category = self.args.groups_per_step // len(CALLING)
+        categories = step_categories(step, self.args.groups_per_step)
         batch = [
             self.items[i]
-            for c in CALLING
-            for i in rng.sample(self.splits["train"][c], per_category)
+            for c in TRAINED
+            for i in rng.sample(self.splits["train"][c], categories.count(c))
         ]
 
         def reward_for(item: dict[str, Any]) -> Any:
@@ -224,6 +245,12 @@ class Run:
                 )
             )
         )
+
+
+def step_categories(step: int, groups: int) -> list[str]:
+    """The categories of step `step`'s `groups` items: TRAINED's in turn, continued from
+    the step before, so every category gets as many groups as the steps allow."""
+    return [TRAINED[(step * groups + k) % len(TRAINED)] for k in range(groups)]
 
 
 def rollout_diagnostics(groups: list[Any]) -> dict[str, float]:
@@ -357,7 +384,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         steps = []
         for step in range(args.steps):
             t0 = time.monotonic()
-            groups = await bfcl.step_groups(model, rng)
+            groups = await bfcl.step_groups(model, rng, step)
             t1 = time.monotonic()
             memory.end("rollouts")
             rewards = [t.reward for g in groups for t in g]

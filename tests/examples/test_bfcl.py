@@ -11,9 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from langchain_core.messages import AIMessage
 
 import art_langgraph as art
-from examples.bfcl.app import partial_credit, rollout_diagnostics
+from examples.bfcl.app import (
+    DECLINE,
+    TRAINED,
+    calls_of,
+    partial_credit,
+    rollout_diagnostics,
+    step_categories,
+)
 from examples.bfcl.checker import CATEGORIES, BfclChecker
 from examples.bfcl.splits import EVAL_PER_CATEGORY, load_splits, make_splits
 
@@ -42,6 +50,29 @@ def test_bfcls_checker_judges_calls_as_bfcl_does(checker: BfclChecker) -> None:
     irrelevant = checker.items("irrelevance")[0]
     assert checker.check(irrelevant, [])["valid"]
     assert not checker.check(irrelevant, [{"anything": {}}])["valid"]
+
+
+@pytest.mark.bfcl
+def test_declining_is_no_call_so_it_passes_irrelevance_and_fails_a_call(
+    checker: BfclChecker,
+) -> None:
+    def answer(*names: str) -> dict[str, object]:
+        calls = [{"name": n, "args": {}, "id": f"c{i}"} for i, n in enumerate(names)]
+        return {"messages": [AIMessage(content="", tool_calls=calls)]}
+
+    irrelevant = checker.items("irrelevance")[0]
+    assert calls_of(answer(DECLINE)) == []
+    assert checker.check(irrelevant, calls_of(answer(DECLINE)))["valid"]
+    some = irrelevant["tools"][0]["function"]["name"]
+    assert not checker.check(irrelevant, calls_of(answer(some)))["valid"]
+    item = next(i for i in checker.items("simple_python") if i["id"] == "simple_python_1")
+    assert not checker.check(item, calls_of(answer(DECLINE)))["valid"]
+
+
+def test_the_steps_draw_every_trained_category_in_turn() -> None:
+    drawn = [c for step in range(5) for c in step_categories(step, 8)]
+    assert {c: drawn.count(c) for c in TRAINED} == dict.fromkeys(TRAINED, 8)
+    assert step_categories(1, 8)[0] == TRAINED[8 % len(TRAINED)]  # continued, not restarted
 
 
 @pytest.mark.bfcl
