@@ -1,0 +1,1 @@
+"""The org-chart MCP server and its two-hop task (issue 54)."""
