@@ -10,6 +10,9 @@ time training too, and reports (`Preflight`):
 - sampled and greedy success, the format rate (the first call names the right tool and
   runs), the reward's mean and spread;
 - the share of groups whose rollouts all got one reward: GRPO learns nothing from them;
+- the share of truncated rollouts (they used every one of `max_turns`: out of turns, or
+  answering on the forced final-answer turn) and of repeated identical tool calls;
+  truncation past `TRUNCATION_COMMON` adds "raise --max-turns" to the verdict;
 - the reward function's errors (count and first traceback);
 - the time of a step and of the whole run (`steps`, and the evaluations) on this machine;
 - a verdict: learnable as set up, or what to change (`verdict`).
@@ -24,6 +27,7 @@ Left out: the judge's cost (a RULER run is timed with the rollouts it scores onl
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import statistics
 import tempfile
@@ -53,6 +57,8 @@ TOO_HARD = 0.05
 """Sampled success below this: GRPO rarely sees a success to reinforce."""
 TOO_EASY = 0.9
 """Sampled success above this, with most groups flat: little left to learn."""
+TRUNCATION_COMMON = 0.25
+"""Past this share of truncated rollouts, the verdict says to raise the turn budget."""
 
 
 class Preflight(BaseModel):
@@ -71,6 +77,12 @@ class Preflight(BaseModel):
     reward_sd: float
     flat_groups: float
     """Share of groups whose rollouts all got one reward (no signal for GRPO)."""
+    truncated: float = 0.0
+    """Share of sampled rollouts that used all `max_turns` model turns: they ran out of
+    turns, or their answer was forced by the final-answer turn."""
+    repeated_calls: float = 0.0
+    """Share of the sampled rollouts' tool calls (complete_task aside) that repeat an
+    earlier call of the same rollout, name and arguments alike."""
     reward_errors: int
     """Rollouts whose reward function raised (dropped from training)."""
     first_error: str = ""
@@ -96,7 +108,9 @@ class Preflight(BaseModel):
             f"{self.rollouts} rollouts in {self.groups} groups: sampled success "
             f"{self.sampled_success:.2f}, greedy {greedy}, format {self.format_rate:.2f}, "
             f"reward {self.reward_mean:.2f} +- {self.reward_sd:.2f}; "
-            f"{self.flat_groups:.0%} of groups had one reward for all rollouts",
+            f"{self.flat_groups:.0%} of groups had one reward for all rollouts; "
+            f"{self.truncated:.0%} of rollouts truncated (out of turns or a forced answer), "
+            f"{self.repeated_calls:.0%} of tool calls repeated",
         ]
         if self.reward_errors:
             out.append(
@@ -153,6 +167,8 @@ def summarize(
         reward_mean=_mean(rewards),
         reward_sd=statistics.pstdev(rewards) if rewards else 0.0,
         flat_groups=_mean(flat),
+        truncated=_mean([len(t.calls) >= cfg.max_turns for t in trajs]),
+        repeated_calls=_repeated_share(trajs),
         reward_errors=n_err,
         first_error=first,
         episode_errors=episode_errors[0],
@@ -168,7 +184,31 @@ def _mean(xs: list[bool] | list[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
+def _repeated_share(trajs: list[art.Trajectory]) -> float:
+    """Share of tool calls (complete_task aside) that repeat an earlier one of their rollout."""
+    repeats: list[bool] = []
+    for t in trajs:
+        seen: set[str] = set()
+        for ev in t.tool_events:
+            if ev.name == "complete_task":
+                continue
+            key = json.dumps([ev.name, ev.args], sort_keys=True, default=str)
+            repeats.append(key in seen)
+            seen.add(key)
+    return _mean(repeats) if repeats else 0.0
+
+
 def _verdict(p: Preflight, cfg: HarnessConfig, rewards: list[float]) -> tuple[bool, str]:
+    ok, verdict = _base_verdict(p, cfg, rewards)
+    if p.truncated > TRUNCATION_COMMON:
+        verdict += (
+            f"; {p.truncated:.0%} of rollouts used all {cfg.max_turns} turns (out of turns or "
+            "a forced answer): raise --max-turns"
+        )
+    return ok, verdict
+
+
+def _base_verdict(p: Preflight, cfg: HarnessConfig, rewards: list[float]) -> tuple[bool, str]:
     if p.reward_errors:
         return False, (
             f"the reward function raised in {p.reward_errors} episodes (train drops them): "

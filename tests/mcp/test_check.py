@@ -83,6 +83,32 @@ def test_summary_verdicts() -> None:
     assert good.lines()[-1].startswith("learnable as set up: 75% of groups carry a signal")
 
 
+def test_truncation_and_repeated_calls_are_counted_and_named() -> None:
+    """An episode that used every turn is truncated (out of turns, or its answer forced);
+    a lookup made again with the same arguments is a repeat."""
+    cfg = HarnessConfig(base_model="tiny", group_size=2, max_turns=3)
+    s = [Scenario(id="s0", task="t", metadata={"tool": "capital"})]
+
+    def episode(turns: int, *lookups: str, reward: float) -> art.Trajectory:
+        t = art.Trajectory(reward=reward, metadata={"scenario": "s0"})
+        t.calls.extend(art.LLMCall() for _ in range(turns))
+        for country in lookups:
+            t.add_tool_event(art.ToolEvent(name="capital", args={"country": country}))
+        t.add_tool_event(art.ToolEvent(name="complete_task", args={"answer": "x"}))
+        return t
+
+    # the demo's "after" episode: capital(Vietnam) twice, then the answer on the last turn
+    runs = [episode(3, "Vietnam", "Vietnam", reward=1), episode(2, "Vietnam", reward=0)]
+    p = summarize([art.TrajectoryGroup(runs)], s, cfg)
+    assert (p.truncated, p.repeated_calls) == (0.5, 1 / 3)
+    assert (
+        "50% of rollouts truncated" in p.lines()[0] and "33% of tool calls repeated" in p.lines()[0]
+    )
+    assert p.verdict.endswith("raise --max-turns")
+    calm = summarize([art.TrajectoryGroup([runs[1], episode(2, "Peru", reward=1)])], s, cfg)
+    assert calm.truncated == 0 and calm.repeated_calls == 0 and "max-turns" not in calm.verdict
+
+
 @pytest.mark.slow
 @pytest.mark.slow_job  # the rules above on the real model; the demo prints this summary
 def test_the_bundled_task_on_the_real_model_is_learnable(tmp_path: Path) -> None:
