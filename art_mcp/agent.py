@@ -38,19 +38,25 @@ def complete_task_tool() -> Any:
     return complete_task
 
 
-def force_tool_calls(max_turns: int | None = None, *, required: bool = True) -> Any:
+def force_tool_calls(
+    max_turns: int | None = None, *, required: bool = True, answer_after_repeat: bool = False
+) -> Any:
     """Agent middleware that sets each model turn's `tool_choice`. `required`: every turn is
     exactly one tool call (the server constrains it to the tools' schemas). `max_turns`:
     the last turn may only call `complete_task`, so a rollout that runs out of turns still
     ends with an answer (LangChain's `early_stopping_method="generate"`); None: no such
-    turn."""
+    turn. `answer_after_repeat`: after a turn whose call repeats an earlier call of the
+    rollout (name and arguments), the next turn may only call `complete_task`: what it
+    looked up it has, so a generous budget is not spent on the same lookup."""
     from langchain.agents.middleware import wrap_model_call
     from langchain_core.messages import AIMessage
 
     @wrap_model_call  # type: ignore[arg-type]
     async def force(request: Any, handler: Any) -> Any:
-        turn = sum(isinstance(m, AIMessage) for m in request.messages)
-        if max_turns is not None and turn >= max_turns - 1:
+        turns = [m for m in request.messages if isinstance(m, AIMessage)]
+        if (max_turns is not None and len(turns) >= max_turns - 1) or (
+            answer_after_repeat and repeated_last_call(turns)
+        ):
             choice: Any = "complete_task"
         elif required:
             choice = "required"
@@ -60,6 +66,19 @@ def force_tool_calls(max_turns: int | None = None, *, required: bool = True) -> 
         return await handler(request.override(tool_choice=choice, model_settings=settings))
 
     return force
+
+
+def repeated_last_call(turns: list[Any]) -> bool:
+    """Whether the last of `turns` (AI messages) made only calls an earlier turn made too,
+    name and arguments alike."""
+    if not turns or not turns[-1].tool_calls:
+        return False
+
+    def key(call: dict[str, Any]) -> str:
+        return json.dumps([call["name"], call.get("args")], sort_keys=True, default=str)
+
+    earlier = {key(c) for m in turns[:-1] for c in m.tool_calls}
+    return all(key(c) in earlier for c in turns[-1].tool_calls)
 
 
 def final_answer(traj: art.Trajectory) -> str:

@@ -98,6 +98,14 @@ class HarnessConfig(BaseModel):
             "0.03. False: a rollout out of turns ends without an answer."
         ),
     )
+    answer_after_repeat: bool = Field(
+        False,
+        description=(
+            "After a turn whose tool call repeats an earlier call of the rollout (name and "
+            "arguments), the next turn may only call complete_task: a stop rule against "
+            "repeated lookups that leaves a task of several different lookups its turns."
+        ),
+    )
     eval_samples: int = Field(
         2,
         ge=0,

@@ -13,6 +13,8 @@ prompt + completion, and the trainer merges each rollout into one sequence.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -86,3 +88,37 @@ async def test_the_harness_rollouts_extend_on_the_real_preset(
     )
     trajs = await _rollouts(llm, toolset, _scenarios(2), 2)
     assert assert_turns_extend(trajs, engine.tokenizer) >= 4
+
+
+async def test_after_a_repeated_call_the_next_turn_may_only_answer(
+    fresh_model: art.TrainableModel, lg_backend: art.LocalBackend, toolset: MCPToolset
+) -> None:
+    """`answer_after_repeat`: the turn after one that repeats an earlier call (name and
+    arguments) is forced to complete_task; every other turn is any tool call. Greedy on the
+    tiny preset, which repeats its lookups."""
+    agent: Any = create_agent(
+        fresh_model.chat_model(max_tokens=48, temperature=0),
+        tools=[*toolset.langchain_tools(), complete_task_tool()],
+        system_prompt=SYSTEM,
+        middleware=[force_tool_calls(None, answer_after_repeat=True)],
+    )
+    forced = 0
+    for s in _scenarios(6):
+        with art.capture() as traj, contextlib.suppress(Exception):  # out of graph steps
+            await agent.ainvoke({"messages": [("user", s.task)]}, {"recursion_limit": 13})
+        seen: set[str] = set()
+        repeat = False
+        for call in traj.calls:
+            choice = call.tool_choice
+            named = isinstance(choice, dict) and choice["function"]["name"] == "complete_task"
+            assert named == repeat, (call.tool_choice, repeat)
+            forced += named
+            made = [
+                json.dumps(
+                    [c["function"]["name"], json.loads(c["function"]["arguments"])], sort_keys=True
+                )
+                for c in call.response_message.get("tool_calls") or []
+            ]
+            repeat = bool(made) and all(m in seen for m in made)
+            seen.update(made)
+    assert forced >= 1  # the rule was exercised
