@@ -26,7 +26,7 @@ import json
 import math
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,17 +104,41 @@ class Evaluation(BaseModel):
         return {k: self._success_share(rs) for k, rs in self.sampled.items() if rs}
 
 
-def paired_rise(before: Evaluation, after: Evaluation, kind: str = "sampled") -> dict[str, float]:
+def paired_rise(
+    before: Evaluation,
+    after: Evaluation,
+    kind: str = "sampled",
+    clusters: Mapping[str, str] | None = None,
+) -> dict[str, float]:
     """Mean per-scenario change in success from `before` to `after` over the scenarios
-    both saw, with its standard error; `kind` is "sampled" or "greedy"."""
+    both saw, with its standard error; `kind` is "sampled" or "greedy". `clusters` (scenario
+    id -> its entity, `entity_clusters`): the error is clustered by entity, since phrasings
+    of one entity's question succeed or fail together; with every scenario its own cluster
+    it equals the plain paired error."""
     a, b = before.per_scenario_success(kind), after.per_scenario_success(kind)
-    diffs = [b[k] - a[k] for k in a if k in b]
+    keys = [k for k in a if k in b]
+    diffs = [b[k] - a[k] for k in keys]
     n = len(diffs)
     if n == 0:
         return {"rise": float("nan"), "se": float("nan"), "n": 0.0}
     mean = sum(diffs) / n
-    var = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else float("nan")
-    return {"rise": mean, "se": math.sqrt(var / n) if n > 1 else float("nan"), "n": float(n)}
+    if clusters is None:
+        var = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else float("nan")
+        return {"rise": mean, "se": math.sqrt(var / n) if n > 1 else float("nan"), "n": float(n)}
+    sums: dict[str, float] = {}
+    for k, d in zip(keys, diffs, strict=True):
+        c = clusters.get(k, k)
+        sums[c] = sums.get(c, 0.0) + d - mean
+    g = len(sums)
+    se = math.sqrt(g / (g - 1) * sum(x * x for x in sums.values())) / n if g > 1 else float("nan")
+    return {"rise": mean, "se": se, "n": float(n), "clusters": float(g)}
+
+
+def entity_clusters(scenarios: list[Scenario]) -> dict[str, str] | None:
+    """Scenario id -> `metadata["entity"]` (the person, country or book a question is
+    about), or None when no scenario names one."""
+    named = {s.id: str(s.metadata["entity"]) for s in scenarios if s.metadata.get("entity")}
+    return named or None
 
 
 def _first_call(traj: art.Trajectory) -> art.ToolEvent | None:

@@ -143,7 +143,7 @@ def build_report(
     scenarios: list[Any],
 ) -> Report:
     """The report of everything saved so far in `folder` (see the module doc)."""
-    from art_mcp.evaluation import changed_examples, paired_rise
+    from art_mcp.evaluation import changed_examples, entity_clusters, paired_rise
 
     journal = read_journal(folder)
     evs = journal_evaluations(journal)
@@ -194,7 +194,8 @@ def build_report(
     rl_evals = [e for e in evs if e.rl_step > 0]
     if evs and rl_evals:
         first, last = evs[0], rl_evals[-1]
-        report.paired = {k: paired_rise(first, last, k) for k in ("greedy", "sampled")}
+        clusters = entity_clusters(scenarios)
+        report.paired = {k: paired_rise(first, last, k, clusters) for k in ("greedy", "sampled")}
         report.examples = changed_examples(first, last, scenarios)
     return report
 

@@ -120,7 +120,12 @@ def _scenario(
         difficulty=len(lookups),
         answer=answer,
         split=split,  # type: ignore[arg-type]
-        metadata={"hops": len(lookups), "field": lookups[-1]["field"], "lookups": lookups},
+        metadata={
+            "hops": len(lookups),
+            "field": lookups[-1]["field"],
+            "lookups": lookups,
+            "entity": name,  # phrasings of one person's questions: one cluster of errors
+        },
     )
 
 

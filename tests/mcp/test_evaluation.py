@@ -10,6 +10,7 @@ import art_langgraph as art
 from art_mcp.evaluation import (
     Evaluation,
     changed_examples,
+    entity_clusters,
     episode_format,
     paired_rise,
     transcript,
@@ -52,6 +53,23 @@ def test_paired_rise_pairs_by_scenario() -> None:
     se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 2 / 3)
     assert sampled["rise"] == pytest.approx(mean) and sampled["se"] == pytest.approx(se)
     assert math.isnan(paired_rise(before, _ev({}, {}), "greedy")["rise"])
+
+
+def test_a_rise_clustered_by_entity_counts_its_phrasings_once() -> None:
+    """Four phrasings of one person's question that all flipped together are one piece of
+    evidence, not four: the clustered error grows; singleton clusters change nothing."""
+    ids = ["ann-0", "ann-1", "ann-2", "ann-3", "bo-0", "cy-0"]
+    before = _ev(dict.fromkeys(ids, 0.0), {})
+    after = _ev({**dict.fromkeys(ids[:4], 1.0), "bo-0": 0.0, "cy-0": 1.0}, {}, 2)
+    plain = paired_rise(before, after, "greedy")
+    alone = paired_rise(before, after, "greedy", {i: i for i in ids})
+    assert alone["se"] == pytest.approx(plain["se"]) and alone["clusters"] == 6
+    people = {i: i.split("-")[0] for i in ids}
+    clustered = paired_rise(before, after, "greedy", people)
+    assert clustered["rise"] == plain["rise"] and clustered["clusters"] == 3
+    assert clustered["se"] > 1.25 * plain["se"]
+    assert entity_clusters([Scenario(id="x", task="t")]) is None
+    assert entity_clusters([Scenario(id="x", task="t", metadata={"entity": "Ann"})]) == {"x": "Ann"}
 
 
 def _traj(*events: art.ToolEvent) -> art.Trajectory:
