@@ -108,7 +108,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", choices=ARMS, help=argparse.SUPPRESS)
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
     if args.only:
         print(json.dumps(child(args.only, args)))
@@ -127,7 +127,10 @@ def main() -> None:
         for a, rs in runs.items()
     }
     base = med["all_rows_only"]
+    from art_langgraph.devices import matmul_flags
+
     lines = [
+        f"host CPU flags: {matmul_flags()}; "
         f"SmolLM2-135M-Instruct, the engine's default dtype on the CPU; a step of {args.groups} "
         f"prompts (each its own ~{args.tools_tokens}-token system prompt) x {args.group_size} "
         f"rollouts, {runs[ARMS[0]][0]['prompt_tokens']} prompt tokens in all, {args.tokens} "
@@ -146,7 +149,9 @@ def main() -> None:
     for rs in runs.values():
         for r in rs:
             r.pop("tokens")
-    publish("prefill_groups", args.out, lines, args, runs=runs, medians=med, identical_tokens=same)
+    publish(
+        "prefill_groups", Path(args.out), lines, args, runs=runs, medians=med, identical_tokens=same
+    )
 
 
 if __name__ == "__main__":
