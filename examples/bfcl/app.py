@@ -182,7 +182,8 @@ class Run:
         greedy = model.chat_model(temperature=0, max_tokens=MAX_TOKENS)
         sampled = model.chat_model(temperature=1.0, max_tokens=MAX_TOKENS)
         limit_items = self.args.eval_limit
-        sample = {c: ids[:limit_items] for c, ids in self.splits["eval_sample"].items()}
+        source = "eval_sample" if self.args.eval_split == "heldout" else "validation"
+        sample = {c: ids[:limit_items] for c, ids in self.splits[source].items()}
         limit = asyncio.Semaphore(32)
 
         async def one(item_id: str, chat: Any, choice: str) -> bool:
@@ -218,10 +219,11 @@ class Run:
         """One group per training item; the step's items come from TRAINED's categories
         in turn (the turn continuing across steps), each drawn at random from its train half."""
         chat = model.chat_model(temperature=self.args.temperature, max_tokens=MAX_TOKENS)
-        categories = step_categories(step, self.args.groups_per_step)
+        trained = tuple(self.args.train_categories.split(","))
+        categories = step_categories(step, self.args.groups_per_step, trained)
         batch = [
             self.items[i]
-            for c in TRAINED
+            for c in trained
             for i in rng.sample(self.splits["train"][c], categories.count(c))
         ]
 
@@ -247,10 +249,10 @@ class Run:
         )
 
 
-def step_categories(step: int, groups: int) -> list[str]:
-    """The categories of step `step`'s `groups` items: TRAINED's in turn, continued from
+def step_categories(step: int, groups: int, trained: tuple[str, ...] = TRAINED) -> list[str]:
+    """The categories of step `step`'s `groups` items: `trained`'s in turn, continued from
     the step before, so every category gets as many groups as the steps allow."""
-    return [TRAINED[(step * groups + k) % len(TRAINED)] for k in range(groups)]
+    return [trained[(step * groups + k) % len(trained)] for k in range(groups)]
 
 
 def rollout_diagnostics(groups: list[Any]) -> dict[str, float]:
@@ -474,6 +476,18 @@ def parser() -> argparse.ArgumentParser:
         help="the held-out categories evaluated (comma-separated; the CI arm evaluates fewer)",
     )
     ap.add_argument(
+        "--eval-split",
+        choices=("heldout", "validation"),
+        default="heldout",
+        help="heldout: the fixed held-out sample (the reported figures); validation: the "
+        "training half's validation slice, whole (for choices, never reported as results)",
+    )
+    ap.add_argument(
+        "--train-categories",
+        default=",".join(TRAINED),
+        help="the categories steps draw their items from, in turn (comma-separated)",
+    )
+    ap.add_argument(
         "--eval-modes",
         default="greedy,sampled",
         help="greedy (as BFCL evaluates) and/or sampled at T=1, comma-separated",
@@ -485,9 +499,15 @@ def _check_args(args: argparse.Namespace) -> argparse.Namespace:
     """Refuse an evaluation that could not yield the headline: unknown names, or no
     calling category evaluated greedy."""
     cats, modes = args.eval_categories.split(","), args.eval_modes.split(",")
-    unknown = set(cats) - {*CALLING, "irrelevance"} or set(modes) - {"greedy", "sampled"}
+    unknown = (
+        set(cats) - {*CALLING, "irrelevance"}
+        or set(modes) - {"greedy", "sampled"}
+        or set(args.train_categories.split(",")) - set(TRAINED)
+    )
     if unknown:
-        raise SystemExit(f"--eval-categories/--eval-modes: unknown {sorted(unknown)}")
+        raise SystemExit(
+            f"--eval-categories/--eval-modes/--train-categories: unknown {sorted(unknown)}"
+        )
     if "greedy" not in modes or not set(cats) & set(CALLING):
         raise SystemExit("the headline needs a calling category evaluated greedy")
     return args

@@ -201,9 +201,12 @@ def test_the_app_trains_and_scores_end_to_end(tmp_path: Path) -> None:
 def test_the_ci_arm_evaluates_only_what_it_names(tmp_path: Path) -> None:
     args = ["--base-model", "tiny", "--steps", "1", "--groups-per-step", "4"]
     args += ["--eval-categories", "simple_python", "--eval-modes", "greedy", "--eval-limit", "2"]
+    args += ["--eval-split", "validation", "--train-categories", "simple_python"]
     _example("examples.bfcl", *args, "--out", str(tmp_path))
     result = json.loads((tmp_path / "result.json").read_text())
     assert set(result["accuracy"]) == {"simple_python/greedy"}
+    scored = set(result["per_item"]["before"]["simple_python/greedy"])
+    assert scored <= set(load_splits()["validation"]["simple_python"]) and len(scored) == 2
     assert result["calling_mean_greedy_rise"] == result["accuracy"]["simple_python/greedy"]["rise"]
     assert result["steps"][0]["metrics"]["trajectories"] == 16  # 4 groups of 4
     assert result["code"] and result["allocator"] in ("tcmalloc", "glibc")
