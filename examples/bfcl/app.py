@@ -444,7 +444,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     with atomic_write(out / "result.json") as f:
         f.write(json.dumps(result, indent=1, default=str))
-    print("| BFCL held-out sample | before | after | rise ± s.e. |\n|---|---:|---:|---:|")
+    where = "held-out sample" if args.eval_split == "heldout" else "validation slice"
+    print(f"| BFCL {where} | before | after | rise ± s.e. |\n|---|---:|---:|---:|")
     for key, row in table.items():
         print(
             f"| {key} | {row['before']:.2f} | {row['after']:.2f} | {row['rise']:+.2f} ± {row['se']:.2f} |"
