@@ -223,7 +223,7 @@ class Run:
         categories = step_categories(step, self.args.groups_per_step, trained)
         batch = [
             self.items[i]
-            for c in trained
+            for c in dict.fromkeys(trained)  # a category named twice gets twice the share
             for i in rng.sample(self.splits["train"][c], categories.count(c))
         ]
 
@@ -486,7 +486,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--train-categories",
         default=",".join(TRAINED),
-        help="the categories steps draw their items from, in turn (comma-separated)",
+        help="the categories steps draw their items from, in turn (comma-separated; one "
+        "named twice gets twice the share)",
     )
     ap.add_argument(
         "--eval-modes",

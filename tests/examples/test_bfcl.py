@@ -73,6 +73,8 @@ def test_the_steps_draw_every_trained_category_in_turn() -> None:
     drawn = [c for step in range(5) for c in step_categories(step, 8)]
     assert {c: drawn.count(c) for c in TRAINED} == dict.fromkeys(TRAINED, 8)
     assert step_categories(1, 8)[0] == TRAINED[8 % len(TRAINED)]  # continued, not restarted
+    half = step_categories(0, 8, ("simple_python", "irrelevance", "multiple", "irrelevance"))
+    assert half.count("irrelevance") == 4
 
 
 @pytest.mark.bfcl
