@@ -73,12 +73,13 @@ def repeated_last_call(turns: list[Any]) -> bool:
     name and arguments alike."""
     if not turns or not turns[-1].tool_calls:
         return False
+    earlier = {call_key(c["name"], c.get("args")) for m in turns[:-1] for c in m.tool_calls}
+    return all(call_key(c["name"], c.get("args")) in earlier for c in turns[-1].tool_calls)
 
-    def key(call: dict[str, Any]) -> str:
-        return json.dumps([call["name"], call.get("args")], sort_keys=True, default=str)
 
-    earlier = {key(c) for m in turns[:-1] for c in m.tool_calls}
-    return all(key(c) in earlier for c in turns[-1].tool_calls)
+def call_key(name: str, args: Any) -> str:
+    """One tool call's identity, name and arguments, for spotting a repeated call."""
+    return json.dumps([name, args], sort_keys=True, default=str)
 
 
 def final_answer(traj: art.Trajectory) -> str:

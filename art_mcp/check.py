@@ -27,7 +27,6 @@ Left out: the judge's cost (a RULER run is timed with the rollouts it scores onl
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import statistics
 import tempfile
@@ -41,6 +40,7 @@ from pydantic import BaseModel
 import art_langgraph as art
 from art_langgraph.errors import UsageError
 from art_langgraph.utils import iterate_dataset
+from art_mcp.agent import call_key
 from art_mcp.backends import backend_for, machine_line
 from art_mcp.config import HarnessConfig
 from art_mcp.evaluation import episode_format
@@ -192,7 +192,7 @@ def _repeated_share(trajs: list[art.Trajectory]) -> float:
         for ev in t.tool_events:
             if ev.name == "complete_task":
                 continue
-            key = json.dumps([ev.name, ev.args], sort_keys=True, default=str)
+            key = call_key(ev.name, ev.args)
             repeats.append(key in seen)
             seen.add(key)
     return _mean(repeats) if repeats else 0.0
