@@ -65,8 +65,9 @@ TRAINED = (*CALLING, "irrelevance")
 """The categories a step draws its items from, in turn: the calling ones, and irrelevance,
 whose items pass only when the model declines."""
 DECLINE = "decline"
-"""The graph's extra tool, for a request none of the item's functions can serve: a call
-of it is no call (`calls_of`), which is how BFCL scores an irrelevance item's pass."""
+"""The graph's extra tool, for a request none of the item's functions can serve: an
+answer that calls it alone is no call (`calls_of`), which is how BFCL scores an
+irrelevance item's pass."""
 DECLINE_TOOL = {
     "type": "function",
     "function": {
@@ -97,11 +98,16 @@ def build_graph(chat: Any, tools: list[dict[str, Any]], tool_choice: str = "requ
 
 def calls_of(output: dict[str, Any]) -> list[dict[str, Any]]:
     """The tool calls of the graph's answer, as BFCL decodes a function-calling model's:
-    `[{name: {arg: value}}]`; `decline` is no call."""
+    `[{name: {arg: value}}]`. An answer that calls only `decline` (once or more) is no
+    call; one that calls `decline` beside other functions keeps it as a call, of a function
+    the item does not have, so BFCL fails it both ways: as a call where none belonged, and
+    as a wrong call where one did (were `decline` dropped, declining beside a call would
+    cost a calling item nothing, and the model would learn to hedge)."""
     last = output["messages"][-1]
     if not isinstance(last, AIMessage):
         return []
-    return [{tc["name"]: dict(tc["args"])} for tc in last.tool_calls if tc["name"] != DECLINE]
+    calls = [{tc["name"]: dict(tc["args"])} for tc in last.tool_calls]
+    return [] if all(DECLINE in c for c in calls) else calls
 
 
 def _norm(value: Any) -> Any:

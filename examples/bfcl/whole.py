@@ -11,8 +11,9 @@ the run's model) and under its last step, and BFCL's checker scores each. The Py
 categories are labelled "half of it trained on": their train split was (`splits.json`);
 Java and JavaScript were never trained on. BFCL's non-live overall comes from BFCL's code
 (`BfclChecker.overall`): the mean of simple (python, java, javascript), multiple, parallel
-and parallel_multiple; irrelevance is its own column there, and is also reported under
-`"auto"`, the only choice under which the graph can decline to call.
+and parallel_multiple; irrelevance is its own column there (a pass: the model calls only
+the graph's `decline` tool), and is also reported under `"auto"`, where the model may
+answer without any call.
 
 Writes `whole.json`, stamped with the commit, code and arguments, into the run's folder;
 `python -m bench.learning_bfcl --whole runs/bfcl-s0` runs this and keeps it in

@@ -67,6 +67,26 @@ def test_declining_is_no_call_so_it_passes_irrelevance_and_fails_a_call(
     assert not checker.check(irrelevant, calls_of(answer(some)))["valid"]
     item = next(i for i in checker.items("simple_python") if i["id"] == "simple_python_1")
     assert not checker.check(item, calls_of(answer(DECLINE)))["valid"]
+    assert calls_of(answer(DECLINE, DECLINE)) == []  # declining twice is still no call
+
+
+@pytest.mark.bfcl
+def test_declining_beside_a_call_fails_both_ways(checker: BfclChecker) -> None:
+    """A hedge (`decline` and a function in one answer) passes neither an irrelevance item
+    nor a calling item that the function alone would pass."""
+
+    def answer(*calls: tuple[str, dict[str, object]]) -> dict[str, object]:
+        tcs = [{"name": n, "args": a, "id": f"c{i}"} for i, (n, a) in enumerate(calls)]
+        return {"messages": [AIMessage(content="", tool_calls=tcs)]}
+
+    item = next(i for i in checker.items("simple_python") if i["id"] == "simple_python_1")
+    right = ("math_factorial", {"number": 5})
+    assert checker.check(item, calls_of(answer(right)))["valid"]
+    for hedge in (answer(right, (DECLINE, {})), answer((DECLINE, {}), right)):
+        assert not checker.check(item, calls_of(hedge))["valid"]
+    irrelevant = checker.items("irrelevance")[0]
+    some = (irrelevant["tools"][0]["function"]["name"], {})
+    assert not checker.check(irrelevant, calls_of(answer((DECLINE, {}), some)))["valid"]
 
 
 def test_the_steps_draw_every_trained_category_in_turn() -> None:
