@@ -1,0 +1,163 @@
+"""The BFCL example's training mix, chosen on the validation slice: arms x seeds, side by side.
+
+An arm is a `--train-categories` list (a category named twice gets twice the share of a
+step's groups). Each run is `python -m examples.bfcl --eval-split validation` (the training
+half's validation slice: never the held-out items the table reports) with the arm's list
+and a seed, in a child process under the project's watchdog, one after another, arms
+alternating within a seed. Runs land in `--out` as `<arm>-s<seed>/result.json`; one there
+already with the code checked out now and the same flags is not run again. Then the
+table: per arm, over its seeds, the mean greedy rise over the four calling categories
+(mean ± sd over seeds) and irrelevance under "required" (with `decline`) before and after,
+each seed's figures beside; saved to bench/results/bfcl_<host>_mix_<tag>.json.
+
+    .venv/bin/python -m bench.bfcl_mix --arms all,half --seeds 1,2,3 --out runs/mix
+    .venv/bin/python -m bench.bfcl_mix --arms all,half --seeds 1,2,3 --out runs/mix --combine
+
+Arms: `calling` (the four calling categories), `all` (those and irrelevance in turn: 1
+group in 5), `third` (irrelevance 2 groups in 6), `half` (1 group in 2). Needs BFCL's
+environment (scripts/setup-bfcl.sh). Left out: choosing for the user (the table shows the
+trade; the docs say which arm was taken and why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.learning import host_key, run_watched
+from examples.bfcl.app import code_hash
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+_C = ("simple_python", "multiple", "parallel", "parallel_multiple")
+ARMS = {
+    "calling": _C,
+    "all": (*_C, "irrelevance"),
+    "third": (
+        "simple_python",
+        "multiple",
+        "irrelevance",
+        "parallel",
+        "parallel_multiple",
+        "irrelevance",
+    ),
+    "half": tuple(x for c in _C for x in (c, "irrelevance")),
+}
+"""Each arm's `--train-categories`."""
+
+
+def _landed(path: Path, cats: str) -> bool:
+    if not path.exists():
+        return False
+    r = json.loads(path.read_text())
+    code = code_hash()
+    return (
+        not code.endswith("+dirty")
+        and r.get("code") == code
+        and r["args"]["train_categories"] == cats
+        and r["args"]["eval_split"] == "validation"
+    )
+
+
+def run(arms: list[str], seeds: list[int], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for seed in seeds:
+        for arm in arms:
+            cats = ",".join(ARMS[arm])
+            folder = out / f"{arm}-s{seed}"
+            if _landed(folder / "result.json", cats):
+                print(f"{arm} s{seed}: landed already with this code")
+                continue
+            cmd = [
+                sys.executable, "-m", "examples.bfcl", "--seed", str(seed),
+                "--eval-split", "validation", "--train-categories", cats, "--out", str(folder),
+            ]  # fmt: skip
+            rc, _ = run_watched(f"{arm}-s{seed}", cmd, out / f"{arm}-s{seed}.log")
+            if rc != 0:
+                raise RuntimeError(f"{arm} s{seed} failed ({rc}); see {out}/{arm}-s{seed}.log")
+            r = json.loads((folder / "result.json").read_text())
+            print(f"{arm} s{seed}: calling rise {r['calling_mean_greedy_rise']:+.3f}", flush=True)
+
+
+def combine(arms: list[str], seeds: list[int], out: Path, tag: str, results: Path = RESULTS) -> str:
+    """The table of the runs in `out` (refused when they ran different code), saved to
+    `results`/bfcl_<host>_mix_<tag>.json."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for arm in arms:
+        for seed in seeds:
+            path = out / f"{arm}-s{seed}" / "result.json"
+            if path.exists():
+                runs.setdefault(arm, []).append(json.loads(path.read_text()))
+    every = [r for rs in runs.values() for r in rs]
+    if not every:
+        raise SystemExit(f"no runs in {out}")
+    codes = {r["code"] for r in every}
+    if len(codes) > 1:
+        raise SystemExit(f"runs of different code, never pooled: {sorted(codes)}")
+    host = host_key(every[0]["cpu_flags"])
+    lines = [
+        f"BFCL validation slice (7/4/10/10 calling items, 12 irrelevance), 6 steps, code "
+        f"{every[0]['code']} (commits {', '.join(sorted({r['commit'] for r in every}))}); "
+        f"host CPU flags {every[0]['cpu_flags']}, {every[0].get('allocator', '-')}",
+        "",
+        "| arm | seeds | calling rise (mean ± sd) | irrelevance, required | each seed: rise, "
+        "irrelevance after | wall min |",
+        "|---|---|---:|---:|---|---:|",
+    ]
+    for arm, rs in runs.items():
+        rises = [r["calling_mean_greedy_rise"] for r in rs]
+        irr = [r["accuracy"]["irrelevance/greedy"] for r in rs]
+        sd = f" ± {statistics.stdev(rises):.2f}" if len(rises) > 1 else ""
+        each = "; ".join(
+            f"s{r['args']['seed']}: {x:+.2f}, {i['after']:.2f}"
+            for r, x, i in zip(rs, rises, irr, strict=True)
+        )
+        lines.append(
+            f"| {arm} | {len(rs)} | {statistics.fmean(rises):+.2f}{sd} | "
+            f"{statistics.fmean(i['before'] for i in irr):.2f} -> "
+            f"{statistics.fmean(i['after'] for i in irr):.2f} | {each} | "
+            f"{statistics.fmean(r['wall_s'] for r in rs) / 60:.1f} |"
+        )
+    text = "\n".join(lines)
+    dest = results / f"bfcl_{host}_mix_{tag}.json"
+    dest.write_text(
+        json.dumps(
+            {
+                "about": "examples/bfcl's training mix on the validation slice (bench.bfcl_mix); "
+                "for a choice, never reported as a BFCL result",
+                "table": text,
+                "arms": {a: list(ARMS[a]) for a in runs},
+                "runs": {
+                    a: [{k: r[k] for k in r if k != "per_item"} for r in rs]
+                    for a, rs in runs.items()
+                },
+            },
+            indent=1,
+        )
+    )
+    return text
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--arms", default="all,half", help=f"of {', '.join(ARMS)}")
+    p.add_argument("--seeds", default="1,2,3")
+    p.add_argument("--out", type=Path, required=True, help="where the runs land")
+    p.add_argument("--tag", default="validation", help="names the results file")
+    p.add_argument("--combine", action="store_true", help="only pool the runs in --out")
+    args = p.parse_args(argv)
+    arms = args.arms.split(",")
+    if unknown := set(arms) - set(ARMS):
+        p.error(f"unknown arms {sorted(unknown)}")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if not args.combine:
+        run(arms, seeds, args.out)
+    print(combine(arms, seeds, args.out, args.tag))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""`bench.bfcl_mix`'s table: arms pooled over their seeds, and runs of different code refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.bfcl_mix import ARMS, combine
+
+
+def _result(folder: Path, arm: str, seed: int, rise: float, irr_after: float, code: str) -> None:
+    folder.mkdir(parents=True)
+    result = {
+        "commit": "abc1234",
+        "code": code,
+        "cpu_flags": "amx_bf16,avx512_bf16,avx512f,avx2",
+        "allocator": "tcmalloc",
+        "wall_s": 600.0,
+        "args": {"seed": seed, "train_categories": ",".join(ARMS[arm])},
+        "calling_mean_greedy_rise": rise,
+        "accuracy": {"irrelevance/greedy": {"before": 0.5, "after": irr_after}},
+        "per_item": {},
+    }
+    (folder / "result.json").write_text(json.dumps(result))
+
+
+def test_arms_pool_over_their_seeds_and_other_code_is_refused(tmp_path: Path) -> None:
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    results.mkdir()
+    _result(runs / "all-s1", "all", 1, 0.10, 0.25, "c0de")
+    _result(runs / "all-s2", "all", 2, 0.20, 0.75, "c0de")
+    _result(runs / "half-s1", "half", 1, 0.05, 0.5, "c0de")
+    table = combine(["all", "half"], [1, 2], runs, "t", results)
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()}
+    assert "| 2 | +0.15 ± 0.07 | 0.50 -> 0.50 |" in rows["all"]
+    assert "s1: +0.10, 0.25; s2: +0.20, 0.75" in rows["all"]
+    assert "| 1 | +0.05 | 0.50 -> 0.50 |" in rows["half"]
+    saved = json.loads((results / "bfcl_amx_mix_t.json").read_text())
+    assert saved["arms"]["half"] == list(ARMS["half"]) and "per_item" not in saved["runs"]["all"][0]
+    _result(runs / "half-s2", "half", 2, 0.05, 0.5, "other")
+    with pytest.raises(SystemExit, match="different code"):
+        combine(["all", "half"], [1, 2], runs, "t", results)
