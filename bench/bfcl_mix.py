@@ -5,7 +5,8 @@ step's groups). Each run is `python -m examples.bfcl --eval-split validation` (t
 half's validation slice: never the held-out items the table reports) with the arm's list
 and a seed, in a child process under the project's watchdog, one after another, arms
 alternating within a seed. Runs land in `--out` as `<arm>-s<seed>/result.json`; one there
-already with the code checked out now and the same flags is not run again. Then the
+already with the code checked out now and the same flags is not run again
+(`bench.learning_bfcl`'s rule). Then the
 table: per arm, over its seeds, the mean greedy rise over the four calling categories
 (mean ± sd over seeds) and irrelevance under "required" (with `decline`) before and after,
 each seed's figures beside; saved to bench/results/bfcl_<host>_mix_<tag>.json.
@@ -29,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.learning import host_key, run_watched
-from examples.bfcl.app import code_hash
+from bench.learning_bfcl import _done
+from bench.readme import write_results
+from examples.bfcl.splits import load_splits
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -50,17 +53,11 @@ ARMS = {
 """Each arm's `--train-categories`."""
 
 
-def _landed(path: Path, cats: str) -> bool:
-    if not path.exists():
-        return False
-    r = json.loads(path.read_text())
-    code = code_hash()
-    return (
-        not code.endswith("+dirty")
-        and r.get("code") == code
-        and r["args"]["train_categories"] == cats
-        and r["args"]["eval_split"] == "validation"
-    )
+def _setting(r: dict[str, Any]) -> str:
+    """What runs of different arms must share to sit in one table: every argument but the
+    arm's categories, the seed, the control flag and the folder."""
+    skip = ("seed", "control", "out", "train_categories")
+    return json.dumps({k: v for k, v in r["args"].items() if k not in skip}, sort_keys=True)
 
 
 def run(arms: list[str], seeds: list[int], out: Path) -> None:
@@ -69,13 +66,12 @@ def run(arms: list[str], seeds: list[int], out: Path) -> None:
         for arm in arms:
             cats = ",".join(ARMS[arm])
             folder = out / f"{arm}-s{seed}"
-            if _landed(folder / "result.json", cats):
+            flags = ["--eval-split", "validation", "--train-categories", cats]
+            if _done(folder / "result.json", flags):
                 print(f"{arm} s{seed}: landed already with this code")
                 continue
-            cmd = [
-                sys.executable, "-m", "examples.bfcl", "--seed", str(seed),
-                "--eval-split", "validation", "--train-categories", cats, "--out", str(folder),
-            ]  # fmt: skip
+            cmd = [sys.executable, "-m", "examples.bfcl", "--seed", str(seed), *flags]
+            cmd += ["--out", str(folder)]
             rc, _ = run_watched(f"{arm}-s{seed}", cmd, out / f"{arm}-s{seed}.log")
             if rc != 0:
                 raise RuntimeError(f"{arm} s{seed} failed ({rc}); see {out}/{arm}-s{seed}.log")
@@ -84,8 +80,8 @@ def run(arms: list[str], seeds: list[int], out: Path) -> None:
 
 
 def combine(arms: list[str], seeds: list[int], out: Path, tag: str, results: Path = RESULTS) -> str:
-    """The table of the runs in `out` (refused when they ran different code), saved to
-    `results`/bfcl_<host>_mix_<tag>.json."""
+    """The table of the runs in `out` (refused when they ran different code, or arguments
+    beyond arm and seed), saved to `results`/bfcl_<host>_mix_<tag>.json."""
     runs: dict[str, list[dict[str, Any]]] = {}
     for arm in arms:
         for seed in seeds:
@@ -98,9 +94,13 @@ def combine(arms: list[str], seeds: list[int], out: Path, tag: str, results: Pat
     codes = {r["code"] for r in every}
     if len(codes) > 1:
         raise SystemExit(f"runs of different code, never pooled: {sorted(codes)}")
+    if len({_setting(r) for r in every}) > 1:
+        raise SystemExit("runs of different arguments (beyond the arm and seed), never pooled")
     host = host_key(every[0]["cpu_flags"])
+    sizes = {c: len(ids) for c, ids in load_splits()["validation"].items()}
     lines = [
-        f"BFCL validation slice (7/4/10/10 calling items, 12 irrelevance), 6 steps, code "
+        f"BFCL validation slice ({'/'.join(str(sizes[c]) for c in _C)} calling items, "
+        f"{sizes['irrelevance']} irrelevance), {every[0]['args']['steps']} steps, code "
         f"{every[0]['code']} (commits {', '.join(sorted({r['commit'] for r in every}))}); "
         f"host CPU flags {every[0]['cpu_flags']}, {every[0].get('allocator', '-')}",
         "",
@@ -123,21 +123,17 @@ def combine(arms: list[str], seeds: list[int], out: Path, tag: str, results: Pat
             f"{statistics.fmean(r['wall_s'] for r in rs) / 60:.1f} |"
         )
     text = "\n".join(lines)
-    dest = results / f"bfcl_{host}_mix_{tag}.json"
-    dest.write_text(
-        json.dumps(
-            {
-                "about": "examples/bfcl's training mix on the validation slice (bench.bfcl_mix); "
-                "for a choice, never reported as a BFCL result",
-                "table": text,
-                "arms": {a: list(ARMS[a]) for a in runs},
-                "runs": {
-                    a: [{k: r[k] for k in r if k != "per_item"} for r in rs]
-                    for a, rs in runs.items()
-                },
+    write_results(
+        results / f"bfcl_{host}_mix_{tag}.json",
+        {
+            "about": "examples/bfcl's training mix on the validation slice (bench.bfcl_mix); "
+            "for a choice, never reported as a BFCL result",
+            "table": text,
+            "arms": {a: list(ARMS[a]) for a in runs},
+            "runs": {
+                a: [{k: r[k] for k in r if k != "per_item"} for r in rs] for a, rs in runs.items()
             },
-            indent=1,
-        )
+        },
     )
     return text
 

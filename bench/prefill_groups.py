@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from art_langgraph.devices import matmul_flags
 from bench.readme import publish
 
 RESULTS = Path(__file__).parent / "results" / "prefill_groups.json"
@@ -127,8 +128,6 @@ def main() -> None:
         for a, rs in runs.items()
     }
     base = med["all_rows_only"]
-    from art_langgraph.devices import matmul_flags
-
     lines = [
         f"host CPU flags: {matmul_flags()}; "
         f"SmolLM2-135M-Instruct, the engine's default dtype on the CPU; a step of {args.groups} "

@@ -1,4 +1,5 @@
-"""`bench.bfcl_mix`'s table: arms pooled over their seeds, and runs of different code refused."""
+"""`bench.bfcl_mix`'s table: arms pooled over their seeds; runs of different code or
+arguments refused."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def _result(folder: Path, arm: str, seed: int, rise: float, irr_after: float, co
         "cpu_flags": "amx_bf16,avx512_bf16,avx512f,avx2",
         "allocator": "tcmalloc",
         "wall_s": 600.0,
-        "args": {"seed": seed, "train_categories": ",".join(ARMS[arm])},
+        "args": {"seed": seed, "steps": 6, "train_categories": ",".join(ARMS[arm])},
         "calling_mean_greedy_rise": rise,
         "accuracy": {"irrelevance/greedy": {"before": 0.5, "after": irr_after}},
         "per_item": {},
@@ -39,6 +40,12 @@ def test_arms_pool_over_their_seeds_and_other_code_is_refused(tmp_path: Path) ->
     assert "| 1 | +0.05 | 0.50 -> 0.50 |" in rows["half"]
     saved = json.loads((results / "bfcl_amx_mix_t.json").read_text())
     assert saved["arms"]["half"] == list(ARMS["half"]) and "per_item" not in saved["runs"]["all"][0]
+    assert "6 steps" in table
     _result(runs / "half-s2", "half", 2, 0.05, 0.5, "other")
     with pytest.raises(SystemExit, match="different code"):
+        combine(["all", "half"], [1, 2], runs, "t", results)
+    longer = json.loads((runs / "half-s2" / "result.json").read_text())
+    longer["code"], longer["args"]["steps"] = "c0de", 12
+    (runs / "half-s2" / "result.json").write_text(json.dumps(longer))
+    with pytest.raises(SystemExit, match="different arguments"):
         combine(["all", "half"], [1, 2], runs, "t", results)
