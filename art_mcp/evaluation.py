@@ -26,7 +26,7 @@ import json
 import math
 import os
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -109,29 +109,44 @@ def paired_rise(
     after: Evaluation,
     kind: str = "sampled",
     clusters: Mapping[str, str] | None = None,
+    ids: Collection[str] | None = None,
 ) -> dict[str, float]:
     """Mean per-scenario change in success from `before` to `after` over the scenarios
-    both saw, with its standard error; `kind` is "sampled" or "greedy". `clusters` (scenario
-    id -> its entity, `entity_clusters`): the error is clustered by entity, since phrasings
-    of one entity's question succeed or fail together; with every scenario its own cluster
-    it equals the plain paired error."""
+    both saw (of `ids` only, when given), with its standard error and the mean success
+    before and after over the same scenarios; `kind` is "sampled" or "greedy". `clusters`
+    (scenario id -> its entity, `entity_clusters`): the error is clustered by entity, since
+    phrasings of one entity's question succeed or fail together; with every scenario its
+    own cluster it equals the plain paired error."""
     a, b = before.per_scenario_success(kind), after.per_scenario_success(kind)
-    keys = [k for k in a if k in b]
+    keys = [k for k in a if k in b and (ids is None or k in ids)]
     diffs = [b[k] - a[k] for k in keys]
     n = len(diffs)
     if n == 0:
         return {"rise": float("nan"), "se": float("nan"), "n": 0.0}
     mean = sum(diffs) / n
+    levels = {"before": sum(a[k] for k in keys) / n, "after": sum(b[k] for k in keys) / n}
     if clusters is None:
         var = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else float("nan")
-        return {"rise": mean, "se": math.sqrt(var / n) if n > 1 else float("nan"), "n": float(n)}
+        se = math.sqrt(var / n) if n > 1 else float("nan")
+        return {"rise": mean, "se": se, "n": float(n), **levels}
     sums: dict[str, float] = {}
     for k, d in zip(keys, diffs, strict=True):
         c = clusters.get(k, k)
         sums[c] = sums.get(c, 0.0) + d - mean
     g = len(sums)
     se = math.sqrt(g / (g - 1) * sum(x * x for x in sums.values())) / n if g > 1 else float("nan")
-    return {"rise": mean, "se": se, "n": float(n), "clusters": float(g)}
+    return {"rise": mean, "se": se, "n": float(n), "clusters": float(g), **levels}
+
+
+def slices(scenarios: list[Scenario]) -> dict[str, set[str]]:
+    """`metadata["slice"]` label (e.g. "wording unseen", "two-hop") -> the ids of the
+    scenarios carrying it; empty when no scenario has one."""
+    out: dict[str, set[str]] = {}
+    for s in scenarios:
+        label = s.metadata.get("slice")
+        if label:
+            out.setdefault(str(label), set()).add(s.id)
+    return out
 
 
 def entity_clusters(scenarios: list[Scenario]) -> dict[str, str] | None:

@@ -69,7 +69,10 @@ class Report(BaseModel):
     """Every held-out evaluation, the untrained model's first."""
     paired: dict[str, dict[str, float]] = Field(default_factory=dict)
     """"greedy"/"sampled" -> the paired per-scenario rise in success from the untrained
-    model to the last evaluation: {"rise", "se", "n"}."""
+    model to the last evaluation: {"rise", "se", "n", "before", "after"}."""
+    slices: dict[str, dict[str, dict[str, float]]] = Field(default_factory=dict)
+    """Scenario slice (`metadata["slice"]`: "wording unseen", "two-hop", ...) -> the same
+    paired figures over that slice's held-out scenarios alone."""
     examples: list[dict[str, Any]] = Field(default_factory=list)
     """A few held-out scenarios whose greedy episode changed, before and after."""
     seconds: float = 0.0
@@ -143,7 +146,7 @@ def build_report(
     scenarios: list[Any],
 ) -> Report:
     """The report of everything saved so far in `folder` (see the module doc)."""
-    from art_mcp.evaluation import changed_examples, entity_clusters, paired_rise
+    from art_mcp.evaluation import changed_examples, entity_clusters, paired_rise, slices
 
     journal = read_journal(folder)
     evs = journal_evaluations(journal)
@@ -196,6 +199,10 @@ def build_report(
         first, last = evs[0], rl_evals[-1]
         clusters = entity_clusters(scenarios)
         report.paired = {k: paired_rise(first, last, k, clusters) for k in ("greedy", "sampled")}
+        report.slices = {
+            label: {k: paired_rise(first, last, k, clusters, ids) for k in ("greedy", "sampled")}
+            for label, ids in sorted(slices(scenarios).items())
+        }
         report.examples = changed_examples(first, last, scenarios)
     return report
 
@@ -251,6 +258,16 @@ def summary_lines(report: Report) -> list[str]:
                 f"- paired rise in {kind} success, untrained -> last: {p['rise']:+.2f} "
                 f"(± {_fmt(p['se'])} s.e., {int(p['n'])} scenarios)"
             )
+    for label, by_kind in report.slices.items():
+        parts = [
+            f"{kind} {_fmt(p.get('before'))} -> {_fmt(p.get('after'))} "
+            f"({p['rise']:+.2f} ± {_fmt(p['se'])})"
+            for kind in ("sampled", "greedy")
+            if (p := by_kind.get(kind)) and _ok(p.get("rise"))
+        ]
+        if parts:
+            n = int(next(iter(by_kind.values()))["n"])
+            out.append(f"- {label} ({n} scenarios): " + "; ".join(parts))
     rl = [e for e in evs if e.rl_step > 0]
     before = [e for e in evs if e.rl_step == 0]
     if rl and before:

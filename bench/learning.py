@@ -175,6 +175,7 @@ def run_one(
         "format_before": first.sampled_format,
         "format_after": last.sampled_format,
         "paired": report.get("paired", {}),
+        "slices": report.get("slices", {}),
         "train_reward": [r.get("train_reward") for r in report["rows"][1:]],
         "zero_variance_groups": [r.get("zero_variance_groups") for r in report["rows"][1:]],
         "examples": report.get("examples", []),
@@ -248,6 +249,32 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def slice_table(rows: list[dict[str, Any]]) -> str:
+    """Per run, the paired sampled success before -> after on each held-out slice (the
+    scenarios' `metadata["slice"]`: a wording seen in training or not, one hop or two);
+    empty when the task labels none."""
+    labels = sorted({label for r in rows for label in r.get("slices", {})})
+    if not labels:
+        return ""
+    lines = [
+        "| run | "
+        + " | ".join(f"{label}: sampled before -> after (rise)" for label in labels)
+        + " |",
+        "|---|" + "---:|" * len(labels),
+    ]
+    for r in rows:
+        cells = []
+        for label in labels:
+            p = r.get("slices", {}).get(label, {}).get("sampled")
+            cells.append(
+                f"{p['before']:.2f} -> {p['after']:.2f} ({p['rise']:+.2f}), n={int(p['n'])}"
+                if p and "before" in p
+                else "-"
+            )
+        lines.append(f"| {r['run']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def summary(data: dict[str, Any], plot: bool = True) -> str:
     """The docs section of a task: what ran where, the table, the plot, and the held-out
     rollouts of the first seed before and after."""
@@ -268,6 +295,8 @@ def summary(data: dict[str, Any], plot: bool = True) -> str:
         )
     )
     parts = [head, "", table(rows)]
+    if by_slice := slice_table(rows):
+        parts += ["", "By held-out slice:", "", by_slice]
     if plot:
         band = f"learning_band_{data['task']}{host_suffix(host_key(data['machine']))}.png"
         parts += ["", f"![train reward per step]({band})"]

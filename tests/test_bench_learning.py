@@ -54,3 +54,13 @@ def test_a_run_dies_with_a_killed_bench(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_summary_breaks_held_out_success_down_by_slice() -> None:
+    from bench.learning import slice_table
+
+    p = {"before": 0.25, "after": 0.75, "rise": 0.5, "se": 0.1, "n": 8.0}
+    rows = [{"run": "seed-0", "slices": {"wording unseen": {"sampled": p}}}, {"run": "control-0"}]
+    text = slice_table(rows)
+    assert "| seed-0 | 0.25 -> 0.75 (+0.50), n=8 |" in text and "| control-0 | - |" in text
+    assert slice_table([{"run": "seed-0", "slices": {}}]) == ""

@@ -11,17 +11,19 @@ A solved episode takes two tool calls: the lookup, then `complete_task` with its
 
 No demonstrations: the real model is trained by RL alone.
 
-`score(trajectory, scenario)`: 1.0 when the final answer holds the expected one; else 0.2
-when the right lookup was made (person and field) (a small model's half-way episodes
-keep a gradient); else 0.0.
+`score(trajectory, scenario)`: 1.0 when the final answer is right *and* a lookup of the
+episode returned it (`art_langgraph.rewards.check_answer`: an answer naming other values
+of the field is not right); else 0.2 when the right lookup was made (person and field) (a
+small model's half-way episodes keep a gradient); else 0.0. It records
+`right_without_lookup` among the trajectory's metrics.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import art_langgraph as art
+from art_langgraph.rewards import check_answer
 from art_mcp.scenarios import Scenario, save_scenarios
 from examples.mcp_directory.server import directory
 
@@ -81,18 +83,28 @@ def build() -> list[Scenario]:
                         difficulty=1,
                         answer=person[field],
                         split=split,  # type: ignore[arg-type]
-                        metadata={"tool": "lookup", "args": {"person": name, "field": field}},
+                        metadata={
+                            "tool": "lookup",
+                            "args": {"person": name, "field": field},
+                            "entity": name,  # errors clustered by person
+                        },
                     )
                 )
     return out
 
 
+def candidates(scenario: Scenario) -> list[str]:
+    """The values the asked field takes across the directory."""
+    field = scenario.metadata["args"]["field"]
+    return sorted({p[field] for p in directory().values()})
+
+
 def score(traj: art.Trajectory, scenario: Scenario) -> float:
     """The reward (see the module doc)."""
     answer = str(traj.metadata.get("answer") or "")
-    if scenario.answer and re.search(
-        rf"(?<![\w]){re.escape(scenario.answer)}(?![\w])", answer, re.IGNORECASE
-    ):
+    check = check_answer(answer, scenario.answer or "", traj, candidates(scenario))
+    traj.metrics["right_without_lookup"] = check.right_without_lookup
+    if check.success:
         return 1.0
     want = scenario.metadata
     for ev in traj.tool_events:

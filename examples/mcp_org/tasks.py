@@ -125,6 +125,7 @@ def _scenario(
             "field": lookups[-1]["field"],
             "lookups": lookups,
             "entity": name,  # phrasings of one person's questions: one cluster of errors
+            "slice": "two-hop" if len(lookups) == 2 else "one-hop",  # reported apart
         },
     )
 

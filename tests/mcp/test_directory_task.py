@@ -9,7 +9,7 @@ import art_langgraph as art
 from art_mcp import MCPToolset
 from art_mcp.scenarios import split_scenarios
 from examples.mcp_directory.server import directory
-from examples.mcp_directory.tasks import PHRASINGS, build, score
+from examples.mcp_directory.tasks import PHRASINGS, build, candidates, score
 
 
 def test_held_out_scenarios_share_no_name_or_phrasing_with_training() -> None:
@@ -54,3 +54,8 @@ def test_reward() -> None:
     assert score(traj("no idea", right), s) == 0.2
     wrong = art.ToolEvent(name="lookup", args={**args, "field": "nope"}, error="unknown field")
     assert score(traj("no idea", wrong), s) == 0.0
+    # right, but no lookup returned it: recall or a guess, not a success
+    guessed = traj(f"It is {s.answer}.")
+    assert score(guessed, s) == 0.0 and guessed.metrics["right_without_lookup"] is True
+    other = next(c for c in candidates(s) if c != s.answer)
+    assert score(traj(f"{s.answer} or {other}", right), s) == 0.2  # a hedge is not right

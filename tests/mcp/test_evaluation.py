@@ -132,3 +132,35 @@ def test_the_control_arm_permutes_a_step_s_rewards() -> None:
     ]
     shuffle_rewards(again, random.Random("0/1"))
     assert [t.reward for g in again for t in g.trajectories] == got  # seeded
+
+
+def test_a_report_breaks_the_rise_down_by_slice(tmp_path) -> None:
+    """Held-out scenarios labelled by `metadata["slice"]` (a wording seen in training or
+    not) get their own paired rise, before and after, in report.json and its summary."""
+    from art_mcp.evaluation import slices
+    from art_mcp.report import append_journal, build_report, summary_lines
+
+    scenarios = [
+        Scenario(id=f"{who}-{w}", task="t", metadata={"entity": who, "slice": f"wording {w}"})
+        for who in ("ann", "bo", "cy")
+        for w in ("seen", "unseen")
+    ]
+    assert slices(scenarios)["wording seen"] == {"ann-seen", "bo-seen", "cy-seen"}
+    assert slices([Scenario(id="x", task="t")]) == {}
+    ids = [s.id for s in scenarios]
+    before = _ev(dict.fromkeys(ids, 0.0), {})
+    after = _ev({i: float(i.endswith("-seen") or i == "ann-unseen") for i in ids}, {}, 1)
+    only = paired_rise(before, after, "greedy", ids={"ann-unseen", "bo-unseen"})
+    assert only["n"] == 2 and only["rise"] == 0.5 and only["after"] == 0.5
+    for ev in (before, after):
+        append_journal(tmp_path, "evaluation", ev.model_dump())
+    append_journal(tmp_path, "step", {"step": 1, "reward": 0.5})
+    report = build_report(
+        model="m", server="s", steps=1, folder=tmp_path, scored_by="reward", seconds=1.0,
+        scenarios=scenarios,
+    )  # fmt: skip
+    seen, unseen = report.slices["wording seen"], report.slices["wording unseen"]
+    assert seen["greedy"]["rise"] == 1.0 and seen["greedy"]["before"] == 0.0
+    assert unseen["greedy"]["rise"] == pytest.approx(1 / 3) and unseen["greedy"]["n"] == 3
+    lines = "\n".join(summary_lines(report))
+    assert "- wording unseen (3 scenarios): greedy 0.00 -> 0.33 (+0.33 ± " in lines
