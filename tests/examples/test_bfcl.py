@@ -90,8 +90,9 @@ def test_declining_beside_a_call_fails_both_ways(checker: BfclChecker) -> None:
 
 
 def test_the_steps_draw_every_trained_category_in_turn() -> None:
-    drawn = [c for step in range(5) for c in step_categories(step, 8)]
-    assert {c: drawn.count(c) for c in TRAINED} == dict.fromkeys(TRAINED, 8)
+    drawn = [c for step in range(len(TRAINED)) for c in step_categories(step, 8)]
+    assert {c: drawn.count(c) for c in TRAINED} == {c: 8 * TRAINED.count(c) for c in TRAINED}
+    assert TRAINED.count("irrelevance") == 2  # 2 groups in 6: the mix chosen on validation
     assert step_categories(1, 8)[0] == TRAINED[8 % len(TRAINED)]  # continued, not restarted
     half = step_categories(0, 8, ("simple_python", "irrelevance", "multiple", "irrelevance"))
     assert half.count("irrelevance") == 4
