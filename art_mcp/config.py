@@ -93,9 +93,10 @@ class HarnessConfig(BaseModel):
         description=(
             "The last of max_turns may only call complete_task, so a rollout that runs out of "
             "turns still ends with an answer (LangChain's early_stopping_method='generate'): "
-            "SmolLM2-135M repeats a lookup it already made until it runs out of turns, and "
-            "with this its held-out greedy success on the bundled task is 0.75 instead of "
-            "0.03. False: a rollout out of turns ends without an answer."
+            "the untrained SmolLM2-135M often repeats a lookup it already made until it runs "
+            "out of turns (no results file measures this setting's effect yet; the turn "
+            "rules await a sweep across task shapes). False: a rollout out of turns ends "
+            "without an answer."
         ),
     )
     answer_after_repeat: bool = Field(

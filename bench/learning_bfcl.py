@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.learning import MARGIN_SDS, host_key, run_watched
+from bench.readme import write_results
 from bench.trainer_roofline import cpu_flags
 from examples.bfcl.app import code_hash, parser
 
@@ -80,7 +81,7 @@ def run_one(
     result["control"] = control
     if host_key(result["cpu_flags"]) != host:
         raise RuntimeError(f"{name} ran on {result['cpu_flags']}, not on host class {host}")
-    dest.write_text(json.dumps(result, indent=1))
+    write_results(dest, result)
     print(f"{name}: calling mean greedy rise {result['calling_mean_greedy_rise']:+.3f} -> {dest}")
     return dest
 
@@ -133,8 +134,8 @@ def combine(host: str, tag: str = "") -> str:
     if len(seeds) > 1:
         lines.append(margin(seeds, controls))
     text = "\n".join(lines)
-    (RESULTS / f"{prefix.rstrip('_')}.json").write_text(
-        json.dumps({"table": text, "runs": [r["args"] for r in runs]}, indent=1)
+    write_results(
+        RESULTS / f"{prefix.rstrip('_')}.json", {"table": text, "runs": [r["args"] for r in runs]}
     )
     return text
 
@@ -180,7 +181,7 @@ def run_whole(run: Path, host: str) -> Path:
     result = json.loads((run / "whole.json").read_text())
     result["tree_peak_rss_mib"] = round(peak)
     dest = RESULTS / f"bfcl_whole_{host}_{run.name}.json"
-    dest.write_text(json.dumps(result, indent=1))
+    write_results(dest, result)
     return dest
 
 
