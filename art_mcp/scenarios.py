@@ -92,6 +92,28 @@ def split_scenarios(
     return order[n_val:], order[:n_val]
 
 
+def validation_scenarios(
+    scenarios: list[Scenario], fraction: float = 0.25, seed: int = 0
+) -> list[Scenario]:
+    """The training scenarios alone, re-split for choosing a setting without the held-out
+    ones: a `fraction` of the training entities (`metadata["entity"]`; a scenario naming
+    none is its own) become `split="val"`, the rest stay "train", and every scenario the
+    task holds out (`split="val"`) is dropped, so a choice made on this never sees it."""
+    if not 0 < fraction < 1:
+        raise UsageError(f"fraction must be in (0, 1), got {fraction}")
+    train, _ = split_scenarios(scenarios, 0.25, seed)
+    entities = sorted({str(s.metadata.get("entity") or s.id) for s in train})
+    random.Random(f"{seed}/validation").shuffle(entities)
+    n = min(max(round(len(entities) * fraction), 1), len(entities) - 1)
+    chosen = set(entities[:n])
+    return [
+        s.model_copy(
+            update={"split": "val" if str(s.metadata.get("entity") or s.id) in chosen else "train"}
+        )
+        for s in train
+    ]
+
+
 MIN_HELD_OUT = 8
 """Fewer held-out scenarios than this and one scenario moves held-out success by over 0.12:
 an evaluation cannot tell learning from noise (`few_scenarios`)."""

@@ -8,14 +8,15 @@ learning from the reward). Each run's report gives the held-out success of the u
 model and after the last step, greedy and sampled at temperature 1, paired per scenario;
 its peak RSS and wall time are measured here.
 
-    .venv/bin/python -m bench.learning [--task capitals|books|directory] [--seeds 1,2,3,4,5]
+    .venv/bin/python -m bench.learning [--task capitals|books|directory|org] [--seeds 1,2,3,4,5]
         [--controls 1,2,3] [--extra "--learning-rate 1e-4"] [--tag NAME]
     .venv/bin/python -m bench.learning --task capitals --combine [--tag ci]
     .venv/bin/python -m bench.learning --compare amxbf16
 
 `--task`: the bundled capital/currency task (examples/mcp_server, the demo's), the book
-facts task (examples/mcp_books, never used to choose a default) or the staff directory
-(examples/mcp_directory). Writes bench/results/learning_<task>[_<tag>].json,
+facts task (examples/mcp_books, never used to choose a default), the staff directory
+(examples/mcp_directory) or the two-hop org chart (examples/mcp_org, whose table breaks
+the rise down into one-hop and two-hop questions). Writes bench/results/learning_<task>[_<tag>].json,
 docs/learning_band_<task>.png (train reward per step, the seeds' band against the
 control's) and the docs table between its markers. Runs may be made one at a time, each
 with its own `--tag` (a session's end then loses at most the run under way); `--combine`
@@ -65,21 +66,36 @@ TASKS = {
         "examples/mcp_directory",
         "examples.mcp_directory.tasks",
     ),
+    "org": ("examples.mcp_org.server", "examples/mcp_org", "examples.mcp_org.tasks"),
 }
 """Task name -> its server module, folder (scenarios.jsonl) and reward module."""
 
 
-def task_args(task: str) -> list[str]:
-    """The `art-mcp train` flags of a task: its server, scenarios and reward, nothing else."""
+def task_args(task: str, scenarios: Path | None = None) -> list[str]:
+    """The `art-mcp train` flags of a task: its server, scenarios (`scenarios`: another file
+    of them, a validation slice) and reward, nothing else."""
     server, folder, reward = TASKS[task]
     return [
         "--server",
         f"{sys.executable} -m {server}",
         "--scenarios",
-        f"{folder}/scenarios.jsonl",
+        str(scenarios or f"{folder}/scenarios.jsonl"),
         "--reward",
         f"{reward}:score",
     ]
+
+
+def validation_file(task: str, folder: Path) -> Path:
+    """The task's validation slice (`art_mcp.scenarios.validation_scenarios`: a quarter of
+    its training entities held out, its held-out scenarios dropped), written into `folder`:
+    what a choice of setting is made on."""
+    from art_mcp.scenarios import load_scenarios, save_scenarios, validation_scenarios
+
+    path = folder / f"{task}_validation.jsonl"
+    save_scenarios(
+        path, validation_scenarios(load_scenarios(ROOT / TASKS[task][1] / "scenarios.jsonl"))
+    )
+    return path
 
 
 def host_key(machine: str) -> str:
@@ -141,11 +157,21 @@ def run_watched(name: str, cmd: list[str], log: Path) -> tuple[int, float]:
 
 
 def run_one(
-    task: str, seed: int, control: bool, extra: list[str], folder: Path, name: str | None = None
+    task: str,
+    seed: int,
+    control: bool,
+    extra: list[str],
+    folder: Path,
+    name: str | None = None,
+    scenarios: Path | None = None,
 ) -> dict[str, Any]:
-    """One `art-mcp train` run; its report's figures, wall time and peak RSS."""
+    """One `art-mcp train` run; its report's figures, wall time, peak RSS and commit."""
+    from examples.bfcl.app import commit_stamp
+
     name = name or f"{'control' if control else 'seed'}-{seed}"
-    cmd = [sys.executable, "-m", "art_mcp.cli", "train", *task_args(task), "--seed", str(seed)]
+    commit = commit_stamp()
+    cmd = [sys.executable, "-m", "art_mcp.cli", "train", *task_args(task, scenarios)]
+    cmd += ["--seed", str(seed)]
     cmd += ["--path", str(folder), "--name", name, *extra]
     if control:
         cmd += ["--shuffle-rewards", "true"]
@@ -162,6 +188,7 @@ def run_one(
     )
     return {
         "run": name,
+        "commit": commit,
         "seed": seed,
         "control": control,
         "wall_s": wall,
@@ -522,7 +549,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tag", default="", help="a suffix for the results file")
     p.add_argument("--combine", action="store_true", help="gather the tagged results; run nothing")
     p.add_argument("--compare", default="", help="a tag to set beside the defaults; run nothing")
+    p.add_argument(
+        "--validation",
+        action="store_true",
+        help="run on the task's validation slice (a quarter of its training entities; never "
+        "its held-out scenarios), for choosing a setting; needs --tag",
+    )
     args = p.parse_args(argv)
+    if args.validation and not args.tag:
+        p.error("--validation needs --tag: a choice's runs never land among the results")
     os.chdir(ROOT)  # the tasks' paths (`task_args`) are the repository's
     # SIGTERM (`kill`) unwinds as Ctrl-C does, through `run_watched`'s stop of the run
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
@@ -552,8 +587,9 @@ def main(argv: list[str] | None = None) -> None:
     plan += [(int(s), True) for s in args.controls.split(",") if s]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        scenarios = validation_file(args.task, Path(tmp)) if args.validation else None
         for seed, control in plan:
-            row = run_one(args.task, seed, control, extra, Path(tmp))
+            row = run_one(args.task, seed, control, extra, Path(tmp), scenarios=scenarios)
             print(
                 f"{row['run']}: sampled {row['sampled_before']:.2f} -> {row['sampled_after']:.2f}, "
                 f"greedy {row['greedy_before']:.2f} -> {row['greedy_after']:.2f}, "
@@ -565,6 +601,7 @@ def main(argv: list[str] | None = None) -> None:
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, CPU flags: {cpu_flags()}",
         "task": args.task,
+        "validation": args.validation,
         "args": task_args(args.task),
         "extra": extra,
         "rows": rows,

@@ -64,3 +64,20 @@ def test_the_summary_breaks_held_out_success_down_by_slice() -> None:
     text = slice_table(rows)
     assert "| seed-0 | 0.25 -> 0.75 (+0.50), n=8 |" in text and "| control-0 | - |" in text
     assert slice_table([{"run": "seed-0", "slices": {}}]) == ""
+
+
+def test_a_validation_run_never_sees_the_held_out_scenarios(tmp_path: Path) -> None:
+    from art_mcp.scenarios import load_scenarios
+    from bench.learning import ROOT, TASKS, task_args, validation_file
+
+    for task in TASKS:
+        held_out = {
+            s.id
+            for s in load_scenarios(ROOT / TASKS[task][1] / "scenarios.jsonl")
+            if s.split == "val"
+        }
+        path = validation_file(task, tmp_path)
+        carved = load_scenarios(path)
+        assert held_out.isdisjoint(s.id for s in carved)
+        assert {s.split for s in carved} == {"train", "val"}
+        assert task_args(task, path)[3] == str(path)

@@ -190,3 +190,21 @@ def test_too_few_scenarios_are_named_before_a_run_spends_compute() -> None:
     assert "none held out" in (few_scenarios(40, 0, 8) or "")
     only_train = few_scenarios(4, 20, 8)
     assert only_train is not None and "held out" not in only_train
+
+
+def test_a_validation_slice_is_carved_from_training_entities_alone() -> None:
+    from art_mcp.scenarios import Scenario, validation_scenarios
+
+    scen = [
+        Scenario(id=f"{who}-{k}", task=f"{who} {k}", split=split, metadata={"entity": who})
+        for who, split in [("ann", "train"), ("bo", "train"), ("cy", "train"), ("dee", "train"),
+                           ("eve", "val")]
+        for k in range(3)
+    ]  # fmt: skip
+    carved = validation_scenarios(scen, 0.25, seed=0)
+    assert {s.metadata["entity"] for s in carved} == {"ann", "bo", "cy", "dee"}  # eve dropped
+    val = {s.metadata["entity"] for s in carved if s.split == "val"}
+    train = {s.metadata["entity"] for s in carved if s.split == "train"}
+    assert len(val) == 1 and val.isdisjoint(train) and len(carved) == 12
+    assert carved == validation_scenarios(scen, 0.25, seed=0)  # the same in every process
+    assert scen[0].split == "train"  # the input is left as it was
