@@ -387,10 +387,15 @@ def _plot(report: Report, folder: Path) -> None:
         )
     if pts:
         ax.plot(*zip(*pts, strict=True), marker="s", label="held-out reward")
+    won = [
+        (x(r), r["val_sampled_success"]) for r in report.rows if _ok(r.get("val_sampled_success"))
+    ]
+    if won:
+        ax.plot(*zip(*won, strict=True), marker="^", label="held-out success (sampled)")
     if (untrained := report.val_reward_untrained) is not None and _ok(untrained):
         ax.axhline(untrained, color="grey", ls=":", label="untrained")
     ax.set_xlabel("RL step (0: before RL)")
-    ax.set_ylabel("reward")
+    ax.set_ylabel("reward, success")
     ax.set_title(f"{report.model}: GRPO over MCP")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")

@@ -203,6 +203,12 @@ def run_one(
         "format_after": last.sampled_format,
         "paired": report.get("paired", {}),
         "slices": report.get("slices", {}),
+        "success_curve": [
+            [r["rl_step"], r["val_sampled_success"]]
+            for r in report["rows"]
+            if isinstance(r.get("val_sampled_success"), int | float)
+            and r["val_sampled_success"] == r["val_sampled_success"]
+        ],
         "train_reward": [r.get("train_reward") for r in report["rows"][1:]],
         "zero_variance_groups": [r.get("zero_variance_groups") for r in report["rows"][1:]],
         "examples": report.get("examples", []),
@@ -241,6 +247,41 @@ def _band_plot(rows: list[dict[str, Any]], task: str, suffix: str = "") -> None:
     plot.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(plot)
     plt.close(fig)
+    _success_plot(rows, task, suffix)
+
+
+def _success_plot(rows: list[dict[str, Any]], task: str, suffix: str = "") -> bool:
+    """Held-out sampled success against RL step, each run a thin line (seeds blue, controls
+    grey) and each arm's mean bold, into docs/learning_success_<task><suffix>.png; False
+    (nothing drawn) when no run recorded its curve."""
+    curves = [(r["control"], r["success_curve"]) for r in rows if r.get("success_curve")]
+    if not curves:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
+    for control, colour, label in ((False, "tab:blue", "RL"), (True, "tab:grey", "control")):
+        arm = [c for ctl, c in curves if ctl == control]
+        for c in arm:
+            ax.plot(*zip(*c, strict=True), color=colour, alpha=0.35, lw=1)
+        steps = sorted({x for c in arm for x, _ in c})
+        means = [(x, statistics.fmean(y for c in arm for s, y in c if s == x)) for x in steps]
+        if means:
+            ax.plot(*zip(*means, strict=True), color=colour, lw=2.5, marker="o",
+                    label=f"{label} mean, n={len(arm)}")  # fmt: skip
+    ax.set_xlabel("RL step (0: untrained)")
+    ax.set_ylabel("held-out success, sampled at T=1")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"SmolLM2-135M, {task}: held-out success per step", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(ROOT / "docs" / f"learning_success_{task}{suffix}.png")
+    plt.close(fig)
+    return True
 
 
 def _rise(r: dict[str, Any]) -> float:
@@ -327,6 +368,9 @@ def summary(data: dict[str, Any], plot: bool = True) -> str:
     if plot:
         band = f"learning_band_{data['task']}{host_suffix(host_key(data['machine']))}.png"
         parts += ["", f"![train reward per step]({band})"]
+        if any(r.get("success_curve") for r in rows):
+            won = f"learning_success_{data['task']}{host_suffix(host_key(data['machine']))}.png"
+            parts += ["", f"![held-out success per step, RL against the control]({won})"]
     first = next((r for r in rows if not r["control"] and r.get("examples")), None)
     if first:
         parts += ["", f"Held-out rollouts of {first['run']}, untrained -> after its last step:", ""]

@@ -81,3 +81,22 @@ def test_a_validation_run_never_sees_the_held_out_scenarios(tmp_path: Path) -> N
         assert held_out.isdisjoint(s.id for s in carved)
         assert {s.split for s in carved} == {"train", "val"}
         assert task_args(task, path)[3] == str(path)
+
+
+def test_held_out_success_is_drawn_per_step_with_the_control_beside(tmp_path: Path) -> None:
+    from bench import learning
+
+    rows = [
+        {"control": False, "success_curve": [[0, 0.1], [3, 0.5], [6, 0.9]]},
+        {"control": False, "success_curve": [[0, 0.2], [3, 0.4], [6, 0.8]]},
+        {"control": True, "success_curve": [[0, 0.1], [6, 0.1]]},
+    ]
+    real = learning.ROOT
+    (tmp_path / "docs").mkdir()
+    learning.ROOT = tmp_path
+    try:
+        assert learning._success_plot(rows, "org", "_amx")
+        assert (tmp_path / "docs" / "learning_success_org_amx.png").stat().st_size > 1000
+        assert not learning._success_plot([{"control": False}], "org")
+    finally:
+        learning.ROOT = real

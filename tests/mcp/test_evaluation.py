@@ -164,3 +164,8 @@ def test_a_report_breaks_the_rise_down_by_slice(tmp_path) -> None:
     assert unseen["greedy"]["rise"] == pytest.approx(1 / 3) and unseen["greedy"]["n"] == 3
     lines = "\n".join(summary_lines(report))
     assert "- wording unseen (3 scenarios): greedy 0.00 -> 0.33 (+0.33 ± " in lines
+    from art_mcp.report import write_report
+
+    write_report(report, tmp_path)  # the curve carries held-out success beside the rewards
+    assert (tmp_path / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert "wording unseen" in (tmp_path / "report.md").read_text()
