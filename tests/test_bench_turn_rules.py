@@ -1,0 +1,28 @@
+"""bench.turn_rules: its arms are flags `art-mcp train` takes, and its table pools seeds."""
+
+from __future__ import annotations
+
+from art_mcp.cli import _parser
+from art_mcp.config import HarnessConfig
+from bench.turn_rules import ARMS, table
+
+
+def test_every_arm_is_flags_art_mcp_train_takes() -> None:
+    base = ["train", "--server", "python -m x", "--scenarios", "s.jsonl", "--reward", "m:f"]
+    for arm, flags in ARMS.items():
+        args = _parser().parse_args([*base, *flags])
+        cfg = HarnessConfig(**{k: getattr(args, k) for k in HarnessConfig.model_fields})
+        assert cfg.max_turns == int(flags[1]) and cfg.final_answer_turn, arm
+        assert cfg.answer_after_repeat == (flags[-1] == "true"), arm
+
+
+def test_the_table_pools_seeds_per_task_and_arm() -> None:
+    def row(task: str, arm: str, before: float, after: float) -> dict:
+        return dict(task=task, arm=arm, sampled_before=before, sampled_after=after,
+                    greedy_after=after, wall_s=600.0)  # fmt: skip
+
+    text = table(
+        [row("org", "now", 0.1, 0.3), row("org", "now", 0.1, 0.5), row("org", "turns6", 0.1, 0.2)]
+    )
+    assert "| org | now | 2 | +0.30 ± 0.14 | 0.40 | 0.40 | 10.0 |" in text
+    assert "| org | turns6 | 1 | +0.10 | 0.20 | 0.20 | 10.0 |" in text
