@@ -52,9 +52,10 @@ def run_path(out: Path, task: str, arm: str, seed: int) -> Path:
 def run_all(out: Path, tasks: list[str], arms: list[str], seeds: list[int]) -> None:
     """Every (seed, task, arm) run not landed yet, arms alternating within a task."""
     out.mkdir(parents=True, exist_ok=True)
+    slices = {task: validation_file(task, out) for task in tasks}  # one per task, every seed's
     for seed in seeds:
         for task in tasks:
-            scenarios = validation_file(task, out)
+            scenarios = slices[task]
             for arm in arms:
                 dest = run_path(out, task, arm, seed)
                 if dest.exists():
