@@ -14,6 +14,7 @@ from art_langgraph import loggers as _loggers
 from art_langgraph import rewards
 from art_langgraph._lazy import lazy_getattr
 from art_langgraph.allocator import reexec_with_tcmalloc
+from art_langgraph.backend.choices import EngineChoice, ServerChoice, TrainerChoice
 from art_langgraph.branch import branch
 from art_langgraph.capture import TrajectoryCallback, capture, current_trajectory
 from art_langgraph.capture import register_trace_linker as _register_trace_linker
@@ -29,6 +30,8 @@ from art_langgraph.errors import (
     UsageError,
 )
 from art_langgraph.gather import gather_trajectories, gather_trajectory_groups
+from art_langgraph.integrations.env import langfuse_loggers
+from art_langgraph.integrations.trace_links import langfuse_trace_id
 from art_langgraph.interrupts import ThreadStore, resume_reward
 from art_langgraph.late_rewards import mark_pending, wait_for_rewards
 from art_langgraph.model import Model, TrainableModel, TrainResult
@@ -61,22 +64,20 @@ __getattr__ = lazy_getattr(
     },
 )
 
-# The loggers a backend given none takes from the environment (Langfuse's keys): filled
-# here, above the integrations, since the backends sit below them (tests/test_import_graph).
-_loggers.register_env_factory("art_langgraph.integrations.env:langfuse_loggers")
-# The trace a user's own Langfuse handler opened for a run, kept with its trajectory so the
-# exported rollout joins that trace: filled here for the same reason.
-_register_trace_linker(
-    "langfuse",
-    "art_langgraph.integrations.trace_links:langfuse_trace_id",
-    "langfuse_linked_trace_id",
-)
+# The loggers a backend given none takes from the environment (Langfuse's keys), and the
+# trace a user's own Langfuse handler opened for a run (kept with its trajectory so the
+# exported rollout joins that trace): registered here, above the integrations, since the
+# backends and capture sit below them (tests/test_import_graph). Neither module imports
+# an extra.
+_loggers.register_env_factory(langfuse_loggers)
+_register_trace_linker("langfuse", langfuse_trace_id, "langfuse_linked_trace_id")
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ArtError",
     "ContextLengthError",
+    "EngineChoice",
     "ExceptionInfo",
     "InfrastructureError",
     "LLMCall",
@@ -87,6 +88,7 @@ __all__ = [
     "ModelConfig",
     "NonFiniteRewardError",
     "RemoteBackend",
+    "ServerChoice",
     "ThreadStore",
     "ToolCall",
     "ToolEvent",
@@ -94,6 +96,7 @@ __all__ = [
     "TrainResult",
     "TrainableChatModel",
     "TrainableModel",
+    "TrainerChoice",
     "Trajectory",
     "TrajectoryCallback",
     "TrajectoryGroup",

@@ -34,7 +34,6 @@ Left out: LangChain's legacy text LLMs (`on_llm_start`), which chat graphs do no
 from __future__ import annotations
 
 import contextvars
-import importlib
 import json
 import logging
 import os
@@ -544,10 +543,14 @@ def _dump_default(value: Any) -> Any:
     return str(value)
 
 
+TraceLinkFn = Callable[[Any, UUID, "UUID | None"], "str | None"]
+"""`(handler, run_id, parent_run_id) -> trace id or None`: a tracer's linker."""
+
+
 @dataclass(frozen=True)
 class _TraceLinker:
     module_prefix: str
-    target: str
+    link: TraceLinkFn
     metadata_key: str
 
 
@@ -555,15 +558,14 @@ _TRACE_LINKERS: list[_TraceLinker] = []
 """The registered tracers' linkers (`register_trace_linker`), in order."""
 
 
-def register_trace_linker(module_prefix: str, target: str, metadata_key: str) -> None:
+def register_trace_linker(module_prefix: str, link: TraceLinkFn, metadata_key: str) -> None:
     """Link captured runs to a tracing tool's own traces. When a chat-model run has among its
-    callbacks a handler whose class's module starts with `module_prefix`, the function at
-    `target` (`"module:function"`, imported when first needed) is called as
-    `fn(handler, run_id, parent_run_id)`; the trace id it returns (or None) is kept as
+    callbacks a handler whose class's module starts with `module_prefix`, `link` is called
+    as `link(handler, run_id, parent_run_id)`; the trace id it returns (or None) is kept as
     `trajectory.metadata[metadata_key]`. The package root registers the integrations'
     (Langfuse's handler: `art_langgraph.integrations.trace_links`), so this module names
     none of them."""
-    linker = _TraceLinker(module_prefix, target, metadata_key)
+    linker = _TraceLinker(module_prefix, link, metadata_key)
     if linker not in _TRACE_LINKERS:
         _TRACE_LINKERS.append(linker)
 
@@ -581,8 +583,7 @@ def _linked_traces(run_id: UUID, parent_run_id: UUID | None) -> list[tuple[str, 
         for linker in _TRACE_LINKERS:
             if not module.startswith(linker.module_prefix):
                 continue
-            name, _, attr = linker.target.partition(":")
-            trace_id = getattr(importlib.import_module(name), attr)(h, run_id, parent_run_id)
+            trace_id = linker.link(h, run_id, parent_run_id)
             if trace_id is not None:
                 out.append((linker.metadata_key, trace_id))
     return out

@@ -312,26 +312,25 @@ def _review(args: argparse.Namespace) -> int:
 def _model_folder(model: str, path: str = ".art", project: str | None = None) -> Path:
     """A model's folder: `model` itself if it is one (it has `checkpoints/`), else
     `{path}/{project}/models/{model}`, in any project when `project` is None."""
+    from art_langgraph.backend.checkpoints import CheckpointFolder
     from art_langgraph.names import check_path_name
 
-    given = Path(model)
-    if (given / "checkpoints").is_dir():
-        return given.resolve()
+    given = CheckpointFolder(model)
+    if given.has_checkpoints():
+        return given.root
     check_path_name(model, "model name")
     root = Path(path)
     if project is not None:
-        found = [root / check_path_name(project, "project") / "models" / model]
+        at = CheckpointFolder.of(root, check_path_name(project, "project"), model)
+        found = [at] if at.has_checkpoints() else []
     else:
-        found = sorted(root.glob(f"*/models/{model}"))
-    found = [f for f in found if (f / "checkpoints").is_dir()]
+        found = CheckpointFolder.find(root, model)
     if len(found) == 1:
-        return found[0].resolve()
+        return found[0].root
     if len(found) > 1:
-        projects = ", ".join(f.parent.parent.name for f in found)
+        projects = ", ".join(f.project for f in found)
         raise UsageError(f"model {model!r} is in several projects ({projects}): pass --project")
-    known = sorted(
-        f"{f.parent.parent.name}/{f.name}" for f in root.glob("*/models/*") if f.is_dir()
-    )
+    known = sorted(f"{f.project}/{f.root.name}" for f in CheckpointFolder.all(root))
     where = f"project {project!r} under {root}" if project else str(root)
     raise UsageError(
         f"no model {model!r} in {where} (models there: {', '.join(known) or 'none'}); "
@@ -340,7 +339,8 @@ def _model_folder(model: str, path: str = ".art", project: str | None = None) ->
 
 
 def _promotion(args: argparse.Namespace) -> int:
-    from art_langgraph.backend.promotion import PromotionLog, checkpoint_steps
+    from art_langgraph.backend.checkpoints import CheckpointFolder
+    from art_langgraph.backend.promotion import PromotionLog
 
     folder = _model_folder(args.model, args.path, args.project)
     plog = PromotionLog(folder)
@@ -350,7 +350,7 @@ def _promotion(args: argparse.Namespace) -> int:
             "follows it only with ModelConfig(promote_on_evaluation=True)",
             file=sys.stderr,
         )
-    steps = checkpoint_steps(folder)
+    steps = CheckpointFolder(folder).steps()
     d = plog.promote(args.step, steps) if args.command == "promote" else plog.rollback(steps)
     print(f"{folder.name}: serving step {d.served} ({d.reason})")
     return 0

@@ -23,9 +23,8 @@ Left out: what each logger does (the modules under `art_langgraph.integrations`)
 
 from __future__ import annotations
 
-import importlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from art_langgraph.logger_protocol import RunInfo, TrajectoryLogger
 from art_langgraph.trajectory import TrajectoryGroup
@@ -84,16 +83,16 @@ class LoggerSet:
                 self._guard(lg, "close", exc)
 
 
-_ENV_FACTORIES: list[str] = []
-"""`"module:function"` names of the functions `loggers_from_env` calls, in order."""
+_ENV_FACTORIES: list[Callable[[], list[TrajectoryLogger]]] = []
+"""The functions `loggers_from_env` calls, in order."""
 
 
-def register_env_factory(target: str) -> None:
-    """Add a function (`"module:function"`, imported when first called) that returns the
-    loggers its environment asks for. The package root registers the integrations'
-    (`art_langgraph.integrations.env`), so this module names none of them."""
-    if target not in _ENV_FACTORIES:
-        _ENV_FACTORIES.append(target)
+def register_env_factory(factory: Callable[[], list[TrajectoryLogger]]) -> None:
+    """Add a function that returns the loggers its environment asks for. The package root
+    registers the integrations' (`art_langgraph.integrations.env`), so this module names
+    none of them."""
+    if factory not in _ENV_FACTORIES:
+        _ENV_FACTORIES.append(factory)
 
 
 def loggers_from_env() -> list[TrajectoryLogger]:
@@ -101,7 +100,6 @@ def loggers_from_env() -> list[TrajectoryLogger]:
     and LANGFUSE_SECRET_KEY are set and the `langfuse` extra is installed
     (`ART_LANGFUSE=0` turns it off); else none."""
     out: list[TrajectoryLogger] = []
-    for target in _ENV_FACTORIES:
-        module, _, name = target.partition(":")
-        out.extend(getattr(importlib.import_module(module), name)())
+    for factory in _ENV_FACTORIES:
+        out.extend(factory())
     return out

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from art_langgraph.backend.promotion import PromotionDecision
     from art_langgraph.chat_model import TrainableChatModel
-    from art_langgraph.training.trainer import ProgressFn
+    from art_langgraph.training.base import ProgressFn
     from art_langgraph.trajectory import Trajectory, TrajectoryGroup
 
 

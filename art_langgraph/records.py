@@ -14,6 +14,9 @@ The trajectories of every step (`trajectory.write_jsonl` / `read_groups`), the b
 `history.jsonl` and `promotion.jsonl`, the Langfuse records in a model's folder and
 art_mcp's journal all go through here.
 
+`finite_numbers(metrics)` keeps a metrics record's finite numbers (JSON has no NaN or
+infinity; a bool is not a metric), for the history, a checkpoint's marker and W&B alike.
+
 Left out: locking (each file has one writer at a time: its owner says how), compression.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -34,6 +38,16 @@ log = logging.getLogger(__name__)
 
 _M = TypeVar("_M", bound=BaseModel)
 _CHUNK = 1 << 16
+
+
+def is_finite_number(x: Any) -> bool:
+    """Whether `x` is an int or float (not a bool) that is neither NaN nor infinite."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def finite_numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The entries of `metrics` that are finite numbers (`is_finite_number`)."""
+    return {k: v for k, v in metrics.items() if is_finite_number(v)}
 
 
 class _NotAnObject(ValueError):

@@ -32,9 +32,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from art_langgraph.backend.checkpoints import recorded_base_model
+from art_langgraph.backend.checkpoints import CheckpointFolder
 from art_langgraph.errors import UsageError
-from art_langgraph.records import read_records
 from art_langgraph.trajectory import LLMCall, Trajectory, TrajectoryGroup, read_groups
 from art_langgraph.utils import atomic_write
 
@@ -91,8 +90,8 @@ def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _load_tokenizer(folder: Path) -> Any:
-    base = recorded_base_model(folder)
+def _load_tokenizer(folder: CheckpointFolder) -> Any:
+    base = folder.base_model()
     if not base:
         return None
     try:
@@ -105,18 +104,8 @@ def _load_tokenizer(folder: Path) -> Any:
         return None
 
 
-def _batches(folder: Path) -> dict[tuple[str, int], list[TrajectoryGroup]]:
-    out: dict[tuple[str, int], list[TrajectoryGroup]] = {}
-    root = folder / "trajectories"
-    for split_dir in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
-        for f in sorted(split_dir.glob("*.jsonl")):
-            if f.stem.isdigit():
-                out[(split_dir.name, int(f.stem))] = read_groups(f)
-    return out
-
-
-def _history(folder: Path) -> list[dict[str, Any]]:
-    return read_records(folder / "history.jsonl", missing_ok=True)
+def _batches(folder: CheckpointFolder) -> dict[tuple[str, int], list[TrajectoryGroup]]:
+    return {(split, step): read_groups(f) for split, step, f in folder.trajectory_files()}
 
 
 def _curve_svg(curves: dict[str, list[tuple[int, float]]]) -> str:
@@ -303,24 +292,24 @@ def write_review_page(
     """Write the review page of a model's folder (see the module docstring); returns its path.
     `tokenizer`: "auto" (the base model's, if it loads), None (token ids), or any object
     with `decode([id])`."""
-    folder = Path(folder).resolve()
-    if not folder.is_dir():
+    if not Path(folder).is_dir():
         raise UsageError(f"{folder} is not a folder")
-    batches = _batches(folder)
-    history = _history(folder)
+    model = CheckpointFolder(folder)
+    batches = _batches(model)
+    history = model.history()
     if not batches and not history:
         raise UsageError(
-            f"{folder} has no trajectories/ and no history.jsonl: is it a model's folder "
+            f"{model.root} has no saved trajectories and no history: is it a model's folder "
             "({path}/{project}/models/{name})?"
         )
     if tokenizer == "auto":
-        tokenizer = _load_tokenizer(folder)
+        tokenizer = _load_tokenizer(model)
     curves: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for (split, step), groups in sorted(batches.items()):
         rewards = [r for g in groups for r in g.rewards()]
         if rewards:
             curves[split].append((step, statistics.fmean(rewards)))
-    name, project = folder.name, folder.parent.parent.name
+    name, project = model.root.name, model.root.parent.parent.name
     order = sorted(batches, key=lambda k: (k[1], k[0]))
     jump = " ".join(f'<a href="#{_e(s)}-{n}">{_e(s)} {n}</a>' for s, n in order)
     n_traj = sum(len(g) for gs in batches.values() for g in gs)
@@ -338,7 +327,7 @@ def write_review_page(
         *(_step(s, n, batches[(s, n)], tokenizer, max_trajectories_per_step) for s, n in order),
         f"</main><script>{_JS}</script></body></html>",
     ]
-    target = Path(out) if out is not None else folder / "review.html"
+    target = Path(out) if out is not None else model.root / "review.html"
     with atomic_write(target) as f:
         f.write("".join(page))
     return target

@@ -16,8 +16,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import RootModel
+
 import art_langgraph as art
-from art_langgraph.errors import UsageError
+from art_langgraph.records import read_records
 from art_mcp.scenarios import Scenario
 
 SYSTEM = (
@@ -93,6 +95,14 @@ def final_answer(traj: art.Trajectory) -> str:
     return ""
 
 
+class SFTConversation(RootModel[list[dict[str, Any]] | dict[str, Any]]):
+    """One line of an SFT file: a conversation's messages, or {"messages": ..., "tools": ...}."""
+
+
+def _sft_hint(line: str) -> str:
+    return ' (each line is a conversation: a JSON list of messages, or {"messages": [...]})'
+
+
 def demonstrations(
     sft: list[Any] | str | Path | None, scen: list[Scenario], tools: list[Any]
 ) -> list[Any]:
@@ -112,11 +122,7 @@ def demonstrations(
         return {"messages": messages, "tools": specs}
 
     if isinstance(sft, str | Path):
-        lines = Path(sft).read_text().splitlines()
-        try:
-            sft = [json.loads(line) for line in lines if line.strip()]
-        except ValueError as exc:
-            raise UsageError(f"{sft}: not JSONL ({exc})") from None
+        sft = [c.root for c in read_records(sft, SFTConversation, hint=_sft_hint)]
     if sft is not None:
         return [agent_view(item) for item in sft]
     return [agent_view(s.demonstration) for s in scen if s.demonstration]

@@ -49,7 +49,7 @@ def backend_for(cfg: HarnessConfig, backend: Backend | None, log: Callable[[str]
         from art_langgraph.engine import VLLMEngineConfig
 
         vllm_config = VLLMEngineConfig(chat_template=cfg.chat_template, dtype=cfg.engine_dtype)
-        return art.LocalBackend(path=cfg.path, engine="vllm", engine_config=vllm_config)
+        return art.LocalBackend(path=cfg.path, engine=art.EngineChoice("vllm", config=vllm_config))
     if engine_set:
         from art_langgraph.engine import TorchEngineConfig
 
@@ -57,5 +57,7 @@ def backend_for(cfg: HarnessConfig, backend: Backend | None, log: Callable[[str]
             chat_template=cfg.chat_template,
             dtype=None if cfg.engine_dtype == "auto" else cfg.engine_dtype,
         )
-        return art.LocalBackend(path=cfg.path, engine="torch", engine_config=engine_config)
+        return art.LocalBackend(
+            path=cfg.path, engine=art.EngineChoice("torch", config=engine_config)
+        )
     return art.LocalBackend(path=cfg.path, engine=cfg.engine)

@@ -38,6 +38,7 @@ from typing import Any
 from pydantic import BaseModel
 
 import art_langgraph as art
+from art_langgraph.backend.checkpoints import CheckpointFolder
 from art_langgraph.errors import UsageError
 from art_langgraph.utils import iterate_dataset
 from art_mcp.agent import call_key
@@ -301,7 +302,7 @@ async def check(
                 training=art.ModelConfig(compute_dtype=cfg.compute_dtype),
             )
             await model.register(backend)
-            folder = Path(tmp) / cfg.project / "models" / "check"
+            folder = CheckpointFolder.of(tmp, cfg.project, "check").root
             scen = await run_scenarios(scenarios, local, servers.toolset, model, folder, log)
             train_set, val_set = split_scenarios(scen, cfg.val_fraction, cfg.seed)
             if warning := few_scenarios(len(train_set), len(val_set), cfg.groups_per_step):

@@ -37,6 +37,7 @@ from typing import Any
 
 import art_langgraph as art
 from art_langgraph.backend.base import Backend
+from art_langgraph.backend.checkpoints import CheckpointFolder
 from art_langgraph.errors import UsageError
 from art_langgraph.utils import iterate_dataset
 from art_mcp.agent import demonstrations
@@ -207,7 +208,8 @@ class _Run:
         await self.model.register(backend)
         # The harness's own files (scenarios, report) go beside the checkpoints when the
         # backend is embedded, under --path here when it is remote.
-        self.folder = Path(getattr(backend, "path", cfg.path)) / cfg.project / "models" / self.name
+        where = getattr(backend, "path", cfg.path)  # a remote backend has none here
+        self.folder = CheckpointFolder.of(where, cfg.project, self.name).root
         check_recipe(self.folder, recipe, cfg.allow_recipe_change)
         if cfg.review_queue:  # a clashing queue or missing keys stop here, before any rollout
             from art_langgraph.integrations.langfuse import annotation

@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from art_langgraph.backend.checkpoints import CheckpointFolder
 from art_langgraph.records import append_records, read_records
 from art_langgraph.rewards.calibration import JudgeCalibration
 from art_langgraph.utils import atomic_write
@@ -105,10 +106,10 @@ def journal_evaluations(journal: list[dict[str, Any]]) -> list[Evaluation]:
 def _grpo_records(folder: Path) -> list[dict[str, Any]] | None:
     """The GRPO steps committed in this folder's history.jsonl (SFT steps left out), in
     order; None when there is no history here (a remote backend keeps it)."""
-    if not (folder / "history.jsonl").exists():
+    model = CheckpointFolder(folder)
+    if not model.history_file.exists():
         return None
-    lines = read_records(folder / "history.jsonl")
-    return [h for h in lines if h.get("split") == "train" and "sft_steps" not in h]
+    return [h for h in model.history() if h.get("split") == "train" and "sft_steps" not in h]
 
 
 def grpo_steps(folder: Path, journal: list[dict[str, Any]]) -> list[dict[str, Any]]:

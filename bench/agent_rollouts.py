@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.engines import _tree_peak_rss_mib
-from bench.readme import update_readme, write_results
+from bench.readme import update_docs, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "agent_rollouts.json"
 ROOT = Path(__file__).resolve().parent.parent
@@ -210,7 +210,9 @@ async def _one(setting: str, args: argparse.Namespace) -> dict[str, Any]:
             dtype = None if args.dtype == "auto" else args.dtype
             kind, config = "torch", TorchEngineConfig(dtype=dtype, prefix_cache_bytes=budget)
         t0 = time.perf_counter()
-        async with art.LocalBackend(path=tmp, engine=kind, engine_config=config) as backend:
+        async with art.LocalBackend(
+            path=tmp, engine=art.EngineChoice(kind, config=config)
+        ) as backend:
             model = art.TrainableModel(
                 name="bench",
                 project="bench",
@@ -348,7 +350,7 @@ def main() -> None:
             "table": table,
         },
     )
-    update_readme("agent_rollouts", table)
+    update_docs("agent_rollouts", table)
 
 
 if __name__ == "__main__":

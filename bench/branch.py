@@ -46,7 +46,7 @@ from art_langgraph.branch import branch
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.prepare import prepare_step
 from art_langgraph.training.tensorize import micro_batches
-from bench.readme import update_readme, write_results
+from bench.readme import update_docs, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "branch.json"
 STEPS = 6
@@ -225,7 +225,7 @@ def main() -> None:
     r["markdown"] = table(r)
     print(r["markdown"])
     write_results(a.out, r)
-    if a.out == RESULTS and update_readme("branch", r["markdown"]):
+    if a.out == RESULTS and update_docs("branch", r["markdown"]):
         print("updated docs/benchmarks.md")
 
 

@@ -45,7 +45,7 @@ from langchain_openai import ChatOpenAI
 
 import art_langgraph as art
 from art_langgraph.capture import TrajectoryCallback
-from bench.readme import update_readme, write_results
+from bench.readme import update_docs, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "capture_overhead.json"
 
@@ -216,7 +216,7 @@ def main() -> None:
     r["markdown"] = table(r)
     print(r["markdown"])
     write_results(a.out, r)
-    if a.out == RESULTS and update_readme("capture_overhead", r["markdown"]):
+    if a.out == RESULTS and update_docs("capture_overhead", r["markdown"]):
         print("updated docs/benchmarks.md")
 
 

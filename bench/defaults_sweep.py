@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.learning import run_one, task_args
-from bench.readme import update_readme, write_results
+from bench.readme import update_docs, write_results
 from bench.trainer_roofline import cpu_flags
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
             task=task_args("capitals"),
         )
         write_results(RESULTS, data)
-        update_readme("defaults_sweep", table(data["rows"]))
+        update_docs("defaults_sweep", table(data["rows"]))
     print(table(data["rows"]))
 
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.readme import update_readme, write_results
+from bench.readme import update_docs, write_results
 
 RESULTS = Path(__file__).parent / "results" / "engine_kv.json"
 VARIANTS = ["dynamic_cache", "growing_cache"]
@@ -120,7 +120,7 @@ def main() -> None:
         r.pop("tokens")  # compared above; 36 x 256 ids per variant would bloat the JSON
     write_results(args.out, {"rows": rows, "identical_tokens": same})
     if args.out == RESULTS:
-        update_readme("engine_kv", table)
+        update_docs("engine_kv", table)
 
 
 if __name__ == "__main__":

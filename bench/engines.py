@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.readme import update_readme, write_results
+from bench.readme import update_docs, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "engines.json"
 
@@ -188,7 +188,7 @@ async def _rl(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     prompts = _prompts(args.rl_prompts)
     steps = []
     with tempfile.TemporaryDirectory() as d:
-        async with art.LocalBackend(d, engine=engine, engine_config=cfg) as backend:  # type: ignore[arg-type]
+        async with art.LocalBackend(d, engine=art.EngineChoice(engine, config=cfg)) as backend:  # type: ignore[arg-type]
             model = art.TrainableModel(name="m", project="b", base_model="smollm2-135m")
             await model.register(backend)
             client = model.openai_client(max_retries=0)
@@ -296,7 +296,7 @@ def report(args: argparse.Namespace, res: dict[str, Any]) -> None:
             "table": table,
         },
     )
-    update_readme("engines", table)
+    update_docs("engines", table)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.readme import update_readme, write_results
+from bench.readme import update_docs, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gpu_speed.json"
 SHAPES: dict[str, dict[str, Any]] = {
@@ -407,7 +407,7 @@ def main() -> None:
     write_results(args.out, data)
     print(text)
     if args.out == RESULTS and args.device.startswith("cuda"):
-        update_readme("gpu_speed", text)
+        update_docs("gpu_speed", text)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ from typing import Any
 
 from art_mcp.evaluation import Evaluation
 from bench.engines import _tree_peak_rss_mib
-from bench.readme import update_readme, write_results
+from bench.readme import update_docs, write_results
 from bench.trainer_roofline import cpu_flags
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -608,7 +608,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.compare:
         text = compare(args.compare)
         print(text)
-        update_readme(f"learning_compare_{args.compare}", text)
+        update_docs(f"learning_compare_{args.compare}", text)
         return
     if args.combine:
         datasets = combine(args.task, args.tag)
@@ -622,9 +622,9 @@ def main(argv: list[str] | None = None) -> None:
                 _band_plot(data["rows"], args.task, sfx)
                 text = "\n".join([summary(data), "", margin(data["rows"])]).strip()
             print(text)
-            update_readme(name, text)
+            update_docs(name, text)
         if not args.tag:
-            update_readme(f"learning_headline_{args.task}", headline(datasets))
+            update_docs(f"learning_headline_{args.task}", headline(datasets))
         return
     extra = args.extra.split()
     plan = [(int(s), False) for s in args.seeds.split(",") if s]
@@ -655,7 +655,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.tag:  # a tagged part waits for --combine
         sfx = host_suffix(host_key(data["machine"]))
         _band_plot(rows, args.task, sfx)
-        update_readme(f"learning_{args.task}{sfx}", summary(data))
+        update_docs(f"learning_{args.task}{sfx}", summary(data))
     print(table(rows))
 
 

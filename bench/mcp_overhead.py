@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from art_mcp import MCPToolset
-from bench.readme import update_readme, write_results
+from bench.readme import update_docs, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "mcp_overhead.json"
 SERVER = "python -m examples.mcp_server.server"
@@ -99,7 +99,7 @@ def main() -> None:
     r["markdown"] = table(r)
     print(r["markdown"])
     write_results(a.out, r)
-    if a.out == RESULTS and update_readme("mcp_overhead", r["markdown"]):
+    if a.out == RESULTS and update_docs("mcp_overhead", r["markdown"]):
         print("updated docs/benchmarks.md")
 
 

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.readme import update_readme, write_results
+from bench.readme import update_docs, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "merge_latest.json"
 
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         RESULTS,
         {"benchmark": "merge_latest", "settings": vars(args), "rows": rows, "markdown": text},
     )
-    if update_readme("merge_latest", text):
+    if update_docs("merge_latest", text):
         print("updated docs/benchmarks.md")
 
 

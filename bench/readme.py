@@ -2,7 +2,7 @@
 
     <!-- bench:NAME:start --> ... <!-- bench:NAME:end -->
 
-Every benchmark calls `update_readme(NAME, text)` after saving its JSON, so the docs
+Every benchmark calls `update_docs(NAME, text)` after saving its JSON, so the docs
 always show the last measured table; `publish` does the three steps a table-printing
 benchmark ends with (print the table, save the JSON with the date, host and arguments,
 update the docs). The markers live in `docs/benchmarks.md` and `docs/results.md` (and the
@@ -55,12 +55,6 @@ def update_docs(name: str, text: str, page: Path | None = None, kind: str = "ben
     return False
 
 
-def update_readme(name: str, text: str, readme: Path | None = None, kind: str = "bench") -> bool:
-    """The name every benchmark calls: `update_docs` (the tables moved from the README to
-    the docs pages; the README keeps only headline numbers)."""
-    return update_docs(name, text, readme, kind)
-
-
 def publish(name: str, path: Path, lines: list[str], args: argparse.Namespace, **data: Any) -> None:
     """A benchmark's last step: print its table (`lines`), save `data` as JSON at `path`
     with the date, the host (machine and matmul-relevant CPU flags), the arguments and the
@@ -79,4 +73,4 @@ def publish(name: str, path: Path, lines: list[str], args: argparse.Namespace, *
             "table": lines,
         },
     )
-    update_readme(name, text)
+    update_docs(name, text)

@@ -40,7 +40,7 @@ import httpx
 
 import art_langgraph as art
 from art_langgraph.backend.api.wire import ModelSpec, TrainRequest, encode_body
-from bench.readme import update_readme, write_results
+from bench.readme import update_docs, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "remote_step.json"
 ROOT = Path(__file__).resolve().parent.parent
@@ -210,7 +210,7 @@ def report(args: argparse.Namespace, res: dict[str, Any]) -> dict[str, Any]:
         "table": table,
     }
     write_results(RESULTS, data)
-    update_readme("remote_step", table)
+    update_docs("remote_step", table)
     return data
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import art_langgraph as art
-from bench.readme import update_readme, write_results
+from bench.readme import update_docs, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LAYOUTS = [(1, 1, False), (2, 1, False), (1, 2, False)]
@@ -178,7 +178,7 @@ def main() -> None:
     print(r["markdown"])
     name = "scale_step" if a.preset == "tiny" else f"scale_step_{a.preset}"
     write_results(RESULTS / f"{name}.json", r)
-    if update_readme(name, r["markdown"]):
+    if update_docs(name, r["markdown"]):
         print("updated docs/benchmarks.md")
 
 

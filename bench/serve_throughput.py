@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from bench.readme import update_readme, write_results
+from bench.readme import update_docs, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "serve_throughput.json"
 
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"saved {args.out}")
     if args.out == RESULTS.with_name(f"{block}.json"):
         text = "\n".join([result["header"], "", result["markdown"], "", *result["target_lines"]])
-        if update_readme(block, text):
+        if update_docs(block, text):
             print("updated docs/benchmarks.md")
 
 

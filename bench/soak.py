@@ -35,7 +35,7 @@ from typing import Any
 
 import httpx
 
-from bench.readme import update_readme, write_results
+from bench.readme import update_docs, write_results
 
 RESULTS = Path(__file__).parent / "results" / "soak.json"
 ROOT = Path(__file__).resolve().parent.parent
@@ -226,7 +226,7 @@ def main() -> None:
     print(table)
     write_results(args.out, result)
     if args.out == RESULTS:
-        update_readme("soak", table)
+        update_docs("soak", table)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.readme import update_readme, write_results
+from bench.readme import update_docs, write_results
 from bench.trainer_roofline import cpu_flags
 
 RESULTS = Path(__file__).resolve().parent / "results" / "train_run.json"
@@ -153,7 +153,7 @@ def main() -> None:
             "table": table,
         },
     )
-    update_readme("train_run", table)
+    update_docs("train_run", table)
 
 
 if __name__ == "__main__":

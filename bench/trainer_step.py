@@ -177,14 +177,14 @@ def main() -> None:
         )
     table = "\n".join(lines)
     print(table)
-    from bench.readme import update_readme, write_results
+    from bench.readme import update_docs, write_results
 
     write_results(
         args.out,
         {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows, "markdown": table},
     )
     if args.out == RESULTS:
-        update_readme("trainer_step", table)
+        update_docs("trainer_step", table)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from art_langgraph import ModelConfig, TrainConfig
+from art_langgraph import EngineChoice, ModelConfig, ServerChoice, TrainConfig, TrainerChoice
 from art_langgraph.backend.api.server import BackendServerConfig
 from art_langgraph.engine import TorchEngineConfig
 from art_langgraph.engine.vllm_engine import VLLMEngineConfig
@@ -38,6 +38,9 @@ def tables() -> dict[str, str]:
     return {
         "TrainConfig": config_table(TrainConfig),
         "ModelConfig": config_table(ModelConfig),
+        "EngineChoice": dataclass_table(EngineChoice),
+        "TrainerChoice": dataclass_table(TrainerChoice),
+        "ServerChoice": dataclass_table(ServerChoice),
         "TorchEngineConfig": dataclass_table(TorchEngineConfig),
         "VLLMEngineConfig": dataclass_table(VLLMEngineConfig),
         "ServerConfig": config_table(ServerConfig),

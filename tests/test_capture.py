@@ -51,17 +51,14 @@ def run_chain(handler: BaseCallbackHandler | None) -> art.Trajectory:
 
 
 def test_a_registered_tracer_links_its_trace() -> None:
-    register_trace_linker("toytracer", f"{__name__}:toy_trace_id", "toytracer_trace_id")
+    register_trace_linker("toytracer", toy_trace_id, "toytracer_trace_id")
     assert run_chain(ToyTracerHandler()).metadata["toytracer_trace_id"] == TRACE
     assert "toytracer_trace_id" not in run_chain(None).metadata  # no handler, no link
 
 
 def test_the_package_root_registers_langfuses_linker() -> None:
     from art_langgraph.capture import _TRACE_LINKERS
+    from art_langgraph.integrations.trace_links import langfuse_trace_id
 
-    linkers = {(t.module_prefix, t.target, t.metadata_key) for t in _TRACE_LINKERS}
-    assert (
-        "langfuse",
-        "art_langgraph.integrations.trace_links:langfuse_trace_id",
-        "langfuse_linked_trace_id",
-    ) in linkers
+    linkers = {(t.module_prefix, t.link, t.metadata_key) for t in _TRACE_LINKERS}
+    assert ("langfuse", langfuse_trace_id, "langfuse_linked_trace_id") in linkers

@@ -3,7 +3,8 @@ HTTP), and the model's folder on disk.
 
 - `base`: the contract (`Backend`, `TrainResult`, and `ModelRef`: a model as a backend
   sees it, so the contract never imports `art_langgraph.model`);
-- `local`: `LocalBackend`, engine + server + trainer in this process;
+- `local`: `LocalBackend`, engine + server + trainer in this process; `choices`: what it
+  runs (`EngineChoice`, `TrainerChoice`, `ServerChoice`), `engines` and `trainers`: starting them;
 - `remote`: `RemoteBackend`, the same contract over HTTP;
 - `api/`: the training API over HTTP (`art-langgraph backend`: `api.server`, `api.wire`);
 - `checkpoints`, `promotion`: the model's folder (atomic checkpoints, history, which
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from art_langgraph._lazy import lazy_getattr
 from art_langgraph.backend.base import Backend, ModelRef, TrainableModelRef, TrainResult
+from art_langgraph.backend.choices import EngineChoice, ServerChoice, TrainerChoice
 from art_langgraph.backend.promotion import PromotionDecision
 
 if TYPE_CHECKING:
@@ -35,10 +37,13 @@ __getattr__ = lazy_getattr(
 
 __all__ = [
     "Backend",
+    "EngineChoice",
     "LocalBackend",
     "ModelRef",
     "PromotionDecision",
     "RemoteBackend",
+    "ServerChoice",
     "TrainResult",
     "TrainableModelRef",
+    "TrainerChoice",
 ]

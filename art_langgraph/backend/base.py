@@ -14,14 +14,14 @@ Left out: the wire format of a remote backend (it carries the same calls).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
     from art_langgraph.backend.promotion import PromotionDecision
+    from art_langgraph.training.base import ProgressFn
     from art_langgraph.training.config import ModelConfig, TrainConfig
-    from art_langgraph.training.trainer import ProgressFn
     from art_langgraph.trajectory import TrajectoryGroup
 
 
@@ -50,6 +50,11 @@ class TrainableModelRef(ModelRef, Protocol):
 
     training: ModelConfig
     """The LoRA and training settings that live with the model."""
+
+
+def is_trainable(model: ModelRef) -> TypeGuard[TrainableModelRef]:
+    """Whether `model` is trainable (then its `training` settings may be read)."""
+    return model.trainable
 
 
 class TrainResult(BaseModel):

@@ -17,8 +17,9 @@ a line a kill lost. Every path handed out stays inside the
 model's folder.
 
 Two views of one folder: `CheckpointFolder` only reads (the complete steps, their
-markers, the base model they were trained on), so any process may open it: the CLI's
-promotion, the review page, the Langfuse export. `CheckpointStore` is the trainer's: it
+markers, the base model they were trained on, the history, the saved batches), so any
+process may open it: the CLI's promotion, the review page, the Langfuse export, the
+harness's report. It is the only code that knows the layout. `CheckpointStore` is the trainer's: it
 creates the folder and, when opened, tidies it (temp folders removed, invalid ones set
 aside), which only the process that writes checkpoints may do.
 
@@ -43,6 +44,7 @@ from art_langgraph.records import append_records, read_records
 log = logging.getLogger(__name__)
 
 MARKER = "checkpoint.json"
+MODELS, CHECKPOINTS, TRAJECTORIES = "models", "checkpoints", "trajectories"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -62,10 +64,37 @@ class CheckpointFolder:
     """A model's checkpoints, read only: no folder is created, tidied or set aside, so any
     process may open one, while the trainer writes."""
 
+    @classmethod
+    def of(cls, path: str | os.PathLike[str], project: str, name: str) -> CheckpointFolder:
+        """The folder of model `name` of `project` under a backend's `path`."""
+        return cls(Path(path) / project / MODELS / name)
+
+    @staticmethod
+    def find(path: str | os.PathLike[str], name: str) -> list[CheckpointFolder]:
+        """The folders of every model called `name` under `path` that has checkpoints, one
+        per project."""
+        found = sorted(Path(path).glob(f"*/{MODELS}/{name}"))
+        return [CheckpointFolder(f) for f in found if (f / CHECKPOINTS).is_dir()]
+
+    @staticmethod
+    def all(path: str | os.PathLike[str]) -> list[CheckpointFolder]:
+        """Every model folder under a backend's `path`, with or without checkpoints."""
+        return [CheckpointFolder(f) for f in sorted(Path(path).glob(f"*/{MODELS}/*")) if f.is_dir()]
+
+    @property
+    def project(self) -> str:
+        """The project the folder is under ({path}/{project}/models/{name})."""
+        return self.root.parent.parent.name
+
+    def has_checkpoints(self) -> bool:
+        """Whether the folder holds a checkpoints folder (a model a backend trained)."""
+        return self.checkpoints.is_dir()
+
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).resolve()
-        self.checkpoints = self.root / "checkpoints"
+        self.checkpoints = self.root / CHECKPOINTS
         self.history_file = self.root / "history.jsonl"
+        self.trajectories = self.root / TRAJECTORIES
 
     def _inside(self, p: Path) -> Path:
         p = p.resolve()
@@ -112,6 +141,46 @@ class CheckpointFolder:
             base = self.meta(step).get("base_model") or base
         return base
 
+    # ------------------------------------------------------ history, trajectories
+    def history(self) -> list[dict[str, Any]]:
+        """The metrics history, one record per step and logged split (none yet: [])."""
+        return read_records(self.history_file, missing_ok=True)
+
+    def trajectory_file(self, split: str, step: int) -> Path:
+        """Where step `step`'s batch of `split` is saved (it may not exist)."""
+        if not split.replace("_", "").replace("-", "").isalnum():
+            raise UsageError(f"split names are letters, digits, '-' and '_'; got {split!r}")
+        if not isinstance(step, int) or step < 0:
+            raise UsageError(f"a step is an int >= 0, got {step!r}")
+        return self._inside(self.trajectories / split / f"{step:04d}.jsonl")
+
+    def trajectory_files(self, step: int | None = None) -> list[tuple[str, int, Path]]:
+        """(split, step, file) of every saved batch, or only `step`'s, by split then step."""
+        if not self.trajectories.is_dir():
+            return []
+        return [
+            (split.name, int(f.stem), f)
+            for split in sorted(p for p in self.trajectories.iterdir() if p.is_dir())
+            for f in sorted(split.glob("*.jsonl"))
+            if f.stem.isdigit() and (step is None or int(f.stem) == step)
+        ]
+
+    def is_model_folder(self) -> bool:
+        """Whether a backend has written here: checkpoints, a history or trajectories."""
+        return any(p.exists() for p in (self.checkpoints, self.history_file, self.trajectories))
+
+    @staticmethod
+    def trajectory_file_of(path: str | os.PathLike[str]) -> tuple[CheckpointFolder, str, int]:
+        """The model folder, split and step of one saved batch's file
+        (`{folder}/trajectories/{split}/{step}.jsonl`); a `UsageError` for any other path."""
+        p = Path(path)
+        if not (p.stem.isdigit() and p.suffix == ".jsonl" and p.parent.parent.name == TRAJECTORIES):
+            raise UsageError(
+                f"{p} is not a model's {TRAJECTORIES}/{{split}}/{{step}}.jsonl: pass the file "
+                "the backend wrote, or the model's folder"
+            )
+        return CheckpointFolder(p.parent.parent.parent), p.parent.name, int(p.stem)
+
 
 class CheckpointStore(CheckpointFolder):
     """The on-disk state of one model, as its trainer writes it."""
@@ -124,9 +193,8 @@ class CheckpointStore(CheckpointFolder):
 
     # ----------------------------------------------------------------- paths
     def trajectories_path(self, split: str, step: int) -> Path:
-        if not split.replace("_", "").replace("-", "").isalnum():
-            raise UsageError(f"split names are letters, digits, '-' and '_'; got {split!r}")
-        path = self._inside(self.root / "trajectories" / split / f"{step:04d}.jsonl")
+        """`trajectory_file`, its folder made."""
+        path = self.trajectory_file(split, step)
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
@@ -232,12 +300,3 @@ class CheckpointStore(CheckpointFolder):
                 metrics = {k: v for k, v in h.items() if isinstance(v, int | float)}
                 return int(h["step"]), metrics
         return None
-
-    def history(self) -> list[dict[str, Any]]:
-        return read_records(self.history_file, missing_ok=True)
-
-
-def recorded_base_model(folder: str | os.PathLike[str]) -> str | None:
-    """The base model a model folder's checkpoints were trained on (the latest that says),
-    read without opening a store; None when none records one."""
-    return CheckpointFolder(folder).base_model()

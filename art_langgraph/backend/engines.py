@@ -1,50 +1,25 @@
 """Which inference engine a `LocalBackend` starts, and starting it.
 
-`EngineChoice` is what the backend was asked for (its `engine`, `replicas`, `ray`,
-`device` and `engine_config` arguments); `start_engine` turns it into a running
-`InferenceEngine`:
+`start_engine` turns an `EngineChoice` (`backend/choices.py`: what the backend was asked
+for) into a running `InferenceEngine`:
 
 - on Ray (`ray_address` set): `replicas` torch engines as Ray actors (`ReplicaEngine.start_ray`);
 - `replicas` > 1: that many engines, each in a process of its own (`ReplicaEngine.start`);
 - else one engine: vLLM (a managed server from `.venv-vllm`) or ours (`TorchEngine`), the
   kind `resolved_kind` picks ("auto": vLLM with a GPU and vLLM installed, else torch).
 
-Left out: the server in front of the engine and the trainer beside it (`backend/local.py`).
+Left out: the server in front of the engine (`backend/local.py`) and the trainer beside it
+(`backend/trainers.py`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from art_langgraph.backend.choices import EngineChoice
 from art_langgraph.engine.base import InferenceEngine
-
-
-@dataclass(frozen=True)
-class EngineChoice:
-    """What a `LocalBackend` was asked to run for inference (its arguments, unchanged)."""
-
-    kind: Literal["auto", "torch", "vllm"] = "auto"
-    """"torch" (ours, in this process), "vllm" (a managed vLLM server), "auto"."""
-    replicas: int = 1
-    """Engines behind one router; above 1, each in a process (or Ray actor) of its own."""
-    ray_address: str | None = None
-    """A Ray address, "auto" or "local": the torch replicas run as Ray actors."""
-    device: str | None = None
-    """The torch engine's device; None: CUDA when present."""
-    config: Any = None
-    """A `TorchEngineConfig` (torch) or `VLLMEngineConfig` (vllm); None: the defaults."""
-
-    def resolved_kind(self) -> Literal["torch", "vllm"]:
-        """The kind "auto" stands for here: vLLM on a GPU when `.venv-vllm` has it."""
-        if self.kind != "auto":
-            return self.kind
-        from art_langgraph.devices import pick_device
-        from art_langgraph.engine.vllm_engine import vllm_python
-
-        on_gpu = pick_device(self.device).startswith("cuda")
-        return "vllm" if on_gpu and vllm_python() is not None else "torch"
 
 
 @dataclass

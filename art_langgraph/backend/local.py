@@ -27,52 +27,39 @@ With `ray`, the replicas and the ranks are Ray actors (`scaleout/ray_cluster.py`
 from __future__ import annotations
 
 import asyncio
-import functools
+import dataclasses
 import logging
-import math
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from art_langgraph.allocator import glibc_warning
-from art_langgraph.backend.base import ModelRef, TrainableModelRef, TrainResult
-from art_langgraph.backend.checkpoints import CheckpointStore
-from art_langgraph.backend.engines import EngineChoice, start_engine
+from art_langgraph.backend.base import ModelRef, TrainableModelRef, TrainResult, is_trainable
+from art_langgraph.backend.checkpoints import CheckpointFolder, CheckpointStore
+from art_langgraph.backend.choices import EngineChoice, EngineKind, ServerChoice, TrainerChoice
+from art_langgraph.backend.engines import start_engine
 from art_langgraph.backend.promotion import PromotionDecision, PromotionLog
 from art_langgraph.backend.shutdown import OwnedResources, stop_at_exit
+from art_langgraph.backend.trainers import build_trainer
 from art_langgraph.engine.base import InferenceEngine
 from art_langgraph.errors import CheckpointError, UsageError
 from art_langgraph.heap import release_free_memory
 from art_langgraph.loggers import LoggerSet, RunInfo, TrajectoryLogger
 from art_langgraph.names import check_path_name, inference_name
+from art_langgraph.records import finite_numbers
 from art_langgraph.serving.app import create_app
 from art_langgraph.serving.config import ServerConfig
 from art_langgraph.serving.registry import ModelRegistry
 from art_langgraph.serving.runner import ServerHandle, start_app_server
-from art_langgraph.training.base import Trainer
+from art_langgraph.training.base import ProgressFn, Trainer
 from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.prepare import prepare_step
 from art_langgraph.training.sft import sft_sequences
 from art_langgraph.training.tensorize import TrainSequence
-from art_langgraph.training.trainer import LoRATrainer, ProgressFn
 from art_langgraph.trajectory import TrajectoryGroup, as_groups, write_jsonl
 
 log = logging.getLogger(__name__)
-
-
-def _warn_on_glibc(trainer: LoRATrainer) -> None:
-    """Once a process: a CPU trainer under glibc's malloc peaks at 2-3x its live memory."""
-    if trainer.device.type == "cpu":
-        _warn_once_on_glibc()
-
-
-@functools.cache
-def _warn_once_on_glibc() -> None:
-    advice = glibc_warning()
-    if advice:
-        log.warning(advice)
 
 
 @dataclass
@@ -87,6 +74,13 @@ class _Run:
     promotion: PromotionLog | None = None
     """The promotion history, with `ModelConfig.promote_on_evaluation`."""
 
+    @property
+    def training(self) -> ModelConfig:
+        """The model's training settings (a model that is not trainable never trains)."""
+        if not is_trainable(self.model):
+            raise UsageError(f"model {self.model.name!r} is not trainable")
+        return self.model.training
+
 
 class LocalBackend:
     """Engine + server + trainer in this process. Use `async with LocalBackend() as backend:`."""
@@ -95,73 +89,56 @@ class LocalBackend:
         self,
         path: str | Path = ".art",
         *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        api_key: str | None = None,
-        engine_config: Any = None,
-        device: str | None = None,
-        max_loaded_adapters: int = 4,
+        engine: EngineChoice | EngineKind = "auto",
+        trainer: TrainerChoice | None = None,
+        server: ServerChoice | None = None,
         server_config: ServerConfig | None = None,
-        http: bool = True,
-        engine: Literal["auto", "torch", "vllm"] = "auto",
         loggers: list[TrajectoryLogger] | None = None,
-        trainer_ranks: int = 1,
-        replicas: int = 1,
+        replicas: int | None = None,
         ray: str | None = None,
-        trainer_fsdp: bool | None = None,
+        trainer_ranks: int | None = None,
     ) -> None:
-        """`path`: where models live on disk. `max_loaded_adapters`: steps kept in the engine's
-        memory per model; older pinned steps are loaded from disk on demand. `server_config`:
-        the OpenAI server's limits and timeouts. `http=False` starts no server of its own:
-        the OpenAI app is left in `self.app` for a server that mounts it (the backend server).
-        `engine`: "torch" (our engine, in this process), "vllm" (a managed vLLM server from
-        `.venv-vllm`; `engine_config` is then a `VLLMEngineConfig`), or "auto": vLLM when it
-        is installed and a GPU is present, else torch. `trainer_ranks`: 1 (default) trains in
-        this process; W > 1 on W data-parallel ranks in worker processes (gloo on the CPU,
-        NCCL on W GPUs; `DistributedTrainer`). `loggers`: where trajectories and
-        metrics also go (`LangfuseLogger`, `WandbLogger`); None: a `LangfuseLogger` when
-        `LANGFUSE_PUBLIC_KEY`/`LANGFUSE_SECRET_KEY` are set, else none. `replicas`: inference
-        replicas (>= 1); above 1, each engine runs in a process of its own behind one
-        `ReplicaEngine` (scaleout/replicas.py: routing, all-or-nothing adapter loads, restarts).
-        `ray`: a Ray address, "auto" (this machine's cluster) or "local" (a Ray instance in
-        this process): the `replicas` torch engines and the `trainer_ranks` ranks then run as
-        Ray actors placed on the cluster (scaleout/ray_cluster.py; needs the `ray` extra, and `path`
-        on a filesystem every node reads); None (default): local processes, no Ray.
-        `trainer_fsdp` (with several ranks, or with Ray): shard the frozen base, the adapter
-        and its optimizer state over the ranks with FSDP2; None (default): when the base's
-        weights take more than 40% of a rank's CUDA device, never on the CPU."""
-        if not isinstance(replicas, int) or replicas < 1:
-            raise UsageError(f"replicas must be an integer >= 1, got {replicas!r}")
-        self.replicas = replicas
-        if engine not in ("auto", "torch", "vllm"):
-            raise UsageError(f"engine must be 'auto', 'torch' or 'vllm', not {engine!r}")
-        self.path = Path(path).resolve()
-        self.host, self.port, self.api_key = host, port, api_key
-        self.engine_config, self.device = engine_config, device
-        self.max_loaded_adapters = max_loaded_adapters
-        if not isinstance(trainer_ranks, int) or trainer_ranks < 1:
-            raise UsageError(f"trainer_ranks must be an integer >= 1, got {trainer_ranks!r}")
-        self.trainer_ranks = trainer_ranks
-        if ray is not None and engine == "vllm":
-            raise UsageError(
-                "vLLM replicas are not placed on Ray (only torch ones are): use engine='torch' "
-                "with ray, or vLLM without ray"
+        """`path`: where models live on disk ({path}/{project}/models/{name}).
+
+        What runs (`backend/choices.py`): `engine`, an `EngineChoice` or its kind ("auto":
+        vLLM with a GPU and `.venv-vllm`, else our torch engine; "torch"; "vllm");
+        `trainer`, a `TrainerChoice` (default: one trainer in this process); `server`, a
+        `ServerChoice` (default: 127.0.0.1 on a free port, no key); `server_config`: the
+        OpenAI server's limits and timeouts. `replicas`, `ray` and `trainer_ranks` are
+        shorthands for `EngineChoice.replicas`, `EngineChoice.ray_address` and
+        `TrainerChoice.ranks`.
+
+        `loggers`: where trajectories and metrics also go (`LangfuseLogger`, `WandbLogger`);
+        None: a `LangfuseLogger` when `LANGFUSE_PUBLIC_KEY`/`LANGFUSE_SECRET_KEY` are set,
+        else none."""
+        if not isinstance(engine, EngineChoice):
+            engine = EngineChoice(engine)
+        if replicas is not None or ray is not None:
+            engine = dataclasses.replace(
+                engine,
+                replicas=engine.replicas if replicas is None else replicas,
+                ray_address=engine.ray_address if ray is None else ray,
             )
-        self.ray_address = ray
-        self.engine_choice = EngineChoice(engine, replicas, ray, device, engine_config)
-        """The inference engine asked for (`backend/engines.py` starts it)."""
-        if trainer_fsdp and trainer_ranks == 1 and ray is None:
+        trainer = trainer or TrainerChoice()
+        if trainer_ranks is not None:
+            trainer = dataclasses.replace(trainer, ranks=trainer_ranks)
+        if trainer.fsdp and trainer.ranks == 1 and engine.ray_address is None:
             raise UsageError(
                 "trainer_fsdp=True shards the trainer over its ranks, and with trainer_ranks=1 "
                 "and no ray there is one plain trainer: set trainer_ranks >= 2, or leave "
                 "trainer_fsdp at None (automatic)"
             )
-        self.trainer_fsdp = trainer_fsdp
+        self.path = Path(path).resolve()
+        self.engine_choice = engine
+        """The inference engine asked for (`backend/engines.py` starts it)."""
+        self.trainer_choice = trainer
+        """The trainer asked for (`backend/trainers.py` builds it)."""
+        self.server_choice = server or ServerChoice()
+        """Where the OpenAI server listens, or that there is none."""
+        self.server_config = server_config
         self._ray: Any = None
         self._share: Any = None
-        self.server_config = server_config
         self.registry: ModelRegistry | None = None
-        self.http = http
         self.app: Any = None
         """The OpenAI ASGI app, once the engine runs (with or without a server of our own)."""
         self._base_model: str | None = None
@@ -210,7 +187,7 @@ class LocalBackend:
             )
         check_path_name(model.name, "model name")  # fields may have been reassigned since
         check_path_name(model.project, "project")
-        store = CheckpointStore(self.path / model.project / "models" / model.name)
+        store = CheckpointStore(CheckpointFolder.of(self.path, model.project, model.name).root)
         if recovered := store.reconcile_history():
             log.warning(
                 "%s: history lines of steps %s restored from checkpoints", model.name, recovered
@@ -222,13 +199,14 @@ class LocalBackend:
                     f"checkpoint {step} of {model.name!r} was trained on {trained_on!r}, not "
                     f"{model.base_model!r}: use the same base_model, or another name/project"
                 )
+        training = model.training if is_trainable(model) else None
         if self.engine is None:
-            rank = model.training.lora_r if model.trainable else 8  # type: ignore[attr-defined]
+            rank = training.lora_r if training else 8
             await asyncio.to_thread(self._start, model.base_model, store.root, rank)
-        rank_limit = getattr(self.engine, "max_lora_rank", None)
-        if model.trainable and rank_limit is not None and model.training.lora_r > rank_limit:  # type: ignore[attr-defined]
+        rank_limit = self._engine().traits.max_lora_rank
+        if training and rank_limit is not None and training.lora_r > rank_limit:
             raise UsageError(
-                f"lora_r={model.training.lora_r} is above the engine's max_lora_rank={rank_limit}"  # type: ignore[attr-defined]
+                f"lora_r={training.lora_r} is above the engine's max_lora_rank={rank_limit}"
             )
         assert self.registry is not None
         run = _Run(model, store)
@@ -240,7 +218,7 @@ class LocalBackend:
             )
         if model.trainable:
             await self._resume(run)
-        if model.trainable and model.training.promote_on_evaluation:  # type: ignore[attr-defined]
+        if training and training.promote_on_evaluation:
             run.promotion = PromotionLog(store.root)
             if started := run.promotion.start(run.step):
                 log.info("%s: %s", model.name, started.reason)
@@ -249,7 +227,7 @@ class LocalBackend:
             self.registry.set_promotion(model.name, None)
         if self.server is not None:
             model.inference_base_url = self.server.base_url
-            model.inference_api_key = self.api_key or "local"
+            model.inference_api_key = self.server_choice.api_key or "local"
 
     @property
     def base_model(self) -> str | None:
@@ -288,22 +266,27 @@ class LocalBackend:
         self._base_path = resolve_preset(base_model)
         # logs (vLLM's, the replicas') land in the first model's folder: one engine serves all
         started = start_engine(
-            self.engine_choice, self._base_path, folder / "logs", lora_rank, self.trainer_ranks
+            self.engine_choice,
+            self._base_path,
+            folder / "logs",
+            lora_rank,
+            self.trainer_choice.ranks,
         )
         self._owned.engine = started.engine
         self._ray, self._share = started.ray, started.share
         if started.ray_started:  # the Ray instance "local" started in this process ends with us
             self._owned.ray = started.ray
         self.registry = ModelRegistry(base_model)
+        where = self.server_choice
         self.app = create_app(
-            started.engine, self.registry, api_key=self.api_key, config=self.server_config
+            started.engine, self.registry, api_key=where.api_key, config=self.server_config
         )
-        if self.http:
+        if where.http:
             self._owned.server = start_app_server(
                 self.app,
-                host=self.host,
-                port=self.port,
-                api_key=self.api_key,
+                host=where.host,
+                port=where.port,
+                api_key=where.api_key,
                 config=self.server_config,
             )
         self._base_model = base_model
@@ -327,59 +310,23 @@ class LocalBackend:
         await self._engine().load_adapter(_adapter(name, step), path)
         self.registry.set_step(name, step, _adapter(name, step), path)
         run.loaded.append(step)
-        while len(run.loaded) > self.max_loaded_adapters:
+        while len(run.loaded) > self.engine_choice.max_loaded_adapters:
             old = run.loaded.pop(0)
             await self._engine().unload_adapter(_adapter(name, old))
 
     def _build_trainer(self, run: _Run) -> Trainer:
         """A trainer holding exactly the latest checkpoint (adapter and optimizer)."""
-        assert self._base_path is not None and run.model.trainable
-        trainer: Trainer
-        if self.trainer_ranks > 1 or self._ray is not None:
-            from art_langgraph.scaleout.distributed import DistributedTrainer
-
-            trainer = DistributedTrainer(
-                self._base_path,
-                self._training(run.model.training),  # type: ignore[attr-defined]
-                self.trainer_ranks,
-                self.device,
-                ray=self._ray,
-                share=self._share,
-                fsdp=self.trainer_fsdp,
-            )
-            if run.step > 0:
-                trainer.load(run.store.path(run.step))  # a failure stops its ranks
-            return trainer
-        trainer = LoRATrainer(
+        assert self._base_path is not None
+        return build_trainer(
+            self.trainer_choice,
             self._base_path,
-            self._training(run.model.training),  # type: ignore[attr-defined]
-            self.device,
-            shared=getattr(self.engine, "shared_base", None),  # our engine: one copy of the weights
+            run.training,
+            self.engine_choice.device,
+            self._engine().traits,
+            run.store.path(run.step) if run.step > 0 else None,
+            ray=self._ray,
+            share=self._share,
         )
-        _warn_on_glibc(trainer)
-        if run.step > 0:
-            trainer.load(run.store.path(run.step))
-        return trainer
-
-    def _training(self, config: ModelConfig) -> ModelConfig:
-        """`config` with `dtype="auto"` (and an `auto` compute dtype) resolved to the engine's
-        weights dtype, so the trainer computes in the sampler's precision (and, on our
-        engine, wraps its very tensors); `auto`'s machine rule (`devices.pick_dtype`) where
-        the engine does not say."""
-        if config.dtype != "auto":
-            return config
-        shared = getattr(self.engine, "shared_base", None)
-        name = (
-            str(shared.dtype).removeprefix("torch.")
-            if shared is not None
-            else getattr(self.engine, "weights_dtype", None)
-        )
-        if name not in ("float32", "bfloat16"):
-            return config
-        update = {"dtype": name}
-        if config.compute_dtype == "auto":  # no autocast away from the sampler's precision
-            update["compute_dtype"] = name
-        return config.model_copy(update=update)
 
     async def _trainer(self, run: _Run) -> Trainer:
         """The run's trainer, built on first use. A latest checkpoint whose trainer state does
@@ -469,15 +416,10 @@ class LocalBackend:
         """Train (in a thread), checkpoint atomically, swap the adapter in; the step advances."""
         assert self.registry is not None
         name = run.model.name
-        paused = not (
-            run.model.trainable and run.model.training.serve_during_training  # type: ignore[attr-defined]
-        )
+        paused = not (is_trainable(run.model) and run.model.training.serve_during_training)
         if paused:
             self.registry.pause(name)
-            from art_langgraph.engine.torch_engine import TorchEngine
-
-            if isinstance(self.engine, TorchEngine):
-                await self.engine.drop_prefix_cache()  # its KV is of the weights being replaced
+            await self._engine().reset_prefix_cache()  # its KV is of the weights being replaced
         t0 = time.perf_counter()
         trim: asyncio.Future[bool] | None = None
         try:
@@ -486,7 +428,7 @@ class LocalBackend:
                 metrics.update(await asyncio.to_thread(work, trainer))
                 meta: dict[str, Any] = {
                     "base_model": run.model.base_model,
-                    "metrics": _finite(metrics),
+                    "metrics": finite_numbers(metrics),
                 }
                 if request_id:
                     meta["request_id"] = request_id
@@ -515,7 +457,7 @@ class LocalBackend:
         record: dict[str, Any] = {"step": new_step, "split": "train", "time": time.time()}
         if request_id:
             record["request_id"] = request_id
-        run.store.append_history({**record, **_finite(metrics)})
+        run.store.append_history({**record, **finite_numbers(metrics)})
         return TrainResult(step=new_step, metrics=metrics)
 
     async def train_sft(
@@ -591,7 +533,7 @@ class LocalBackend:
             run.promotion.record_evaluation,
             step,
             score,
-            run.model.training.promotion_tolerance,  # type: ignore[attr-defined]
+            run.training.promotion_tolerance,
             run.store.steps(),
         )
         log.info("%s: step %d %s: %s", model.name, step, _verdict(decision), decision.reason)
@@ -651,7 +593,3 @@ def _verdict(decision: PromotionDecision) -> str:
 
 def _adapter(name: str, step: int) -> str:
     return inference_name(name, step)
-
-
-def _finite(metrics: dict[str, float]) -> dict[str, float]:
-    return {k: v for k, v in metrics.items() if isinstance(v, int | float) and math.isfinite(v)}

@@ -40,7 +40,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from art_langgraph.backend.checkpoints import CheckpointFolder
 from art_langgraph.errors import UsageError
 from art_langgraph.records import read_records, write_records
 
@@ -140,13 +139,6 @@ def _score_of(history: list[PromotionDecision], step: int) -> float | None:
         if d.step == step and d.score is not None:
             return d.score
     return None
-
-
-def checkpoint_steps(folder: str | os.PathLike[str]) -> list[int]:
-    """Steps with a complete checkpoint in a model's folder, read through a
-    `CheckpointFolder` (a `CheckpointStore` tidies the folder: not from another process
-    than the trainer)."""
-    return CheckpointFolder(folder).steps()
 
 
 class PromotionLog:

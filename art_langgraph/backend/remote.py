@@ -47,8 +47,8 @@ from art_langgraph.loggers import LoggerSet, RunInfo, TrajectoryLogger
 from art_langgraph.trajectory import TrajectoryGroup, as_groups
 
 if TYPE_CHECKING:
+    from art_langgraph.training.base import ProgressFn
     from art_langgraph.training.config import TrainConfig
-    from art_langgraph.training.trainer import ProgressFn
 
 _T = TypeVar("_T")
 

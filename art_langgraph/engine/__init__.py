@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from art_langgraph._lazy import lazy_getattr
 from art_langgraph.engine.base import (
     EngineMetrics,
+    EngineTraits,
     GenerateResult,
     InferenceEngine,
     SamplingParams,
@@ -30,6 +31,7 @@ __getattr__ = lazy_getattr(
 
 __all__ = [
     "EngineMetrics",
+    "EngineTraits",
     "GenerateResult",
     "InferenceEngine",
     "SamplingParams",

@@ -9,6 +9,11 @@ Log-probabilities are those of the model's raw distribution (temperature 1, befo
 top-p and before any grammar mask), as vLLM reports them by default: that is what a
 trainer recomputes, so the importance ratio compares like with like.
 
+Beside serving, an engine tells a backend what it must know to train beside it
+(`EngineTraits`: the weights' dtype, the largest LoRA rank it loads, the base weights a
+trainer in the same process may share) and takes one hook, `reset_prefix_cache`, before
+a training step replaces the weights its cached KV was computed under.
+
 Left out: the implementations (`torch_engine.py`, `vllm_engine.py`; R engines behind one
 router: `scaleout/replicas.py`).
 """
@@ -118,9 +123,23 @@ class EngineMetrics:
     """Gauge: requests queued, not yet admitted."""
 
 
+@dataclass(frozen=True)
+class EngineTraits:
+    """What a backend training beside an engine needs to know about it."""
+
+    weights_dtype: str | None = None
+    """The dtype the engine samples in ("float32", "bfloat16"), which an `auto` trainer
+    takes so that it computes in the sampler's precision; None: the engine does not say."""
+    max_lora_rank: int | None = None
+    """The largest LoRA rank the engine loads (vLLM's `--max-lora-rank`); None: any."""
+    shared_base: Any = None
+    """The frozen base weights (`engine/shared_base.py::SharedBase`) a trainer in this
+    process may wrap instead of loading its own copy; None for an engine in another process."""
+
+
 @runtime_checkable
 class InferenceEngine(Protocol):
-    """What the server needs from an engine."""
+    """What the server and a backend need from an engine."""
 
     context_length: int
     """Most tokens (prompt + completion) one sequence may hold."""
@@ -130,6 +149,11 @@ class InferenceEngine(Protocol):
     """The model's vocabulary: every token id is below it."""
     grammars: GrammarCompiler
     """Compiles constraints (JSON schemas, forced tool calls) into grammars for `SamplingParams`."""
+
+    @property
+    def traits(self) -> EngineTraits:
+        """What a backend training beside this engine needs to know about it."""
+        ...
 
     async def generate(
         self, prompt_ids: Sequence[int], sampling: SamplingParams, adapter: str | None = None
@@ -157,6 +181,13 @@ class InferenceEngine(Protocol):
 
     def metrics(self) -> EngineMetrics:
         """The engine's counters and gauges now (cheap; called on every `/metrics` scrape)."""
+        ...
+
+    async def reset_prefix_cache(self) -> None:
+        """Drop the KV kept between requests: a training step that pauses serving is about to
+        replace the weights it was computed under, and its memory is the trainer's meanwhile.
+        An engine whose cache lives elsewhere (another process) may do nothing: cached KV is
+        keyed by the weights it was computed under, so it is never served for new ones."""
         ...
 
     async def close(self) -> None:

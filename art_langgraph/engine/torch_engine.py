@@ -53,7 +53,13 @@ import torch
 
 from art_langgraph.devices import parameter_count, pick_device, pick_engine_dtype, torch_dtype
 from art_langgraph.engine.adapter_slots import BASE_KEY, AdapterSlots
-from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
+from art_langgraph.engine.base import (
+    EngineMetrics,
+    EngineTraits,
+    GenerateResult,
+    SamplingParams,
+    TokenEvent,
+)
 from art_langgraph.engine.budgets import kv_budget, kv_token_bytes, prefix_budget
 from art_langgraph.engine.constrained import GrammarCompiler
 from art_langgraph.engine.kv_cache import (
@@ -261,7 +267,14 @@ class TorchEngine:
             waiting=self._inbox.qsize() + (self._held is not None),
         )
 
-    async def drop_prefix_cache(self) -> None:
+    @property
+    def traits(self) -> EngineTraits:
+        """Its weights' dtype, and the frozen base a trainer in this process wraps (one copy
+        of the weights); any LoRA rank loads."""
+        dtype = str(self.shared_base.dtype).removeprefix("torch.")
+        return EngineTraits(weights_dtype=dtype, shared_base=self.shared_base)
+
+    async def reset_prefix_cache(self) -> None:
         """Empty the prefix cache now (a training step is about to replace the weights its
         KV was computed under, and nothing is served meanwhile): its memory goes to the
         trainer instead of waiting for the swap."""

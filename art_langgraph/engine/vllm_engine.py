@@ -58,7 +58,13 @@ from typing import Any
 
 import httpx
 
-from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
+from art_langgraph.engine.base import (
+    EngineMetrics,
+    EngineTraits,
+    GenerateResult,
+    SamplingParams,
+    TokenEvent,
+)
 from art_langgraph.engine.watchdog import WATCHDOG, WatchedProcess
 from art_langgraph.errors import ContextLengthError, InfrastructureError, UsageError
 from art_langgraph.event_loops import PerLoop
@@ -509,6 +515,17 @@ class VLLMEngine:
 
     def list_adapters(self) -> list[str]:
         return list(self._adapters)
+
+    @property
+    def traits(self) -> EngineTraits:
+        """vLLM's weights dtype and its `--max-lora-rank`; its weights live in its own
+        process, so a trainer loads its own copy."""
+        return EngineTraits(weights_dtype=self.weights_dtype, max_lora_rank=self.max_lora_rank)
+
+    async def reset_prefix_cache(self) -> None:
+        """Nothing: vLLM keys its cached blocks by the LoRA adapter they were computed under
+        (each step's adapter has a name of its own), and its KV memory is allocated once
+        at start, so dropping it would free nothing for the trainer."""
 
     # ------------------------------------------------------------------ metrics
     def metrics(self) -> EngineMetrics:

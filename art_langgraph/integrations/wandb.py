@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import statistics
 from pathlib import Path
 from typing import Any
 
 from art_langgraph.logger_protocol import RunInfo
+from art_langgraph.records import finite_numbers
 from art_langgraph.trajectory import Trajectory, TrajectoryGroup
 
 _COLUMNS = [
@@ -55,14 +55,6 @@ def _wandb() -> Any:
             "WandbLogger needs the wandb extra: pip install 'art-langgraph[wandb]'"
         ) from exc
     return wandb
-
-
-def _finite(metrics: dict[str, Any]) -> dict[str, float]:
-    return {
-        k: float(v)
-        for k, v in metrics.items()
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-    }
 
 
 def _row(step: int, split: str, group: int, t: Trajectory) -> list[Any]:
@@ -139,7 +131,7 @@ class WandbLogger:
 
     # the TrajectoryLogger protocol
     def log_metrics(self, run: RunInfo, step: int, split: str, metrics: dict[str, float]) -> None:
-        data = {f"{split}/{k}": v for k, v in _finite(metrics).items()}
+        data = {f"{split}/{k}": v for k, v in finite_numbers(metrics).items()}
         if data:
             self._run(run).log({**data, "training_step": step})
 

@@ -62,9 +62,9 @@ from typing import Any, NoReturn, Protocol
 
 from art_langgraph.devices import pick_device
 from art_langgraph.errors import TrainerRankError, UsageError
+from art_langgraph.training.base import ProgressFn
 from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.tensorize import TrainSequence
-from art_langgraph.training.trainer import ProgressFn
 
 _ENTRY = "import sys; from art_langgraph.scaleout.rank import main; main(int(sys.argv[1]))"
 

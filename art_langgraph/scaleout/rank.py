@@ -26,8 +26,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from art_langgraph.training.base import ProgressFn
 from art_langgraph.training.config import ModelConfig
-from art_langgraph.training.trainer import ProgressFn
 
 
 def main(fd: int) -> None:

@@ -48,7 +48,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
+from art_langgraph.engine.base import (
+    EngineMetrics,
+    EngineTraits,
+    GenerateResult,
+    SamplingParams,
+    TokenEvent,
+)
 from art_langgraph.errors import InfrastructureError, UsageError
 from art_langgraph.event_loops import PerLoop
 from art_langgraph.scaleout.replica_clients import (
@@ -445,6 +451,16 @@ class ReplicaEngine:
 
     def list_adapters(self) -> list[str]:
         return sorted(self._adapters)
+
+    @property
+    def traits(self) -> EngineTraits:
+        """The replicas' largest LoRA rank (vLLM's; None: any). Their weights live in their
+        own processes, so a trainer loads its own copy in its own dtype rule."""
+        return EngineTraits(max_lora_rank=self.max_lora_rank)
+
+    async def reset_prefix_cache(self) -> None:
+        """Nothing: each replica's prefix cache is keyed by the adapter its KV was computed
+        under, and its memory is its own process's, not the trainer's."""
 
     # ------------------------------------------------------------- metrics
     def metrics(self) -> EngineMetrics:

@@ -11,14 +11,18 @@ Left out: streaming sequences to the trainer while rollouts finish (a step is se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from art_langgraph.training.config import TrainConfig
     from art_langgraph.training.tensorize import TrainSequence
+
+ProgressFn = Callable[[str, dict[str, Any]], None]
+"""Called as progress(stage, info) with stage in {"micro_batch", "optimizer_step"}; a
+micro-batch's info is {"index", "tokens", "total_tokens"} (trained tokens: its own, and
+the whole step's)."""
 
 
 @runtime_checkable
@@ -32,10 +36,10 @@ class Trainer(Protocol):
         self,
         seqs: list[TrainSequence],
         config: TrainConfig,
-        progress: Callable[[str, dict[str, Any]], None] | None = None,
+        progress: ProgressFn | None = None,
     ) -> dict[str, float]:
         """One GRPO optimizer step over the step's sequences; returns its metrics.
-        `progress(stage, info)`: see `trainer.ProgressFn`."""
+        `progress(stage, info)`: see `ProgressFn`."""
         ...
 
     def sft_step(self, seqs: list[TrainSequence], config: TrainConfig) -> dict[str, float]:

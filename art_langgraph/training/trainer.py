@@ -43,7 +43,6 @@ import json
 import math
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +59,7 @@ from art_langgraph.engine.shared_base import SharedBase, model_over
 from art_langgraph.errors import CheckpointError, UsageError
 from art_langgraph.heap import heap_for_large_blocks
 from art_langgraph.training import loss as L
+from art_langgraph.training.base import ProgressFn
 from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.fsdp import (
     adapter_keys,
@@ -76,11 +76,6 @@ from art_langgraph.training.tensorize import MicroBatch, TrainSequence, micro_ba
 warnings.filterwarnings(
     "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
 )
-
-ProgressFn = Callable[[str, dict[str, Any]], None]
-"""Called as progress(stage, info) with stage in {"micro_batch", "optimizer_step"}; a
-micro-batch's info is {"index", "tokens", "total_tokens"} (trained tokens: its own, and
-the whole step's)."""
 
 
 class LoRATrainer:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from bench.readme import update_readme, write_results
+from bench.readme import update_docs, write_results
 from bench.rl_step.common import RESULTS, peak_rss_mib
 from bench.rl_step.ours import run_ours
 from bench.rl_step.packing import run_packing
@@ -98,5 +98,5 @@ def main(argv: list[str] | None = None) -> None:
     print(f"saved {args.out} ({args.bench_seconds:.0f} s)")
     if args.out == RESULTS.with_name(f"{block}.json"):
         text = "\n".join([result["header"], "", result["markdown"], "", *result["target_lines"]])
-        if update_readme(block, text):
+        if update_docs(block, text):
             print("updated README.md")

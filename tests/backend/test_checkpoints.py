@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from art_langgraph.backend.checkpoints import CheckpointFolder, CheckpointStore
-from art_langgraph.backend.promotion import checkpoint_steps
 from art_langgraph.errors import UsageError
 
 
@@ -36,7 +35,7 @@ def test_reading_a_folder_changes_nothing(tmp_path: Path) -> None:
     folder = CheckpointFolder(root)
     assert folder.steps() == [1, 2] and folder.latest() == 2
     assert folder.meta(2)["base_model"] == "smollm2-135m" == folder.base_model()
-    assert checkpoint_steps(root) == [1, 2]
+    assert CheckpointFolder(root).steps() == [1, 2]
     with pytest.raises(UsageError, match="no complete checkpoint for step 3"):
         folder.meta(3)
     with pytest.raises(UsageError, match="outside the model's folder"):

@@ -24,7 +24,9 @@ LR = art.TrainConfig(learning_rate=2e-3)
 async def backend(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[art.LocalBackend]:
     # float32 on every host: a test here checks the trainer's logprobs match the sampler's
     # to 1e-4 (tests/conftest.py FP32)
-    async with art.LocalBackend(path=tmp_path_factory.mktemp("art"), engine_config=FP32) as b:
+    async with art.LocalBackend(
+        path=tmp_path_factory.mktemp("art"), engine=art.EngineChoice(config=FP32)
+    ) as b:
         yield b
 
 
@@ -404,7 +406,11 @@ async def test_nan_adapter_weights_are_never_served(tmp_path: Path) -> None:
     [
         ({"trainer_ranks": 0}, "trainer_ranks must be an integer >= 1"),
         ({"replicas": 0}, "replicas must be an integer >= 1"),
-        ({"trainer_fsdp": True}, "with trainer_ranks=1 and no ray there is one plain trainer"),
+        (
+            {"trainer": art.TrainerChoice(fsdp=True)},
+            "with trainer_ranks=1 and no ray there is one plain trainer",
+        ),
+        ({"engine": "gpu"}, "engine must be 'auto', 'torch' or 'vllm'"),
         ({"ray": "local", "engine": "vllm"}, "vLLM replicas are not placed on Ray"),
     ],
 )

@@ -207,7 +207,7 @@ async def test_decisions_survive_a_backend_restart(tmp_path: Path) -> None:
 
 
 async def test_record_evaluation_through_remote_backend(tmp_path: Path) -> None:
-    local = art.LocalBackend(path=tmp_path, http=False)
+    local = art.LocalBackend(path=tmp_path, server=art.ServerChoice(http=False))
     handle = start_app_server(create_backend_app(local), host="127.0.0.1", port=0)
     try:
         url = handle.base_url.removesuffix("/v1")

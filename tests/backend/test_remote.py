@@ -276,7 +276,7 @@ def small() -> Iterator[tuple[str, Path]]:
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
-        local = art.LocalBackend(d, http=False)
+        local = art.LocalBackend(d, server=art.ServerChoice(http=False))
         app = create_backend_app(
             local,
             config=BackendServerConfig(max_upload_bytes=64 * 1024, max_decoded_bytes=256 * 1024),
@@ -361,7 +361,7 @@ def test_the_idempotency_key_is_the_same_for_the_same_call() -> None:
 def test_a_keyed_backend_checks_the_key_before_any_model_is_registered(tmp_path: Path) -> None:
     """Before the first model, `/v1` answers 503 but only to a client with the key: without
     it, 401, as after (the backend used to tell anyone that no model was registered yet)."""
-    local = art.LocalBackend(tmp_path, http=False)
+    local = art.LocalBackend(tmp_path, server=art.ServerChoice(http=False))
     with start_app_server(create_backend_app(local, api_key=KEY)) as handle:
         url = f"http://127.0.0.1:{handle.port}"
         keyed = {"authorization": f"Bearer {KEY}"}

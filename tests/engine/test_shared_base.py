@@ -33,7 +33,7 @@ def test_a_model_over_shared_tensors_computes_the_same_and_copies_nothing(tiny_p
 async def test_the_backend_trainer_trains_over_the_engine_weights(tmp_path: Path) -> None:
     from tests.backend.rollouts import rollout
 
-    async with art.LocalBackend(path=tmp_path, engine_config=FP32) as backend:
+    async with art.LocalBackend(path=tmp_path, engine=art.EngineChoice(config=FP32)) as backend:
         model = art.TrainableModel(name="shared", project="t", base_model="tiny")
         await model.register(backend)
         before = {k: v.clone() for k, v in backend.engine.shared_base.tensors.items()}

@@ -44,7 +44,7 @@ async def vllm_model(
 ) -> AsyncIterator[tuple[art.LocalBackend, art.TrainableModel]]:
     path = tmp_path_factory.mktemp("vllm")
     config = VLLMEngineConfig(dtype="float32")
-    async with art.LocalBackend(path, engine="vllm", engine_config=config) as backend:
+    async with art.LocalBackend(path, engine=art.EngineChoice("vllm", config=config)) as backend:
         model = art.TrainableModel(name="v", project="p", base_model="smollm2-135m")
         await model.register(backend)
         yield backend, model

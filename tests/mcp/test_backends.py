@@ -15,7 +15,7 @@ def test_the_defaults_build_an_embedded_auto_backend(tmp_path: Path) -> None:
     said: list[str] = []
     backend = backend_for(HarnessConfig(path=str(tmp_path)), None, said.append)
     assert isinstance(backend, art.LocalBackend) and backend.engine_choice.kind == "auto"
-    assert backend.engine_config is None and said == []
+    assert backend.engine_choice.config is None and said == []
 
 
 def test_engine_settings_reach_the_engine_they_name(tmp_path: Path) -> None:
@@ -23,14 +23,14 @@ def test_engine_settings_reach_the_engine_they_name(tmp_path: Path) -> None:
     torch_backend = backend_for(torch_cfg, None, print)
     assert isinstance(torch_backend, art.LocalBackend)
     assert torch_backend.engine_choice.kind == "torch"
-    assert torch_backend.engine_config.dtype == "float32"  # type: ignore[union-attr]
-    assert torch_backend.engine_config.chat_template == "{{ x }}"  # type: ignore[union-attr]
+    assert torch_backend.engine_choice.config.dtype == "float32"  # type: ignore[union-attr]
+    assert torch_backend.engine_choice.config.chat_template == "{{ x }}"  # type: ignore[union-attr]
     said: list[str] = []
     vllm_cfg = HarnessConfig(path=str(tmp_path), engine="vllm", engine_dtype="float32")
     vllm_backend = backend_for(vllm_cfg, None, said.append)
     assert isinstance(vllm_backend, art.LocalBackend)
     assert vllm_backend.engine_choice.kind == "vllm" and said == []
-    assert vllm_backend.engine_config.dtype == "float32"  # type: ignore[union-attr]
+    assert vllm_backend.engine_choice.config.dtype == "float32"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("given", [True, False])

@@ -31,7 +31,7 @@ def test_bare_conversations_get_the_agents_system_prompt_and_tools(tmp_path: Pat
         assert [t["function"]["name"] for t in item["tools"]] == ["complete_task"]
     assert items[2] is not full and items[2] == full  # a full item is used as it is
     f.write_text("{not json\n")
-    with pytest.raises(UsageError, match="not JSONL"):
+    with pytest.raises(UsageError, match=r"sft.jsonl:1: not a valid SFTConversation \(each line"):
         demonstrations(f, [], tools)
 
 

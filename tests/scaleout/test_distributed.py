@@ -329,7 +329,9 @@ def test_ranks_exit_when_their_parent_is_killed(tiny_path: Path) -> None:
 async def test_local_backend_trains_on_two_ranks(tmp_path: Path, fsdp: bool | None) -> None:
     from tests.backend.test_local_backend import _groups, _model
 
-    async with art.LocalBackend(path=tmp_path, trainer_ranks=2, trainer_fsdp=fsdp) as backend:
+    async with art.LocalBackend(
+        path=tmp_path, trainer=art.TrainerChoice(ranks=2, fsdp=fsdp)
+    ) as backend:
         model = await _model(backend, "dp")
         result = await model.train(await _groups(model), art.TrainConfig(learning_rate=2e-3))
         assert result.step == 1 and result.metrics["trainer_ranks"] == 2

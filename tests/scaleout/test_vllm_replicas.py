@@ -29,7 +29,7 @@ async def test_two_vllm_replicas_serve_each_step_and_a_killed_one_comes_back(
 ) -> None:
     config = VLLMEngineConfig(dtype="float32", max_model_len=512, kv_cache_gib=1)
     async with art.LocalBackend(
-        tmp_path, engine="vllm", engine_config=config, replicas=2
+        tmp_path, engine=art.EngineChoice("vllm", config=config), replicas=2
     ) as backend:
         model = art.TrainableModel(name="v", project="p", base_model="smollm2-135m")
         await model.register(backend)

@@ -326,7 +326,7 @@ async def test_metrics_follows_the_api_key_rules_of_v1_models(
 @pytest.fixture
 def backend_app() -> Iterator[tuple[str, art.LocalBackend]]:
     with tempfile.TemporaryDirectory() as d:
-        local = art.LocalBackend(Path(d), http=False, api_key=API_KEY)
+        local = art.LocalBackend(Path(d), server=art.ServerChoice(api_key=API_KEY, http=False))
         with start_app_server(create_backend_app(local, api_key=API_KEY)) as handle:
             yield f"http://127.0.0.1:{handle.port}", local
         asyncio.run(local.close())

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 
 async def test_heldout_reward_rises_by_0_4_within_30_steps(tmp_path: Path) -> None:
-    async with art.LocalBackend(path=tmp_path, engine_config=FP32) as backend:
+    async with art.LocalBackend(path=tmp_path, engine=art.EngineChoice(config=FP32)) as backend:
         model = art.TrainableModel(name="learner", project="toy", base_model="tiny")
         await model.register(backend)
         val = [f"Say a number word. Held-out item {i}." for i in range(32)]

@@ -54,6 +54,7 @@ from art_langgraph.backend.api.wire import (
     decode_body,
 )
 from art_langgraph.backend.base import TrainResult
+from art_langgraph.backend.choices import EngineChoice, ServerChoice, TrainerChoice
 from art_langgraph.backend.local import LocalBackend
 from art_langgraph.errors import ArtError, NotRegisteredError, UsageError
 from art_langgraph.serving.chat_service import validation_message
@@ -387,17 +388,10 @@ def serve_backend(
     limits = server_config or ServerConfig()
     backend = LocalBackend(
         path,
-        host=host,
-        api_key=api_key,
-        engine_config=engine_config,
-        device=device,
+        engine=EngineChoice(engine, replicas, ray, device, engine_config),
+        trainer=TrainerChoice(trainer_ranks, trainer_fsdp),
+        server=ServerChoice(host, api_key=api_key, http=False),  # the app is mounted below
         server_config=limits,
-        http=False,
-        engine=engine,
-        trainer_ranks=trainer_ranks,
-        replicas=replicas,
-        ray=ray,
-        trainer_fsdp=trainer_fsdp,
     )
     app = create_backend_app(backend, api_key=api_key, config=config)
     server = uvicorn.Server(uvicorn_config(app, host, port, log_level, limits, access_log=False))

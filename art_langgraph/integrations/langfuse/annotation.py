@@ -46,7 +46,7 @@ from art_langgraph.errors import UsageError
 from art_langgraph.integrations.langfuse.client import NO_RETRY, pages
 from art_langgraph.integrations.langfuse.config import LangfuseConfig
 from art_langgraph.integrations.langfuse.folder import (
-    append_records,
+    append_stamped,
     latest_unsent,
     trajectory_files,
 )
@@ -59,6 +59,7 @@ from art_langgraph.integrations.langfuse.scoring import (
 )
 from art_langgraph.integrations.langfuse.sender import Sender
 from art_langgraph.integrations.langfuse.traces import trace_id_for
+from art_langgraph.records import is_finite_number
 from art_langgraph.trajectory import Trajectory, TrajectoryGroup, read_groups
 
 log = logging.getLogger(__name__)
@@ -125,10 +126,6 @@ def _key(seed: int, trajectory_id: str) -> str:
     return hashlib.sha256(f"{seed}/{trajectory_id}".encode()).hexdigest()
 
 
-def _finite(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def review_sample(
     groups: Sequence[TrajectoryGroup],
     *,
@@ -162,7 +159,7 @@ def review_sample(
     gaps = []
     for gi, t in members:
         judge, own = t.metrics.get("ruler_score"), t.metrics.get("independent_reward")
-        if _finite(judge) and _finite(own) and abs(float(judge) - float(own)) > 0:  # type: ignore[arg-type]
+        if is_finite_number(judge) and is_finite_number(own) and abs(float(judge) - float(own)) > 0:  # type: ignore[arg-type]
             gaps.append((-abs(float(judge) - float(own)), _key(seed, t.id), gi, t))  # type: ignore[arg-type]
     for _, _, gi, t in sorted(gaps, key=lambda x: x[:2])[:disagreements]:
         pick(gi, t, "disagreement")
@@ -256,7 +253,7 @@ def _queued(api: Any, queue_id: str) -> set[str]:
 
 def _record(folder: Path | None, queue: str, rows: list[dict[str, Any]]) -> None:
     if folder is not None:
-        append_records(Path(folder) / REVIEW_FILE, [{"queue": queue, **r} for r in rows])
+        append_stamped(Path(folder) / REVIEW_FILE, [{"queue": queue, **r} for r in rows])
 
 
 def _send(

@@ -76,7 +76,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from art_langgraph.errors import UsageError
 from art_langgraph.integrations.langfuse.client import NO_RETRY
 from art_langgraph.integrations.langfuse.config import EXTRA_MISSING, LangfuseConfig
-from art_langgraph.integrations.langfuse.folder import append_records, latest_unsent, read_records
+from art_langgraph.integrations.langfuse.folder import append_stamped, latest_unsent
 from art_langgraph.integrations.langfuse.scoring import (
     REWARD,
     SUCCESS,
@@ -86,6 +86,7 @@ from art_langgraph.integrations.langfuse.scoring import (
 from art_langgraph.integrations.langfuse.sender import Sender
 from art_langgraph.integrations.langfuse.traces import score_bodies, trace_id_for
 from art_langgraph.names import inference_name
+from art_langgraph.records import read_records
 from art_langgraph.trajectory import Trajectory
 
 try:
@@ -426,12 +427,12 @@ def send_evaluation(run: EvaluationRun, sender: Sender) -> EvaluationLog:
 # ------------------------------------------------------------------ records
 def _record(folder: Path | None, line: dict[str, Any]) -> None:
     if folder is not None:
-        append_records(folder / EVALUATIONS_FILE, [line])
+        append_stamped(folder / EVALUATIONS_FILE, [line])
 
 
 def last_run_id(folder: str | Path) -> str | None:
     """The dataset run id of the last evaluation sent from this model folder; None if none."""
-    for record in reversed(read_records(Path(folder) / EVALUATIONS_FILE)):
+    for record in reversed(read_records(Path(folder) / EVALUATIONS_FILE, missing_ok=True)):
         if record.get("status") == "sent" and record.get("run_id"):
             return str(record["run_id"])
     return None

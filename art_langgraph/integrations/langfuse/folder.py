@@ -1,26 +1,27 @@
 """A model's folder as the Langfuse integration reads and writes it.
 
-The backend saves each step's groups in `trajectories/{split}/{step}.jsonl`
-(`trajectory_files` lists them, `saved_groups` reads them, each trajectory once); the
+The backend saves each step's groups (`CheckpointFolder`, backend/checkpoints.py, knows
+where: `trajectory_files` asks it, `saved_groups` reads them, each trajectory once); the
 exporter records each batch that got through in `langfuse_exports.jsonl`
 (`record_export`, read back by `exported`), so a re-send skips them. The review queue,
 the dataset runs and the calibration scores keep their own record files (annotation.py,
-datasets.py, review.py), all through `append_records` / `read_records` / `latest_unsent`:
-JSON lines stamped with a time, a torn last line (a process killed mid-append) skipped.
+datasets.py, review.py), all JSON lines through `art_langgraph.records` (a torn last line,
+from a process killed mid-append, skipped), stamped with a time by `append_stamped`, and
+`latest_unsent` reads what a re-send still owes.
 
-Left out: the backend's own files (checkpoints, the model's record: backend/checkpoints.py),
-which are only read, for the base model's name (`run_info`).
+Left out: the backend's own files (checkpoints, history, saved batches), which only
+`CheckpointFolder` reads.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
 from typing import Any
 
 from art_langgraph import records as records_
-from art_langgraph.backend.checkpoints import recorded_base_model
+from art_langgraph.backend.checkpoints import CheckpointFolder
 from art_langgraph.errors import UsageError
 from art_langgraph.logger_protocol import RunInfo
 from art_langgraph.trajectory import TrajectoryGroup, read_groups
@@ -29,24 +30,16 @@ EXPORTS_FILE = "langfuse_exports.jsonl"
 """In the model's folder: one line per batch sent (split, step, counts, time)."""
 
 
-def trajectory_files(folder: Path, step: int | None) -> Iterator[tuple[str, int, Path]]:
+def trajectory_files(folder: Path, step: int | None) -> list[tuple[str, int, Path]]:
     """(split, step, file) of a model folder's saved batches, all or only `step`'s; or of
-    `folder` itself when it is one step's `trajectories/{split}/{step}.jsonl`."""
-    if folder.is_file():  # one step's file: {folder}/trajectories/{split}/{step}.jsonl
-        if not (folder.stem.isdigit() and folder.parent.parent.name == "trajectories"):
-            raise UsageError(
-                f"{folder} is not a model's trajectories/{{split}}/{{step}}.jsonl: "
-                "pass the file the backend wrote, or the model's folder"
-            )
-        yield folder.parent.name, int(folder.stem), folder
-        return
-    root = folder / "trajectories"
-    if not root.is_dir():
-        raise UsageError(f"{folder} has no trajectories/ folder: is it a model's folder?")
-    for split_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        for f in sorted(split_dir.glob("*.jsonl")):
-            if f.stem.isdigit() and (step is None or int(f.stem) == step):
-                yield split_dir.name, int(f.stem), f
+    `folder` itself when it is one step's saved batch."""
+    if folder.is_file():
+        _, split, at = CheckpointFolder.trajectory_file_of(folder)
+        return [(split, at, folder)]
+    model = CheckpointFolder(folder)
+    if not model.trajectories.is_dir():
+        raise UsageError(f"{folder} has no saved trajectories: is it a model's folder?")
+    return model.trajectory_files(step)
 
 
 def first_copies(groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
@@ -70,24 +63,18 @@ def saved_groups(source: str | Path, step: int | None = None) -> list[Trajectory
     return first_copies([g for f in files for g in read_groups(f)])
 
 
-def append_records(path: Path, records: Iterable[dict[str, Any]]) -> None:
+def append_stamped(path: Path, records: Iterable[dict[str, Any]]) -> None:
     """Append `records` to the JSON-lines file `path`, each stamped with `time`
-    (`art_langgraph.records`: one write, fsynced, a torn tail cut first)."""
+    (`art_langgraph.records.append_records`: one write, fsynced, a torn tail cut first)."""
     now = time.time()
     records_.append_records(path, [{**r, "time": now} for r in records])
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """The records of a file `append_records` wrote, in order; [] when it is missing (a
-    last line torn by a crash is skipped: `art_langgraph.records`)."""
-    return records_.read_records(path, missing_ok=True)
 
 
 def latest_unsent(path: Path, key: Callable[[dict[str, Any]], Hashable]) -> list[dict[str, Any]]:
     """The records whose latest line (by `key`) says `"status": "unsent"`: what a re-send
     still has to send. A record `key` cannot read (KeyError, TypeError) is skipped."""
     last: dict[Hashable, dict[str, Any]] = {}
-    for rec in read_records(path):
+    for rec in records_.read_records(path, missing_ok=True):
         try:
             last[key(rec)] = rec
         except (KeyError, TypeError):
@@ -98,7 +85,7 @@ def latest_unsent(path: Path, key: Callable[[dict[str, Any]], Hashable]) -> list
 def exported(folder: Path) -> set[tuple[str, int]]:
     """(split, step) of the batches recorded as sent (a torn line: that batch counts as not sent)."""
     done = set()
-    for rec in read_records(folder / EXPORTS_FILE):
+    for rec in records_.read_records(folder / EXPORTS_FILE, missing_ok=True):
         try:
             done.add((str(rec["split"]), int(rec["step"])))
         except (ValueError, KeyError, TypeError):
@@ -119,7 +106,7 @@ def record_export(
         "spans": spans,
         "scores": scores,
     }
-    append_records(folder / EXPORTS_FILE, [line])
+    append_stamped(folder / EXPORTS_FILE, [line])
 
 
 def run_info(folder: Path) -> RunInfo:
@@ -127,6 +114,6 @@ def run_info(folder: Path) -> RunInfo:
     return RunInfo(
         name=folder.name,
         project=folder.parent.parent.name,
-        base_model=recorded_base_model(folder),
+        base_model=CheckpointFolder(folder).base_model(),
         folder=folder,
     )

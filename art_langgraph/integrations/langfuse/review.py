@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 
 from art_langgraph.integrations.langfuse.annotation import completed_traces, queue_id_for
 from art_langgraph.integrations.langfuse.config import LangfuseConfig
-from art_langgraph.integrations.langfuse.folder import append_records, latest_unsent, saved_groups
+from art_langgraph.integrations.langfuse.folder import append_stamped, latest_unsent, saved_groups
 from art_langgraph.integrations.langfuse.scoring import (
     JUDGE_SPEARMAN,
     JUDGE_TOP_PICK_ACCURACY,
@@ -323,7 +323,7 @@ def _record(
     if folder is None:
         return
     extra = {"error": error} if error else {}
-    append_records(
+    append_stamped(
         folder / SCORES_FILE,
         [{"id": b["id"], "status": status, "score": b, **extra} for b in bodies],
     )
