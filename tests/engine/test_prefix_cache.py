@@ -278,3 +278,21 @@ def test_eviction_takes_leaves_first() -> None:
     cache.retire("w")
     assert len(cache) == 0 and cache.lookup("w", [1, 2, 3], 3).tokens == 0
     assert cache.insert("w", [1, 2, 3], layers(3), torch.arange(3)) == 0  # a retired identity
+
+
+async def test_reset_prefix_cache_frees_it_and_the_next_turn_recomputes(tiny_path: Path) -> None:
+    """The backend's hook before a paused training step (`InferenceEngine.reset_prefix_cache`):
+    the cache holds nothing after it, and the same chain still answers exactly."""
+    engine = TorchEngine.from_pretrained(str(tiny_path), FP32)
+    try:
+        first = _turn(engine, "what is the capital of Peru?", SYSTEM)
+        before = await _chain(engine, first, 2)
+        assert engine.metrics().prefix_cache_bytes > 0
+        await engine.reset_prefix_cache()
+        assert engine.metrics().prefix_cache_bytes == 0 and len(engine.prefix_cache) == 0
+        after = await _chain(engine, first, 2)
+        assert after[0].cached_tokens == 0  # nothing was left to reuse
+        for g, w in zip(after, before, strict=True):
+            _same(g, w)
+    finally:
+        engine.close_sync()
