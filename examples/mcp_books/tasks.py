@@ -6,7 +6,8 @@ A scenario asks who wrote one of 24 books, or when it was first published, in on
 twelve phrasings (six per tool). Solving one takes two tool calls: the lookup, then
 `complete_task` with what it returned. The split holds out books and phrasings: six
 books (`HELD_OUT_BOOKS`) and two phrasings per tool (`HELD_OUT_PHRASINGS`) never appear in
-training; every pair with a held-out book or phrasing is held out (144 train, 144 val).
+training; every pair with a held-out book or phrasing is held out (144 train, 144 val),
+so half of the held-out questions (72) ask about a training book in a held-out wording.
 
 `score(trajectory, scenario)`: 1.0 when the final answer holds the expected one (the
 author's surname, or the year), 0.5 when the right tool was called with the right title,

@@ -6,11 +6,12 @@ A scenario is one question about one country, asked in one of twelve phrasings (
 for `capital`, six for `currency`): every (country, phrasing) pair. Solving one takes two
 tool calls: the lookup, then `complete_task` with what it returned.
 
-The split is by entity and by phrasing, so no held-out question is ever trained on, nor
-its country, nor its wording: a quarter of the 24 countries (`HELD_OUT_COUNTRIES`) and
-two phrasings of each tool (`HELD_OUT_PHRASINGS`) never appear in training. Train: the
-other 18 countries in the other 8 phrasings (144 scenarios); held out: every pair with
-a held-out country or phrasing (144). Each scenario carries its `split`, the expected
+The split is by entity or by phrasing, so no held-out question is ever trained on: a
+quarter of the 24 countries (`HELD_OUT_COUNTRIES`) and two phrasings of each tool
+(`HELD_OUT_PHRASINGS`) never appear in training. Train: the other 18 countries in the
+other 8 phrasings (144 scenarios); held out: every pair with a held-out country or
+phrasing (144), so half of the held-out questions (72) ask about a training country, with
+the same tool and answer, in a held-out wording. Each scenario carries its `split`, the expected
 answer, the tool and arguments a good agent calls, and a worked demonstration (tool
 call, result, complete_task) for the optional SFT warm start, taken from the train
 split only.
