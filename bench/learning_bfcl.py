@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.learning import MARGIN_SDS, host_key, run_watched
-from bench.readme import write_results
+from bench.readme import update_docs, write_results
 from bench.trainer_roofline import cpu_flags
 from examples.bfcl.app import code_hash, parser
 
@@ -137,7 +137,59 @@ def combine(host: str, tag: str = "") -> str:
     write_results(
         RESULTS / f"{prefix.rstrip('_')}.json", {"table": text, "runs": [r["args"] for r in runs]}
     )
+    if not tag:  # the table's runs (the CI arm's, tagged, live in their own docs section)
+        update_docs("bfcl_table", text)
+        update_docs("bfcl_headline", headline(host, seeds, controls))
     return text
+
+
+CALLING = ("simple_python", "multiple", "parallel", "parallel_multiple")
+"""The categories whose unweighted greedy mean is the issue's headline."""
+
+
+def _calling_mean(run: dict[str, Any], field: str) -> float:
+    return statistics.fmean(run["accuracy"][f"{c}/greedy"][field] for c in CALLING)
+
+
+def headline(host: str, seeds: list[dict[str, Any]], controls: list[dict[str, Any]]) -> str:
+    """The README's rows: the calling categories' greedy mean and irrelevance, untrained and
+    after, over the seeds (mean, and the rise's sd) and the controls, with a run's time,
+    memory and the host's flags."""
+
+    def row(label: str, runs: list[dict[str, Any]], mean: Any) -> str:
+        rises = [mean(r, "rise") for r in runs]
+        spread = f" ± {statistics.stdev(rises):.2f} sd" if len(rises) > 1 else " (one run)"
+        return (
+            f"| {label}, {len(runs)} run(s) | {statistics.fmean(mean(r, 'before') for r in runs):.2f} | "
+            f"{statistics.fmean(mean(r, 'after') for r in runs):.2f} | "
+            f"**{statistics.fmean(rises):+.2f}**{spread} |"
+        )
+
+    def irrelevance(r: dict[str, Any], field: str) -> float:
+        return float(r["accuracy"]["irrelevance/greedy"][field])
+
+    lines = [
+        "| BFCL, held-out functions (40 items a category), greedy | untrained | after 6 RL steps | rise |",
+        "|---|---:|---:|---:|",
+        row("4 calling categories' mean, RL", seeds, _calling_mean),
+    ]
+    if controls:
+        lines.append(
+            row("4 calling categories' mean, control (shuffled rewards)", controls, _calling_mean)
+        )
+    lines.append(row("irrelevance (declining is the pass), RL", seeds, irrelevance))
+    runs = seeds + controls
+    walls = [r["wall_s"] / 60 for r in runs]
+    per_seed = ", ".join(f"{r['calling_mean_greedy_rise']:+.2f}" for r in seeds)
+    lines += [
+        "",
+        f"Per seed: {per_seed}. One run, "
+        f"evaluations included: {min(walls):.0f}-{max(walls):.0f} min, peak RSS "
+        f"{max(r['peak_rss_gib'] for r in runs):.1f} GiB ({host}: x86_64, 2 cores, CPU flags "
+        f"{runs[0]['cpu_flags']}; code {runs[0].get('code', '-')}). Per category, the sampled "
+        "figures and the runs: [docs/bfcl.md](docs/bfcl.md).",
+    ]
+    return "\n".join(lines)
 
 
 def margin(seeds: list[dict[str, Any]], controls: list[dict[str, Any]]) -> str:
