@@ -109,6 +109,7 @@ def combine(host: str, tag: str = "") -> str:
         f"{runs[0].get('code', '-')} (commits {', '.join(sorted({r['commit'] for r in runs}))}), "
         f"flags {_pooled(runs[0])[1]}; host {host} (CPU flags: {runs[0]['cpu_flags']}), "
         f"malloc {', '.join(sorted({r.get('allocator', 'glibc') for r in runs}))}",
+        "",
         "| category | untrained | after | rise (seeds' mean ± sd) | control's rise |",
         "|---|---:|---:|---:|---:|",
     ]
@@ -126,11 +127,19 @@ def combine(host: str, tag: str = "") -> str:
         )
     walls = [r["wall_s"] / 60 for r in runs]
     rss = [r["peak_rss_gib"] for r in runs]
-    lines.append(
+    lines += [
+        "",
         f"One run: {min(walls):.0f}-{max(walls):.0f} min, peak RSS {max(rss):.1f} GiB. "
-        f"Per seed, the mean greedy rise over the calling categories: "
+        "Per run, the mean greedy rise over the calling categories: "
         + ", ".join(f"{r['calling_mean_greedy_rise']:+.2f}" for r in seeds)
-    )
+        + (
+            " (seeds); "
+            + ", ".join(f"{r['calling_mean_greedy_rise']:+.2f}" for r in controls)
+            + " (controls)"
+            if controls
+            else ""
+        ),
+    ]
     if len(seeds) > 1:
         lines.append(margin(seeds, controls))
     text = "\n".join(lines)
@@ -138,7 +147,7 @@ def combine(host: str, tag: str = "") -> str:
         RESULTS / f"{prefix.rstrip('_')}.json", {"table": text, "runs": [r["args"] for r in runs]}
     )
     if not tag:  # the table's runs (the CI arm's, tagged, live in their own docs section)
-        update_docs("bfcl_table", text)
+        update_docs("bfcl_table", text, ROOT / "docs" / "bfcl.md")
         update_docs("bfcl_headline", headline(host, seeds, controls))
     return text
 
