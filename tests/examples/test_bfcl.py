@@ -248,3 +248,18 @@ def test_the_whole_categories_score_a_kept_run_untrained_and_after(tmp_path: Pat
     assert all(c["total_count"] == 2 for c in cats.values())
     assert 0 <= whole["table"]["untrained"]["non_live"] <= 1 and whole["code"]
     assert len(whole["per_item"]["untrained/simple_java"]) == 2
+
+
+@pytest.mark.bfcl
+def test_the_one_command_sets_up_and_runs_the_example() -> None:
+    """`scripts/bfcl.sh`, which the README names: both environments set up (a re-run skips
+    what is current), then `python -m examples.bfcl` with the arguments given."""
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "bfcl.sh"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "--control" in out.stdout and "--seed" in out.stdout
