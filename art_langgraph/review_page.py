@@ -309,7 +309,7 @@ def write_review_page(
         rewards = [r for g in groups for r in g.rewards()]
         if rewards:
             curves[split].append((step, statistics.fmean(rewards)))
-    name, project = model.root.name, model.root.parent.parent.name
+    name, project = model.root.name, model.project
     order = sorted(batches, key=lambda k: (k[1], k[0]))
     jump = " ".join(f'<a href="#{_e(s)}-{n}">{_e(s)} {n}</a>' for s, n in order)
     n_traj = sum(len(g) for gs in batches.values() for g in gs)

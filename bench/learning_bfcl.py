@@ -30,7 +30,8 @@ from typing import Any
 from bench.learning import MARGIN_SDS, host_key, run_watched
 from bench.readme import update_docs, write_results
 from bench.trainer_roofline import cpu_flags
-from examples.bfcl.app import code_hash, parser
+from examples.bfcl.app import CALLING, code_hash, parser
+from examples.bfcl.splits import EVAL_PER_CATEGORY
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -152,10 +153,6 @@ def combine(host: str, tag: str = "") -> str:
     return text
 
 
-CALLING = ("simple_python", "multiple", "parallel", "parallel_multiple")
-"""The categories whose unweighted greedy mean is the issue's headline."""
-
-
 def _calling_mean(run: dict[str, Any], field: str) -> float:
     return statistics.fmean(run["accuracy"][f"{c}/greedy"][field] for c in CALLING)
 
@@ -177,8 +174,11 @@ def headline(host: str, seeds: list[dict[str, Any]], controls: list[dict[str, An
     def irrelevance(r: dict[str, Any], field: str) -> float:
         return float(r["accuracy"]["irrelevance/greedy"][field])
 
+    args = (seeds + controls)[0]["args"]
+    items = args.get("eval_limit") or EVAL_PER_CATEGORY
     lines = [
-        "| BFCL, held-out functions (40 items a category), greedy | untrained | after 6 RL steps | rise |",
+        f"| BFCL, held-out functions ({items} items a category), greedy | untrained | "
+        f"after {args['steps']} RL steps | rise |",
         "|---|---:|---:|---:|",
         row("4 calling categories' mean, RL", seeds, _calling_mean),
     ]

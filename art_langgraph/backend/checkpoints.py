@@ -73,8 +73,8 @@ class CheckpointFolder:
     def find(path: str | os.PathLike[str], name: str) -> list[CheckpointFolder]:
         """The folders of every model called `name` under `path` that has checkpoints, one
         per project."""
-        found = sorted(Path(path).glob(f"*/{MODELS}/{name}"))
-        return [CheckpointFolder(f) for f in found if (f / CHECKPOINTS).is_dir()]
+        found = [CheckpointFolder(f) for f in sorted(Path(path).glob(f"*/{MODELS}/{name}"))]
+        return [f for f in found if f.has_checkpoints()]
 
     @staticmethod
     def all(path: str | os.PathLike[str]) -> list[CheckpointFolder]:
@@ -164,10 +164,6 @@ class CheckpointFolder:
             for f in sorted(split.glob("*.jsonl"))
             if f.stem.isdigit() and (step is None or int(f.stem) == step)
         ]
-
-    def is_model_folder(self) -> bool:
-        """Whether a backend has written here: checkpoints, a history or trajectories."""
-        return any(p.exists() for p in (self.checkpoints, self.history_file, self.trajectories))
 
     @staticmethod
     def trajectory_file_of(path: str | os.PathLike[str]) -> tuple[CheckpointFolder, str, int]:
