@@ -133,6 +133,15 @@ class TrainableChatModel(ChatOpenAI):
         return gen
 
 
+CHAT_TIMEOUT = httpx.Timeout(None, connect=30.0)
+"""`model.chat_model()`'s default timeout, as `model.openai_client()`'s: 30 s to connect,
+then no deadline. A request waits its turn in the engine's queue, and on a busy CPU engine
+that wait is long but alive (32 agents on a 2-core host took over 300 s, a deadline this
+model once had, and each of its retries rejoined the back of the queue). A server that
+dies closes the connection, and an engine step that fails answers every request it holds
+with an error, so neither hangs; pass `timeout=` for a server you do not trust to answer."""
+
+
 def build_chat_model(
     *, name: str, step: int | str | None, base_url: str, api_key: str, **kwargs: Any
 ) -> TrainableChatModel:
@@ -144,8 +153,7 @@ def build_chat_model(
         api_key=api_key,  # type: ignore[arg-type]
         metadata=metadata,
         max_retries=kwargs.pop("max_retries", 2),
-        # 300 s bounds any wait, then max_retries retries.
-        timeout=kwargs.pop("timeout", None) or httpx.Timeout(300.0, connect=30.0),
+        timeout=kwargs.pop("timeout", None) or CHAT_TIMEOUT,
         # Our own HTTP clients, never LangChain's or openai's defaults (see HTTP clients below).
         http_client=kwargs.pop("http_client", None) or sync_http_client(),
         http_async_client=kwargs.pop("http_async_client", None) or async_http_client(),

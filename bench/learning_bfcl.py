@@ -141,6 +141,16 @@ def combine(host: str, tag: str = "") -> str:
             else ""
         ),
     ]
+    failed = sum(
+        len(v)
+        for r in runs
+        for errors in r.get("failed_requests", {}).values()
+        for v in errors.values()
+    )
+    if failed:
+        lines.append(
+            f"{failed} evaluation requests failed across the runs, counted as failed items."
+        )
     if len(seeds) > 1:
         lines.append(margin(seeds, controls))
     text = "\n".join(lines)

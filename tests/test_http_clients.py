@@ -8,6 +8,7 @@ its loop without leaving an unclosed session behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import socket
 import threading
@@ -89,3 +90,76 @@ def test_a_loops_pool_closes_with_its_loop(hang_up_server: int) -> None:
         pool = asyncio.run(use())
         assert pool.session.closed  # type: ignore[attr-defined]
         gc.collect()
+
+
+@pytest.fixture
+def slow_server() -> Iterator[int]:
+    """Answers every chat completion with "ok", 1.5 s after the request arrives: a request
+    that waited its turn in a busy engine's queue."""
+    import json
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = json.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "ok"},
+                    "finish_reason": "stop",
+                }
+            ],
+        }
+    ).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            time.sleep(1.5)
+            with contextlib.suppress(ConnectionError):  # the client that gave up has gone
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield int(srv.server_address[1])
+    srv.shutdown()
+    srv.server_close()
+
+
+async def test_the_chat_models_default_waits_for_a_slow_answer(slow_server: int) -> None:
+    """`model.chat_model()` sets no deadline past connecting (CHAT_TIMEOUT): a long wait is
+    answered, where a given timeout still holds."""
+    from art_langgraph.chat_model import CHAT_TIMEOUT, build_chat_model
+
+    url = f"http://127.0.0.1:{slow_server}/v1"
+    chat = build_chat_model(name="m", step=None, base_url=url, api_key="k")
+    assert chat.request_timeout is CHAT_TIMEOUT and CHAT_TIMEOUT.read is None
+    assert (await chat.ainvoke("hi")).content == "ok"
+    short = build_chat_model(
+        name="m", step=None, base_url=url, api_key="k", max_retries=0, timeout=0.3
+    )
+    with pytest.raises(openai.APITimeoutError):
+        await short.ainvoke("hi")
+
+
+async def test_the_chat_models_default_fails_fast_on_a_dead_server(hang_up_server: int) -> None:
+    """No deadline is no hang: a server that hangs up is a connection error at once."""
+    from art_langgraph.chat_model import build_chat_model
+
+    url = f"http://127.0.0.1:{hang_up_server}/v1"
+    chat = build_chat_model(name="m", step=None, base_url=url, api_key="k", max_retries=0)
+    with pytest.raises(openai.APIConnectionError) as info:
+        await asyncio.wait_for(chat.ainvoke("hi"), 30)
+    assert not isinstance(info.value, openai.APITimeoutError)

@@ -50,6 +50,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+import openai
 from langchain_core.messages import AIMessage
 from langgraph.graph import START, MessagesState, StateGraph
 
@@ -181,6 +183,17 @@ class Run:
         result = await asyncio.to_thread(self.checker.check, item, calls_of(output))
         return bool(result["valid"])
 
+    async def answer(self, item: dict[str, Any], chat: Any, choice: str) -> bool | str:
+        """BFCL's verdict on the graph's answer to `item`, or the error when the request to
+        the model failed: an evaluation counts that item failed and goes on (`Tally`)."""
+        try:
+            out = await build_graph(chat, item["tools"], choice).ainvoke(
+                {"messages": item["question"][0]}
+            )
+        except (openai.APIError, httpx.HTTPError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return await self.verdict(item, out)
+
     async def reward(
         self, item: dict[str, Any], output: dict[str, Any], traj: art.Trajectory | None = None
     ) -> float:
@@ -202,13 +215,9 @@ class Run:
         sample = {c: ids[:limit_items] for c, ids in self.splits[source].items()}
         limit = asyncio.Semaphore(32)
 
-        async def one(item_id: str, chat: Any, choice: str) -> bool:
-            item = self.items[item_id]
+        async def one(item_id: str, chat: Any, choice: str) -> bool | str:
             async with limit:
-                out = await build_graph(chat, item["tools"], choice).ainvoke(
-                    {"messages": item["question"][0]}
-                )
-            return await self.verdict(item, out)
+                return await self.answer(self.items[item_id], chat, choice)
 
         jobs: list[tuple[str, str, Any]] = []
         categories = self.args.eval_categories.split(",")
@@ -221,13 +230,14 @@ class Run:
             for i in sample["irrelevance"]:
                 jobs.append(("irrelevance/greedy_auto", i, one(i, greedy, "auto")))
         start = time.monotonic()
-        passed = await asyncio.gather(*(j[2] for j in jobs))
-        per_item: dict[str, dict[str, bool]] = {}
-        for (key, item_id, _), ok in zip(jobs, passed, strict=True):
-            per_item.setdefault(key, {})[item_id] = bool(ok)
+        answers = await asyncio.gather(*(j[2] for j in jobs))
+        tally = Tally()
+        for (key, item_id, _), answer in zip(jobs, answers, strict=True):
+            tally.add(key, item_id, answer)
         seconds = time.monotonic() - start
-        print(f"{label}: {_summary(per_item)} ({seconds:.0f} s)")
-        return {"per_item": per_item, "seconds": round(seconds, 1)}
+        print(f"{label}: {_summary(tally.per_item)}{tally.note()} ({seconds:.0f} s)")
+        tally.check(label)
+        return {"per_item": tally.per_item, "errors": tally.errors, "seconds": round(seconds, 1)}
 
     async def step_groups(
         self, model: art.TrainableModel, rng: random.Random, step: int = 0
@@ -297,6 +307,40 @@ def rollout_diagnostics(groups: list[Any]) -> dict[str, float]:
 
 def _rate(results: dict[str, bool]) -> float:
     return statistics.fmean(results.values()) if results else float("nan")
+
+
+MAX_FAILED_SHARE = 0.25
+"""An evaluation whose requests failed more often than this stops the run: its rates would
+measure the server, not the model."""
+
+
+class Tally:
+    """An evaluation's verdicts by key ("simple_python/greedy") and item id. A request that
+    failed counts as a failed item, and its error is kept by key (one slow or lost request
+    no longer ends a 45-min run); past MAX_FAILED_SHARE of them the evaluation stops."""
+
+    def __init__(self) -> None:
+        self.per_item: dict[str, dict[str, bool]] = {}
+        self.errors: dict[str, list[str]] = {}
+
+    def add(self, key: str, item_id: str, answer: bool | str) -> None:
+        self.per_item.setdefault(key, {})[item_id] = answer is True
+        if isinstance(answer, str):
+            self.errors.setdefault(key, []).append(f"{item_id}: {answer}")
+
+    def failed(self) -> int:
+        return sum(map(len, self.errors.values()))
+
+    def note(self) -> str:
+        return f"; {self.failed()} requests failed, counted as failed items" if self.errors else ""
+
+    def check(self, label: str) -> None:
+        total = sum(map(len, self.per_item.values()))
+        if self.failed() > MAX_FAILED_SHARE * total:
+            first = next(iter(self.errors.values()))[0]
+            raise RuntimeError(
+                f"{label}: {self.failed()} of {total} requests failed (first: {first})"
+            )
 
 
 def _summary(per_item: dict[str, dict[str, bool]]) -> str:
@@ -457,6 +501,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "calling_mean_greedy_rise": round(greedy_rise, 3),
         "calling_mean_greedy_se": round(greedy_se, 3),  # the categories' paired s.e.s pooled
         "per_item": {"before": before["per_item"], "after": after["per_item"]},
+        "failed_requests": {"before": before["errors"], "after": after["errors"]},
     }
     with atomic_write(out / "result.json") as f:
         f.write(json.dumps(result, indent=1, default=str))

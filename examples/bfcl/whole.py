@@ -36,24 +36,31 @@ import art_langgraph as art
 from art_langgraph.allocator import allocator_in_use
 from art_langgraph.devices import matmul_flags
 from art_langgraph.utils import atomic_write
-from examples.bfcl.app import MAX_TOKENS, Run, build_graph, code_hash, commit_stamp, trainable_model
+from examples.bfcl.app import (
+    MAX_TOKENS,
+    Run,
+    Tally,
+    code_hash,
+    commit_stamp,
+    trainable_model,
+)
 from examples.bfcl.checker import CATEGORIES, WHOLE_ONLY
 
 CONCURRENCY = 32
 """Graphs run at once (the example's evaluation runs as many)."""
 
 
-async def _passes(run: Run, chat: Any, items: list[dict[str, Any]], choice: str) -> dict[str, bool]:
+async def _passes(
+    run: Run, chat: Any, items: list[dict[str, Any]], choice: str, tally: Tally, key: str
+) -> None:
     limit = asyncio.Semaphore(CONCURRENCY)
 
-    async def one(item: dict[str, Any]) -> bool:
+    async def one(item: dict[str, Any]) -> bool | str:
         async with limit:
-            out = await build_graph(chat, item["tools"], choice).ainvoke(
-                {"messages": item["question"][0]}
-            )
-        return await run.verdict(item, out)
+            return await run.answer(item, chat, choice)
 
-    return dict(zip((i["id"] for i in items), await asyncio.gather(*map(one, items)), strict=True))
+    for item, answer in zip(items, await asyncio.gather(*map(one, items)), strict=True):
+        tally.add(key, item["id"], answer)
 
 
 async def whole(args: argparse.Namespace) -> dict[str, Any]:
@@ -66,7 +73,7 @@ async def whole(args: argparse.Namespace) -> dict[str, Any]:
     categories = [*CATEGORIES[:-1], *WHOLE_ONLY, "irrelevance"]
     items = {c: bfcl.checker.items(c)[: args.limit] for c in categories}
     phases: dict[str, float] = {}
-    per_item: dict[str, dict[str, dict[str, bool]]] = {}
+    tally = Tally()
     try:
         model = trainable_model(targs)
         await model.register(art.LocalBackend(path=folder / "art"))
@@ -79,18 +86,19 @@ async def whole(args: argparse.Namespace) -> dict[str, Any]:
             t0 = time.monotonic()
             chat = model.chat_model(step=step, temperature=0, max_tokens=MAX_TOKENS)
             for c in categories:
-                per_item[f"{label}/{c}"] = await _passes(bfcl, chat, items[c], "required")
-            per_item[f"{label}/irrelevance_auto"] = await _passes(
-                bfcl, chat, items["irrelevance"], "auto"
+                await _passes(bfcl, chat, items[c], "required", tally, f"{label}/{c}")
+            await _passes(
+                bfcl, chat, items["irrelevance"], "auto", tally, f"{label}/irrelevance_auto"
             )
             phases[label] = round(time.monotonic() - t0, 1)
-            print(f"{label}: {phases[label]:.0f} s", flush=True)
+            print(f"{label}: {phases[label]:.0f} s{tally.note()}", flush=True)
+            tally.check(label)
         table: dict[str, dict[str, Any]] = {}
         for label in ("untrained", "after"):
             scores = {
                 c: {"accuracy": statistics.fmean(v.values()), "total_count": len(v)}
                 for c in [*categories, "irrelevance_auto"]
-                for v in [per_item[f"{label}/{c}"]]
+                for v in [tally.per_item[f"{label}/{c}"]]
             }
             table[label] = {"categories": scores, **bfcl.checker.overall(scores)}
     finally:
@@ -107,7 +115,8 @@ async def whole(args: argparse.Namespace) -> dict[str, Any]:
         "phases_s": phases,
         "trained_on_half": list(CATEGORIES),
         "table": table,
-        "per_item": per_item,
+        "per_item": tally.per_item,
+        "errors": tally.errors,
     }
     with atomic_write(folder / "whole.json") as f:
         f.write(json.dumps(result, indent=1))

@@ -5,7 +5,9 @@ The `bfcl` tests need `.venv-bfcl` (scripts/setup-bfcl.sh; the test command buil
 
 from __future__ import annotations
 
+import argparse
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +19,8 @@ import art_langgraph as art
 from examples.bfcl.app import (
     DECLINE,
     TRAINED,
+    Run,
+    Tally,
     calls_of,
     partial_credit,
     rollout_diagnostics,
@@ -195,6 +199,35 @@ def _example(module: str, *args: str) -> None:
         [sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+@pytest.mark.bfcl
+async def test_a_failed_request_is_a_failed_item_and_the_evaluation_goes_on() -> None:
+    from art_langgraph.chat_model import build_chat_model
+
+    with socket.socket() as s:  # a port nothing listens on: the server has gone
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    chat = build_chat_model(
+        name="m", step=None, base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0
+    )
+    run = Run(argparse.Namespace())
+    try:
+        item = run.checker.items("simple_python")[0]
+        answer = await run.answer(item, chat, "required")
+    finally:
+        run.checker.close()
+    assert isinstance(answer, str) and "ConnectionError: Connection error" in answer
+    tally = Tally()
+    tally.add("simple_python/greedy", item["id"], answer)
+    for i in range(3):
+        tally.add("simple_python/greedy", f"other_{i}", True)
+    assert tally.per_item["simple_python/greedy"][item["id"]] is False
+    assert tally.errors == {"simple_python/greedy": [f"{item['id']}: {answer}"]}
+    tally.check("untrained")  # 1 of 4 failed: counted, and the evaluation goes on
+    tally.add("multiple/greedy", "other_4", "APITimeoutError: Request timed out.")
+    with pytest.raises(RuntimeError, match="untrained: 2 of 5 requests failed"):
+        tally.check("untrained")
 
 
 @pytest.mark.slow
