@@ -1,12 +1,18 @@
 """`TrainableChatModel`: a LangChain chat model served by the backend, with exact token ids.
 
+Its requests go through the capturing transport of `model.openai_client()`
+(`openai_capture.py`; a caller's own `http_client`/`http_async_client` is kept behind it),
+and while one is under way the model names its LangChain run, so `art.capture()` records
+the call as it was sent, token ids and all, at the graph node that made it (`capture.py`).
+
 It is `langchain_openai.ChatOpenAI` pointed at the backend's OpenAI-compatible server,
 so `bind_tools` (with `tool_choice`), `with_structured_output`, `invoke`/`ainvoke`/
 `batch`/`stream`/`astream`, callbacks, tags and metadata behave as LangChain users
 expect. Every call asks for token ids and their logprobs (`return_token_ids`,
 `return_token_logprobs`: plain lists, not OpenAI's per-token logprob objects, which
 stay available with `logprobs=True`). ChatOpenAI drops response fields it does not
-know, so this subclass carries them into the message's `response_metadata`:
+know, so this subclass carries them into the message's `response_metadata`, for the
+graph's own use and for the round trip below:
 
     prompt_token_ids   the exact prompt ids the engine saw (first chunk when streaming)
     token_ids          the completion ids it sampled (concatenated across stream chunks)
@@ -34,21 +40,29 @@ assistant messages can carry their `token_ids` back to the server.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 import openai
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import LanguageModelInput
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import model_validator
 
-from art_langgraph.http_pool import async_http_client, sync_http_client
+from art_langgraph.capture import ART_METADATA_KEY, TrajectoryCallback
+from art_langgraph.http_pool import shared_async_transport, sync_http_client
 from art_langgraph.names import inference_name
-
-ART_METADATA_KEY = "art_trainable"
-"""Metadata key that marks a chat model's calls as trainable for the capture handler."""
+from art_langgraph.openai_capture import (
+    CapturingSyncTransport,
+    CapturingTransport,
+    ClientSyncTransport,
+    ClientTransport,
+    wire_calls_to,
+)
 
 
 class TrainableChatModel(ChatOpenAI):
@@ -70,7 +84,65 @@ class TrainableChatModel(ChatOpenAI):
             }
             values["metadata"] = {ART_METADATA_KEY: True, **(values.get("metadata") or {})}
             values.setdefault("stream_usage", True)
+            # Every request goes through the capturing transport (a client of the caller's
+            # own is kept, behind it): `art.capture()` records the call as it was sent.
+            own = values.get("http_async_client")
+            inner: httpx.AsyncBaseTransport = (
+                ClientTransport(own) if own is not None else shared_async_transport()
+            )
+            values["http_async_client"] = httpx.AsyncClient(
+                transport=CapturingTransport(inner), timeout=None
+            )
+            values["http_client"] = httpx.Client(
+                transport=CapturingSyncTransport(
+                    ClientSyncTransport(values.get("http_client") or sync_http_client())
+                ),
+                timeout=None,
+            )
         return values
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        with _wire(run_manager):
+            return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        with _wire(run_manager):
+            return await super()._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        with _wire(run_manager):
+            yield from super()._stream(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        with _wire(run_manager):
+            async for chunk in super()._astream(
+                messages, stop=stop, run_manager=run_manager, **kwargs
+            ):
+                yield chunk
 
     def _get_request_payload(
         self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
@@ -142,6 +214,16 @@ dies closes the connection, and an engine step that fails answers every request 
 with an error, so neither hangs; pass `timeout=` for a server you do not trust to answer."""
 
 
+def _wire(
+    run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun | None,
+) -> contextlib.AbstractContextManager[None]:
+    """While the run's request is sent, its wire calls go to the run's capture handlers."""
+    if run_manager is None:
+        return contextlib.nullcontext()
+    handlers = [h for h in run_manager.handlers if isinstance(h, TrajectoryCallback)]
+    return wire_calls_to(run_manager.run_id, handlers)
+
+
 def build_chat_model(
     *, name: str, step: int | str | None, base_url: str, api_key: str, **kwargs: Any
 ) -> TrainableChatModel:
@@ -154,8 +236,5 @@ def build_chat_model(
         metadata=metadata,
         max_retries=kwargs.pop("max_retries", 2),
         timeout=kwargs.pop("timeout", None) or CHAT_TIMEOUT,
-        # Our own HTTP clients, never LangChain's or openai's defaults (see HTTP clients below).
-        http_client=kwargs.pop("http_client", None) or sync_http_client(),
-        http_async_client=kwargs.pop("http_async_client", None) or async_http_client(),
         **kwargs,
     )
