@@ -18,10 +18,12 @@ One capture path: the calls of `model.openai_client()` (hand-written loops, the 
 Agents SDK, MCP harnesses) and of `model.chat_model()` (`TrainableChatModel`) go through
 the same capturing HTTP transport (`openai_capture.py`), which builds each `LLMCall` with
 `LLMCall.from_openai` from the request and the response as they were sent. A plain
-client's calls go straight into the open capture; the chat model names its LangChain run
-while its request is under way (`openai_capture.wire_calls_to`), so the transport hands
-those calls to this handler (`hold_wire`), which adds what only LangChain knows (the
-graph position, the run's metadata, whether it trains) when the run ends. A retried
+client's calls go straight into the open capture. When a trainable chat model's run
+starts, this handler names the run in the context that will send its request
+(`wire_sink`; LangChain calls a `run_inline` handler there), so the transport hands the
+calls of that request (marked by `CHAT_MODEL_HEADER`) to this handler (`hold_wire`),
+which adds what only LangChain knows (the graph position, the run's metadata, whether it
+trains) when the run ends. A retried
 request's last answer is the one kept. Chat models this package does not serve (a judge,
 a planner on another provider) are recorded from LangChain's view of the reply, without
 token ids, and never train. The transport also adds a `ToolEvent` (through
@@ -64,6 +66,32 @@ from art_langgraph.trajectory import (
 )
 
 log = logging.getLogger(__name__)
+
+CHAT_MODEL_HEADER = "X-ART-Chat-Model"
+"""The header `TrainableChatModel` sends with each request: the capturing transport hands
+only such requests to the run's handlers (`wire_sink`)."""
+
+
+@dataclass(frozen=True)
+class WireSink:
+    """A trainable chat model's LangChain run whose request is under way: the capturing
+    transport hands the calls it reads off the wire to these handlers (`hold_wire`)."""
+
+    run_id: UUID
+    handlers: tuple[TrajectoryCallback, ...]
+
+
+_SINK: contextvars.ContextVar[WireSink | None] = contextvars.ContextVar(
+    "art_wire_sink", default=None
+)
+
+
+def wire_sink() -> WireSink | None:
+    """The run whose chat-model request this context is sending, if one is under way.
+    Set by the run's capture handlers in `on_chat_model_start`, which LangChain calls
+    inline, in the context that then sends the request (`run_inline`)."""
+    return _SINK.get()
+
 
 ART_METADATA_KEY = "art_trainable"
 """Metadata key that marks a chat model's calls as trainable for the capture handler
@@ -142,6 +170,10 @@ class TrajectoryCallback(BaseCallbackHandler):
                 }
                 | ({"tags": list(tags)} if tags else {}),
             }
+            if self._llm[run_id]["trainable"]:  # its request's calls come back to us
+                sink = _SINK.get()
+                others = sink.handlers if sink is not None and sink.run_id == run_id else ()
+                _SINK.set(WireSink(run_id, (*others, self)))
 
         self._guard("on_chat_model_start", start)
 
@@ -150,12 +182,20 @@ class TrajectoryCallback(BaseCallbackHandler):
 
     def hold_wire(self, run_id: UUID, calls: list[LLMCall]) -> None:
         """Keep the calls that run `run_id`'s request made, as the capturing transport read
-        them off the wire (`openai_capture.wire_calls_to`), until the run ends and its
-        callback records them; a retried request's last answer wins."""
+        them off the wire (`wire_sink`), until the run ends and its callback records them;
+        a retried request's last answer wins."""
         with self._lock:
             self._wire[run_id] = calls
 
+    @staticmethod
+    def _release(run_id: UUID) -> None:
+        """The run has ended: its sink takes no more calls."""
+        sink = _SINK.get()
+        if sink is not None and sink.run_id == run_id:
+            _SINK.set(None)
+
     def _end_llm(self, response: LLMResult, run_id: UUID) -> None:
+        self._release(run_id)
         start = self._llm.pop(run_id, None)
         with self._lock:
             wire = self._wire.pop(run_id, None)
@@ -225,6 +265,7 @@ class TrajectoryCallback(BaseCallbackHandler):
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         def fail() -> None:
+            self._release(run_id)
             start = self._llm.pop(run_id, None)
             with self._lock:
                 wire = self._wire.pop(run_id, None)

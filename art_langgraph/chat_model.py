@@ -2,8 +2,9 @@
 
 Its requests go through the capturing transport of `model.openai_client()`
 (`openai_capture.py`; a caller's own `http_client`/`http_async_client` is kept behind it),
-and while one is under way the model names its LangChain run, so `art.capture()` records
-the call as it was sent, token ids and all, at the graph node that made it (`capture.py`).
+and while one is under way its LangChain run's capture handler names the run, so
+`art.capture()` records the call as it was sent, token ids and all, at the graph node
+that made it (`capture.py`).
 
 It is `langchain_openai.ChatOpenAI` pointed at the backend's OpenAI-compatible server,
 so `bind_tools` (with `tool_choice`), `with_structured_output`, `invoke`/`ainvoke`/
@@ -33,27 +34,25 @@ on its next call. With a step it asks for `name@step` (pinned, for evaluation); 
 promotion on (`ModelConfig.promote_on_evaluation`), `model.chat_model()` asks for
 `name@latest`, as the bare name then serves the promoted step.
 
-Left out: the Responses API (`use_responses_api`): the backend serves it (for the OpenAI
-Agents SDK, `model.openai_client()`), but this model speaks chat completions, whose
-assistant messages can carry their `token_ids` back to the server.
+The Responses API (`use_responses_api=True`) is captured and trains as well (its calls
+cross the same transport), but Responses input items cannot carry an assistant turn's
+`token_ids` back, so a multi-turn rollout there is re-rendered from text at each turn:
+use chat completions (the default) for drift-free turns.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 import openai
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import LanguageModelInput
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import model_validator
 
-from art_langgraph.capture import ART_METADATA_KEY, TrajectoryCallback
+from art_langgraph.capture import ART_METADATA_KEY, CHAT_MODEL_HEADER
 from art_langgraph.http_pool import shared_async_transport, sync_http_client
 from art_langgraph.names import inference_name
 from art_langgraph.openai_capture import (
@@ -61,7 +60,6 @@ from art_langgraph.openai_capture import (
     CapturingTransport,
     ClientSyncTransport,
     ClientTransport,
-    wire_calls_to,
 )
 
 
@@ -84,6 +82,11 @@ class TrainableChatModel(ChatOpenAI):
             }
             values["metadata"] = {ART_METADATA_KEY: True, **(values.get("metadata") or {})}
             values.setdefault("stream_usage", True)
+            # marks its requests for the capturing transport (`openai_capture.py`)
+            values["default_headers"] = {
+                **(values.get("default_headers") or {}),
+                CHAT_MODEL_HEADER: "1",
+            }
             # Every request goes through the capturing transport (a client of the caller's
             # own is kept, behind it): `art.capture()` records the call as it was sent.
             own = values.get("http_async_client")
@@ -100,49 +103,6 @@ class TrainableChatModel(ChatOpenAI):
                 timeout=None,
             )
         return values
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        with _wire(run_manager):
-            return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
-
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        with _wire(run_manager):
-            return await super()._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
-
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
-        with _wire(run_manager):
-            yield from super()._stream(messages, stop=stop, run_manager=run_manager, **kwargs)
-
-    async def _astream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[ChatGenerationChunk]:
-        with _wire(run_manager):
-            async for chunk in super()._astream(
-                messages, stop=stop, run_manager=run_manager, **kwargs
-            ):
-                yield chunk
 
     def _get_request_payload(
         self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
@@ -212,16 +172,6 @@ that wait is long but alive (32 agents on a 2-core host took over 300 s, a deadl
 model once had, and each of its retries rejoined the back of the queue). A server that
 dies closes the connection, and an engine step that fails answers every request it holds
 with an error, so neither hangs; pass `timeout=` for a server you do not trust to answer."""
-
-
-def _wire(
-    run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun | None,
-) -> contextlib.AbstractContextManager[None]:
-    """While the run's request is sent, its wire calls go to the run's capture handlers."""
-    if run_manager is None:
-        return contextlib.nullcontext()
-    handlers = [h for h in run_manager.handlers if isinstance(h, TrajectoryCallback)]
-    return wire_calls_to(run_manager.run_id, handlers)
 
 
 def build_chat_model(

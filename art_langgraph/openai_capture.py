@@ -5,8 +5,8 @@ from the request and the response as they were sent.
 Both clients send their requests through `CapturingTransport` (`CapturingSyncTransport`
 for a chat model's sync calls), an httpx transport in front of the shared per-loop pools
 or a caller's own client (`ClientTransport`). When a `capture()` block is open in the
-caller's context, or a LangChain run of a `TrainableChatModel` has named itself
-(`wire_calls_to`), a `POST .../chat/completions` or `POST .../responses` asks the server
+caller's context, or a `TrainableChatModel`'s LangChain run is under way (its capture
+handler names the run, `capture.wire_sink`), a `POST .../chat/completions` or `POST .../responses` asks the server
 for token ids and their logprobs (adding `return_token_ids` and `return_token_logprobs`,
 plain lists beside the choice or, for a response, at its top level, unless the caller set
 them; the caller's own `logprobs` or `include` choice is left as it was) and is recorded
@@ -41,19 +41,22 @@ sees the exact bytes the server sent. Left out: the legacy `/completions`.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any, Literal
-from uuid import UUID
 
 import httpx
 
-from art_langgraph.capture import TrajectoryCallback, current_handler
+from art_langgraph.capture import (
+    CHAT_MODEL_HEADER,
+    TrajectoryCallback,
+    WireSink,
+    current_handler,
+    wire_sink,
+)
 from art_langgraph.serving.responses_protocol import (
     as_chat_completion,
     chat_messages,
@@ -68,35 +71,6 @@ _Api = Literal["chat", "responses"]
 _RESPONSE_DONE = ("response.completed", "response.incomplete")
 
 
-@dataclass(frozen=True)
-class _Sink:
-    """A LangChain run whose request is under way: its calls go to these handlers."""
-
-    run_id: UUID
-    handlers: tuple[TrajectoryCallback, ...]
-
-
-_SINK: contextvars.ContextVar[_Sink | None] = contextvars.ContextVar("art_wire_sink", default=None)
-
-
-@contextlib.contextmanager
-def wire_calls_to(run_id: UUID, handlers: Sequence[TrajectoryCallback]) -> Iterator[None]:
-    """Inside the block, a chat completion this context sends through a capturing transport
-    is handed to each of `handlers` (`TrajectoryCallback.hold_wire`) under `run_id`, a
-    LangChain run's id, instead of being recorded into the open `capture()`: the run's
-    callback then adds what only LangChain knows (the graph position, the run's metadata,
-    whether it trains) and records it. `TrainableChatModel` opens it around each request."""
-    if not handlers:
-        yield
-        return
-    token = _SINK.set(_Sink(run_id, tuple(handlers)))
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):  # a stream closed from another context
-            _SINK.reset(token)
-
-
 class _Exchange:
     """One recorded POST: its body (asking for token ids), where its calls go, and when it
     started. `of` returns None for what passes through untouched."""
@@ -106,7 +80,7 @@ class _Exchange:
         request: httpx.Request,
         body: dict[str, Any],
         api: _Api,
-        sink: _Sink | None,
+        sink: WireSink | None,
         handler: TrajectoryCallback | None,
     ) -> None:
         self.request, self.body, self.api = request, body, api
@@ -115,7 +89,13 @@ class _Exchange:
 
     @classmethod
     def of(cls, request: httpx.Request) -> _Exchange | None:
-        sink, handler = _SINK.get(), current_handler()
+        # A chat model's request reaches the capture only through its run (the run's handler
+        # records it once, with its graph position); a plain client's, only directly (a sink
+        # left behind by a run that never ended must not take its calls).
+        if request.headers.get(CHAT_MODEL_HEADER):
+            sink, handler = wire_sink(), None
+        else:
+            sink, handler = None, current_handler()
         if (sink is None and handler is None) or request.method != "POST":
             return None
         path = request.url.path

@@ -393,6 +393,21 @@ async def test_a_trainable_call_without_ids_warns_once_per_trajectory(
     assert "node 'agent'" in line and "no token ids" in line
 
 
+async def test_the_responses_api_path_is_captured_and_trains(
+    styles_model: art.TrainableModel,
+) -> None:
+    """`use_responses_api=True` sends /v1/responses through the same capturing transport:
+    the call is recorded with its ids, at its node, and trains."""
+    app, _ = _agent_graph(styles_model.chat_model(max_tokens=4, use_responses_api=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "cannot train" warning
+        with art.capture() as traj:
+            await app.ainvoke({"messages": [("user", PROMPT)]})
+    (call,) = traj.calls
+    assert call.trainable and call.node == "agent" and call.completion_token_ids
+    assert call.raw_response is not None and call.raw_response["object"] == "response"
+
+
 def test_the_warning_names_the_call_and_spares_other_models() -> None:
     handler = art.TrajectoryCallback()
     reply = LLMResult(generations=[[ChatGeneration(message=AIMessage("hi"))]])
