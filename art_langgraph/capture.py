@@ -14,19 +14,21 @@ leaves the block is recorded on the trajectory, then re-raised.
 judge, a planner) are recorded with `trainable=False`. The handler never raises into
 the user's graph: a failure inside it is logged on the trajectory and skipped.
 
-Calls made through `model.openai_client()` (a plain OpenAI client: hand-written loops, the
-OpenAI Agents SDK, MCP harnesses) are recorded by its HTTP transport (`openai_capture.py`),
-chat completions and Responses alike; that transport adds a `ToolEvent` (through
-`record_tool_event`, once per tool call id) when a request sends back the result of a
-tool call an earlier recorded call made.
-
-Both paths build the call with one builder, `LLMCall.from_openai`: the transport hands it
-the request and the response as sent; this handler hands it the request LangChain made
-and LangChain's reply put back into a chat completion's shape (`_as_completion`), then
-adds what only it knows: the graph position, the run's metadata, and whether it trains.
-Why not the transport under the chat model too: a LangChain call spans its retries and
-its sync path, and its callbacks need not run in the request's context, so a wire
-record could not be matched to its graph node without a key the server does not send.
+One capture path: the calls of `model.openai_client()` (hand-written loops, the OpenAI
+Agents SDK, MCP harnesses) and of `model.chat_model()` (`TrainableChatModel`) go through
+the same capturing HTTP transport (`openai_capture.py`), which builds each `LLMCall` with
+`LLMCall.from_openai` from the request and the response as they were sent. A plain
+client's calls go straight into the open capture. When a trainable chat model's run
+starts, this handler names the run in the context that will send its request
+(`wire_sink`; LangChain calls a `run_inline` handler there), so the transport hands the
+calls of that request (marked by `CHAT_MODEL_HEADER`) to this handler (`hold_wire`),
+which adds what only LangChain knows (the graph position, the run's metadata, whether it
+trains) when the run ends. A retried
+request's last answer is the one kept. Chat models this package does not serve (a judge,
+a planner on another provider) are recorded from LangChain's view of the reply, without
+token ids, and never train. The transport also adds a `ToolEvent` (through
+`record_tool_event`, once per tool call id) when a plain client's request sends back the
+result of a tool call an earlier recorded call made; LangChain's tools report their own.
 
 Left out: LangChain's legacy text LLMs (`on_llm_start`), which chat graphs do not use.
 """
@@ -53,7 +55,6 @@ from langchain_core.outputs import LLMResult
 from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tracers.context import register_configure_hook
 
-from art_langgraph.chat_model import ART_METADATA_KEY
 from art_langgraph.errors import UsageError
 from art_langgraph.interrupts import ThreadStore, thread_id_of
 from art_langgraph.trajectory import (
@@ -65,6 +66,36 @@ from art_langgraph.trajectory import (
 )
 
 log = logging.getLogger(__name__)
+
+CHAT_MODEL_HEADER = "X-ART-Chat-Model"
+"""The header `TrainableChatModel` sends with each request: the capturing transport hands
+only such requests to the run's handlers (`wire_sink`)."""
+
+
+@dataclass(frozen=True)
+class WireSink:
+    """A trainable chat model's LangChain run whose request is under way: the capturing
+    transport hands the calls it reads off the wire to these handlers (`hold_wire`)."""
+
+    run_id: UUID
+    handlers: tuple[TrajectoryCallback, ...]
+
+
+_SINK: contextvars.ContextVar[WireSink | None] = contextvars.ContextVar(
+    "art_wire_sink", default=None
+)
+
+
+def wire_sink() -> WireSink | None:
+    """The run whose chat-model request this context is sending, if one is under way.
+    Set by the run's capture handlers in `on_chat_model_start`, which LangChain calls
+    inline, in the context that then sends the request (`run_inline`)."""
+    return _SINK.get()
+
+
+ART_METADATA_KEY = "art_trainable"
+"""Metadata key that marks a chat model's calls as trainable for the capture handler
+(`TrainableChatModel` sets it)."""
 
 _SAMPLING_KEYS = (
     "temperature",
@@ -95,6 +126,7 @@ class TrajectoryCallback(BaseCallbackHandler):
         self.resumed = False
         """Whether a run in this block was resumed from an interrupt (`Command(resume=...)`)."""
         self._llm: dict[UUID, dict[str, Any]] = {}
+        self._wire: dict[UUID, list[LLMCall]] = {}
         self._tools: dict[UUID, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
@@ -138,28 +170,58 @@ class TrajectoryCallback(BaseCallbackHandler):
                 }
                 | ({"tags": list(tags)} if tags else {}),
             }
+            if self._llm[run_id]["trainable"]:  # its request's calls come back to us
+                sink = _SINK.get()
+                others = sink.handlers if sink is not None and sink.run_id == run_id else ()
+                _SINK.set(WireSink(run_id, (*others, self)))
 
         self._guard("on_chat_model_start", start)
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         self._guard("on_llm_end", self._end_llm, response, run_id)
 
+    def hold_wire(self, run_id: UUID, calls: list[LLMCall]) -> None:
+        """Keep the calls that run `run_id`'s request made, as the capturing transport read
+        them off the wire (`wire_sink`), until the run ends and its callback records them;
+        a retried request's last answer wins."""
+        with self._lock:
+            self._wire[run_id] = calls
+
+    @staticmethod
+    def _release(run_id: UUID) -> None:
+        """The run has ended: its sink takes no more calls."""
+        sink = _SINK.get()
+        if sink is not None and sink.run_id == run_id:
+            _SINK.set(None)
+
     def _end_llm(self, response: LLMResult, run_id: UUID) -> None:
+        self._release(run_id)
         start = self._llm.pop(run_id, None)
-        if start is None or not response.generations or not response.generations[0]:
+        with self._lock:
+            wire = self._wire.pop(run_id, None)
+        if start is None:
             return
-        gen = response.generations[0][0]
-        call = self._built(start, _as_completion(gen, response.llm_output or {}), as_sent=False)
-        self.record_call(call)
-        if start["trainable"] and call.completion_token_ids is None:  # once per trajectory
-            message = getattr(gen, "message", None)
-            meta = getattr(message, "response_metadata", None) or {}
+        if wire:
+            calls = wire
+        elif response.generations and response.generations[0]:
+            calls = [_seen_by_langchain(start, response.generations[0][0], response.llm_output)]
+        else:
+            return
+        for call in calls:
+            self.record_call(self._decorated(start, call))
+        if start["trainable"] and not calls[0].trainable:  # once per trajectory
+            call = calls[0]
             head = "capture: a call of the trainable model cannot train"
             where = f"in node {call.node!r}" if call.node else "outside any graph node"
+            why = (
+                "its reply carried no token ids"
+                if wire
+                else "its request did not pass through the model's capturing transport"
+            )
             note = (
-                f"{head} ({where}, model {call.model!r}); recorded with trainable=False: its "
-                f"reply carried no token ids (response_metadata keys: {sorted(meta)}). A chat-"
-                "model path that drops the backend's ids (e.g. use_responses_api) is the cause."
+                f"{head} ({where}, model {call.model!r}); recorded with trainable=False: {why}. "
+                "A request that turns them off (extra_body={'return_token_ids': False}) or a "
+                "server that does not return them is the cause."
             )
             with self._lock:
                 first = not any(line.startswith(head) for line in self.trajectory.logs)
@@ -169,24 +231,10 @@ class TrajectoryCallback(BaseCallbackHandler):
                 warnings.warn(note, UserWarning, stacklevel=2)
 
     @staticmethod
-    def _built(start: dict[str, Any], completion: Any, *, as_sent: bool) -> LLMCall:
-        """The call from `LLMCall.from_openai` (the one builder), plus what only the callback
-        knows: the graph position, the run's metadata, and whether the model may train on it
-        (a trainable model's call with token ids)."""
-        request = {
-            "messages": start["messages"],
-            "tools": start["tools"],
-            "tool_choice": start["tool_choice"],
-            **start["sampling"],
-        }
-        call = LLMCall.from_openai(
-            request,
-            completion,
-            latency_s=time.perf_counter() - start["t0"],
-            started_at=start["started_at"],
-            as_sent=as_sent,
-        )
-        call.metadata = dict(start["metadata"])
+    def _decorated(start: dict[str, Any], call: LLMCall) -> LLMCall:
+        """`call` plus what only the callback knows: the graph position, the run's metadata,
+        and whether the model may train on it (a trainable model's call with token ids)."""
+        call.metadata = dict(start["metadata"]) | call.metadata
         call.trainable = start["trainable"] and call.completion_token_ids is not None
         for field, value in start["position"].items():
             setattr(call, field, value)
@@ -217,15 +265,17 @@ class TrajectoryCallback(BaseCallbackHandler):
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         def fail() -> None:
+            self._release(run_id)
             start = self._llm.pop(run_id, None)
+            with self._lock:
+                wire = self._wire.pop(run_id, None)
             if start is None:
                 return
             self.trajectory.logs.append(f"LLM call failed: {error!r}")
-            completion = getattr(error, "completion", None)  # openai's parse errors keep it
-            if completion is not None:  # sampled, then refused by the client: record it
-                call = self._built(start, completion, as_sent=True)
-                call.metadata["art_client_error"] = repr(error)[:500]
-                self.record_call(call)
+            if wire:  # sampled, then refused by the client (openai's parse errors): record it
+                for call in wire:
+                    call.metadata["art_client_error"] = repr(error)[:500]
+                    self.record_call(self._decorated(start, call))
 
         self._guard("on_llm_error", fail)
 
@@ -589,40 +639,43 @@ def _linked_traces(run_id: UUID, parent_run_id: UUID | None) -> list[tuple[str, 
     return out
 
 
-def _as_completion(gen: Any, llm_output: dict[str, Any]) -> dict[str, Any]:
-    """LangChain's view of a chat reply (the message, its `response_metadata` and
-    `usage_metadata`, the generation's info) put back into the JSON shape of the chat
-    completion it came from, the shape `LLMCall.from_openai` reads."""
+def _seen_by_langchain(
+    start: dict[str, Any], gen: Any, llm_output: dict[str, Any] | None
+) -> LLMCall:
+    """The call of a chat model whose requests this package does not send (a judge, a
+    planner on another provider): the request LangChain made and its reply, as LangChain
+    saw them. It has no token ids, so it never trains."""
     message = getattr(gen, "message", None)
     meta = getattr(message, "response_metadata", None) or {}
     info = gen.generation_info or {}
-    logprobs = info.get("logprobs") or meta.get("logprobs")
-    choice = {
-        "message": (
+    usage = getattr(message, "usage_metadata", None)
+    counts = None
+    if usage:
+        counts = {
+            "prompt_tokens": usage["input_tokens"],
+            "completion_tokens": usage["output_tokens"],
+            "total_tokens": usage["total_tokens"],
+        }
+        cached = (usage.get("input_token_details") or {}).get("cache_read")
+        if type(cached) is int:
+            counts["cached_tokens"] = cached
+    return LLMCall(
+        messages=start["messages"],
+        tools=start["tools"],
+        tool_choice=start["tool_choice"],
+        sampling=start["sampling"],
+        response_message=(
             convert_to_openai_messages([message])[0]
             if message is not None
             else {"role": "assistant"}
         ),
-        "finish_reason": meta.get("finish_reason") or info.get("finish_reason"),
-        "token_ids": meta.get("token_ids"),
-        "token_logprobs": meta.get("token_logprobs"),
-        "logprobs": logprobs if isinstance(logprobs, dict) and logprobs.get("content") else None,
-    }
-    usage = getattr(message, "usage_metadata", None)
-    wire_usage = None
-    if usage:
-        cached = (usage.get("input_token_details") or {}).get("cache_read")
-        wire_usage = {
-            "prompt_tokens": usage["input_tokens"],
-            "completion_tokens": usage["output_tokens"],
-            "total_tokens": usage["total_tokens"],
-        } | ({"prompt_tokens_details": {"cached_tokens": cached}} if cached is not None else {})
-    return {
-        "model": meta.get("model_name") or llm_output.get("model_name"),
-        "prompt_token_ids": meta.get("prompt_token_ids"),
-        "choices": [choice],
-        "usage": wire_usage,
-    }
+        model=meta.get("model_name") or (llm_output or {}).get("model_name"),
+        finish_reason=meta.get("finish_reason") or info.get("finish_reason"),
+        latency_s=time.perf_counter() - start["t0"],
+        usage=counts,
+        started_at=start["started_at"],
+        trainable=False,
+    )
 
 
 def _graph_position(meta: dict[str, Any]) -> dict[str, Any]:

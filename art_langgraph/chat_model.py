@@ -1,12 +1,19 @@
 """`TrainableChatModel`: a LangChain chat model served by the backend, with exact token ids.
 
+Its requests go through the capturing transport of `model.openai_client()`
+(`openai_capture.py`; a caller's own `http_client`/`http_async_client` is kept behind it),
+and while one is under way its LangChain run's capture handler names the run, so
+`art.capture()` records the call as it was sent, token ids and all, at the graph node
+that made it (`capture.py`).
+
 It is `langchain_openai.ChatOpenAI` pointed at the backend's OpenAI-compatible server,
 so `bind_tools` (with `tool_choice`), `with_structured_output`, `invoke`/`ainvoke`/
 `batch`/`stream`/`astream`, callbacks, tags and metadata behave as LangChain users
 expect. Every call asks for token ids and their logprobs (`return_token_ids`,
 `return_token_logprobs`: plain lists, not OpenAI's per-token logprob objects, which
 stay available with `logprobs=True`). ChatOpenAI drops response fields it does not
-know, so this subclass carries them into the message's `response_metadata`:
+know, so this subclass carries them into the message's `response_metadata`, for the
+graph's own use and for the round trip below:
 
     prompt_token_ids   the exact prompt ids the engine saw (first chunk when streaming)
     token_ids          the completion ids it sampled (concatenated across stream chunks)
@@ -27,9 +34,10 @@ on its next call. With a step it asks for `name@step` (pinned, for evaluation); 
 promotion on (`ModelConfig.promote_on_evaluation`), `model.chat_model()` asks for
 `name@latest`, as the bare name then serves the promoted step.
 
-Left out: the Responses API (`use_responses_api`): the backend serves it (for the OpenAI
-Agents SDK, `model.openai_client()`), but this model speaks chat completions, whose
-assistant messages can carry their `token_ids` back to the server.
+The Responses API (`use_responses_api=True`) is captured and trains as well (its calls
+cross the same transport), but Responses input items cannot carry an assistant turn's
+`token_ids` back, so a multi-turn rollout there is re-rendered from text at each turn:
+use chat completions (the default) for drift-free turns.
 """
 
 from __future__ import annotations
@@ -44,11 +52,15 @@ from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import model_validator
 
-from art_langgraph.http_pool import async_http_client, sync_http_client
+from art_langgraph.capture import ART_METADATA_KEY, CHAT_MODEL_HEADER
+from art_langgraph.http_pool import shared_async_transport, sync_http_client
 from art_langgraph.names import inference_name
-
-ART_METADATA_KEY = "art_trainable"
-"""Metadata key that marks a chat model's calls as trainable for the capture handler."""
+from art_langgraph.openai_capture import (
+    CapturingSyncTransport,
+    CapturingTransport,
+    ClientSyncTransport,
+    ClientTransport,
+)
 
 
 class TrainableChatModel(ChatOpenAI):
@@ -70,6 +82,26 @@ class TrainableChatModel(ChatOpenAI):
             }
             values["metadata"] = {ART_METADATA_KEY: True, **(values.get("metadata") or {})}
             values.setdefault("stream_usage", True)
+            # marks its requests for the capturing transport (`openai_capture.py`)
+            values["default_headers"] = {
+                **(values.get("default_headers") or {}),
+                CHAT_MODEL_HEADER: "1",
+            }
+            # Every request goes through the capturing transport (a client of the caller's
+            # own is kept, behind it): `art.capture()` records the call as it was sent.
+            own = values.get("http_async_client")
+            inner: httpx.AsyncBaseTransport = (
+                ClientTransport(own) if own is not None else shared_async_transport()
+            )
+            values["http_async_client"] = httpx.AsyncClient(
+                transport=CapturingTransport(inner), timeout=None
+            )
+            values["http_client"] = httpx.Client(
+                transport=CapturingSyncTransport(
+                    ClientSyncTransport(values.get("http_client") or sync_http_client())
+                ),
+                timeout=None,
+            )
         return values
 
     def _get_request_payload(
@@ -154,8 +186,5 @@ def build_chat_model(
         metadata=metadata,
         max_retries=kwargs.pop("max_retries", 2),
         timeout=kwargs.pop("timeout", None) or CHAT_TIMEOUT,
-        # Our own HTTP clients, never LangChain's or openai's defaults (see HTTP clients below).
-        http_client=kwargs.pop("http_client", None) or sync_http_client(),
-        http_async_client=kwargs.pop("http_async_client", None) or async_http_client(),
         **kwargs,
     )

@@ -1,14 +1,19 @@
-"""Capture for plain OpenAI clients: `model.openai_client()` records its chat completions
-and its Responses calls.
+"""The capturing transport: every chat completion and Responses call that
+`model.openai_client()` or `model.chat_model()` sends inside `art.capture()` is recorded
+from the request and the response as they were sent.
 
-The client returned by `model.openai_client()` sends its requests through
-`CapturingTransport`, an httpx transport in front of the shared per-loop pools. When a
-`capture()` block is open in the caller's context, a `POST .../chat/completions` or
-`POST .../responses` asks the server for token ids and their logprobs (adding
-`return_token_ids` and `return_token_logprobs`, plain lists beside the choice or, for a
-response, at its top level, unless the caller set them; the caller's own `logprobs` or
-`include` choice is left as it was) and is recorded as an `LLMCall` with the exact
-prompt and completion token ids the server returned, the way the LangChain path does.
+Both clients send their requests through `CapturingTransport` (`CapturingSyncTransport`
+for a chat model's sync calls), an httpx transport in front of the shared per-loop pools
+or a caller's own client (`ClientTransport`). When a `capture()` block is open in the
+caller's context, or a `TrainableChatModel`'s LangChain run is under way (its capture
+handler names the run, `capture.wire_sink`), a `POST .../chat/completions` or `POST .../responses` asks the server
+for token ids and their logprobs (adding `return_token_ids` and `return_token_logprobs`,
+plain lists beside the choice or, for a response, at its top level, unless the caller set
+them; the caller's own `logprobs` or `include` choice is left as it was) and is recorded
+as an `LLMCall` with the exact prompt and completion token ids the server returned: into
+the open capture for a plain client, or handed to the LangChain run's capture handler,
+which adds the graph position (`capture.py`).
+
 A Responses call is recorded as the chat completion it amounts to (`messages` from its
 `instructions` and `input` items, chat-form `tools`, a `response_message` whose
 `tool_calls` carry the function calls' `call_id`s; `raw_response` is the response as
@@ -17,7 +22,7 @@ Streamed responses pass through untouched chunk by chunk (event by event) and ar
 recorded once the stream ends (`[DONE]`; a Responses stream's `response.completed` or
 `response.incomplete`, which carries the whole response).
 
-Tool events: a request that sends back a tool's result (a `tool` message, a
+Tool events: a plain client's request (a LangChain run's tools report their own) that sends back a tool's result (a `tool` message, a
 `function_call_output` item) for a tool call that a call recorded in this trajectory
 made adds a `ToolEvent` (the call's name and arguments, the result as sent), once per
 tool call id. Its latency and start are unknown here (the tool ran in the caller's
@@ -39,13 +44,19 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import httpx
 
-from art_langgraph.capture import TrajectoryCallback, current_handler
+from art_langgraph.capture import (
+    CHAT_MODEL_HEADER,
+    TrajectoryCallback,
+    WireSink,
+    current_handler,
+    wire_sink,
+)
 from art_langgraph.serving.responses_protocol import (
     as_chat_completion,
     chat_messages,
@@ -60,30 +71,48 @@ _Api = Literal["chat", "responses"]
 _RESPONSE_DONE = ("response.completed", "response.incomplete")
 
 
-class CapturingTransport(httpx.AsyncBaseTransport):
-    """Records chat completions into the open `capture()` (see the module doc)."""
+class _Exchange:
+    """One recorded POST: its body (asking for token ids), where its calls go, and when it
+    started. `of` returns None for what passes through untouched."""
 
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self.inner = inner
+    def __init__(
+        self,
+        request: httpx.Request,
+        body: dict[str, Any],
+        api: _Api,
+        sink: WireSink | None,
+        handler: TrajectoryCallback | None,
+    ) -> None:
+        self.request, self.body, self.api = request, body, api
+        self.sink, self.handler = sink, handler
+        self.started_at, self.t0 = datetime.now(UTC), time.perf_counter()
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        handler = current_handler()
+    @classmethod
+    def of(cls, request: httpx.Request) -> _Exchange | None:
+        # A chat model's request reaches the capture only through its run (the run's handler
+        # records it once, with its graph position); a plain client's, only directly (a sink
+        # left behind by a run that never ended must not take its calls).
+        if request.headers.get(CHAT_MODEL_HEADER):
+            sink, handler = wire_sink(), None
+        else:
+            sink, handler = None, current_handler()
+        if (sink is None and handler is None) or request.method != "POST":
+            return None
         path = request.url.path
-        if handler is None or request.method != "POST":
-            return await self.inner.handle_async_request(request)
         if path.endswith("/chat/completions"):
             api: _Api = "chat"
         elif path.endswith("/responses"):
             api = "responses"
         else:
-            return await self.inner.handle_async_request(request)
+            return None
         try:
             body = json.loads(request.content)
         except ValueError:
             body = None
         if not isinstance(body, dict):
-            return await self.inner.handle_async_request(request)
-        _record_tool_results(handler, body, api)
+            return None
+        if sink is None and handler is not None:  # a LangChain run records its own tools
+            _record_tool_results(handler, body, api)
         if "return_token_ids" not in body or "return_token_logprobs" not in body:
             body.setdefault("return_token_ids", True)
             body.setdefault("return_token_logprobs", True)
@@ -95,22 +124,42 @@ class CapturingTransport(httpx.AsyncBaseTransport):
                 content=json.dumps(body).encode(),
                 extensions=request.extensions,
             )
-        started_at, t0 = datetime.now(UTC), time.perf_counter()
-        response = await self.inner.handle_async_request(request)
-        if response.status_code != 200:
-            return response
-        if body.get("stream"):
-            stream = _RecordingStream(response, handler, body, api, started_at, t0)
-            return httpx.Response(
-                response.status_code,
-                headers=response.headers,
-                stream=stream,
-                extensions=response.extensions,
-                request=request,
-            )
-        raw = await response.aread()
-        await response.aclose()
-        _record(handler, body, api, raw, started_at, t0)
+        return cls(request, body, api, sink, handler)
+
+    def record(self, completion: bytes | dict[str, Any]) -> None:
+        """Build the calls of one response (one per choice) and deliver them."""
+        try:
+            data = json.loads(completion) if isinstance(completion, bytes) else completion
+            raw, body = data, _without_echoed_ids(self.body)
+            if self.api == "responses":  # recorded as the chat completion it amounts to
+                body, data = responses_as_chat(body), as_chat_completion(data)
+            calls = []
+            for i in range(len(data.get("choices") or [])):
+                call = LLMCall.from_openai(
+                    body,
+                    data,
+                    choice_index=i,
+                    latency_s=time.perf_counter() - self.t0,
+                    started_at=self.started_at,
+                )
+                call.raw_response = raw
+                call.trainable = call.completion_token_ids is not None
+                calls.append(call)
+            if self.sink is not None:  # the run's callback decorates and records them
+                for h in self.sink.handlers:
+                    h.hold_wire(self.sink.run_id, calls)
+            elif self.handler is not None:
+                for call in calls:
+                    self.handler.record_call(call)
+        except Exception as exc:  # recording must never break the caller's code
+            handlers = self.sink.handlers if self.sink is not None else (self.handler,)
+            for handler in handlers:
+                if handler is not None:
+                    _failed(handler, "recording an OpenAI call", exc)
+
+    def answered(self, response: httpx.Response, raw: bytes) -> httpx.Response:
+        """The response to hand on, its body read whole and recorded."""
+        self.record(raw)
         headers = [
             (k, v)
             for k, v in response.headers.raw
@@ -121,40 +170,113 @@ class CapturingTransport(httpx.AsyncBaseTransport):
             headers=headers,
             content=raw,
             extensions=response.extensions,
-            request=request,
+            request=self.request,
         )
+
+    def streamed(self, response: httpx.Response) -> httpx.Response:
+        """The response to hand on, its stream recorded as it passes."""
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_RecordingStream(response, self),
+            extensions=response.extensions,
+            request=self.request,
+        )
+
+
+class CapturingTransport(httpx.AsyncBaseTransport):
+    """Records chat completions into the open `capture()`, or for the LangChain run that
+    sends them (`wire_calls_to`); see the module doc."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        exchange = _Exchange.of(request)
+        if exchange is None:
+            return await self.inner.handle_async_request(request)
+        response = await self.inner.handle_async_request(exchange.request)
+        if response.status_code != 200:
+            return response
+        if exchange.body.get("stream"):
+            return exchange.streamed(response)
+        raw = await response.aread()
+        await response.aclose()
+        return exchange.answered(response, raw)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
 
 
-def _record(
-    handler: TrajectoryCallback,
-    body: dict[str, Any],
-    api: _Api,
-    completion: bytes | dict[str, Any],
-    started_at: datetime,
-    t0: float,
-) -> None:
-    try:
-        data = json.loads(completion) if isinstance(completion, bytes) else completion
-        raw = data
-        if api == "responses":  # recorded as the chat completion it amounts to
-            body, data = responses_as_chat(body), as_chat_completion(data)
-        n = len(data.get("choices") or [])
-        for i in range(n):
-            call = LLMCall.from_openai(
-                body,
-                data,
-                choice_index=i,
-                latency_s=time.perf_counter() - t0,
-                started_at=started_at,
-            )
-            call.raw_response = raw
-            call.trainable = call.completion_token_ids is not None
-            handler.record_call(call)
-    except Exception as exc:  # recording must never break the caller's code
-        _failed(handler, "recording an OpenAI call", exc)
+class CapturingSyncTransport(httpx.BaseTransport):
+    """`CapturingTransport` for sync clients (a LangChain chat model's `invoke`)."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self.inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        exchange = _Exchange.of(request)
+        if exchange is None:
+            return self.inner.handle_request(request)
+        response = self.inner.handle_request(exchange.request)
+        if response.status_code != 200:
+            return response
+        if exchange.body.get("stream"):
+            return exchange.streamed(response)
+        raw = response.read()
+        response.close()
+        return exchange.answered(response, raw)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class ClientTransport(httpx.AsyncBaseTransport):
+    """Sends through a caller's own `httpx.AsyncClient` (its proxies, certificates, hooks
+    and pools), so a capturing transport can sit in front of a client it did not build."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.client.send(request, stream=True)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=response.stream,
+            extensions=response.extensions,
+        )
+
+
+class ClientSyncTransport(httpx.BaseTransport):
+    """`ClientTransport` for a caller's own sync `httpx.Client`."""
+
+    def __init__(self, client: httpx.Client) -> None:
+        self.client = client
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self.client.send(request, stream=True)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=response.stream,
+            extensions=response.extensions,
+        )
+
+
+def _without_echoed_ids(body: dict[str, Any]) -> dict[str, Any]:
+    """The request less the `token_ids` that assistant messages carry back to the server
+    (`chat_model.py`'s round trip): the call that sampled them recorded them already."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not any(
+        isinstance(m, dict) and "token_ids" in m for m in messages
+    ):
+        return body
+    plain = [
+        {k: v for k, v in m.items() if k != "token_ids"} if isinstance(m, dict) else m
+        for m in messages
+    ]
+    return {**body, "messages": plain}
 
 
 def _failed(handler: TrajectoryCallback, what: str, exc: Exception) -> None:
@@ -221,53 +343,54 @@ def _record_tool_results(handler: TrajectoryCallback, body: dict[str, Any], api:
         _failed(handler, "recording a tool result", exc)
 
 
-class _RecordingStream(httpx.AsyncByteStream):
+class _RecordingStream(httpx.AsyncByteStream, httpx.SyncByteStream):
     """Passes the SSE bytes through and records the merged completion at the end."""
 
-    def __init__(
-        self,
-        response: httpx.Response,
-        handler: TrajectoryCallback,
-        body: dict[str, Any],
-        api: _Api,
-        started_at: datetime,
-        t0: float,
-    ) -> None:
-        self.response, self.handler, self.body, self.api = response, handler, body, api
-        self.started_at, self.t0 = started_at, t0
+    def __init__(self, response: httpx.Response, exchange: _Exchange) -> None:
+        self.response, self.exchange = response, exchange
+        self.buffer, self.done = b"", False
+        self.chunks: list[dict[str, Any]] = []
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    def _feed(self, part: bytes) -> None:
         # Each part is read before it is handed on: a client stops at `[DONE]` and closes the
         # stream without asking for more, so the call is recorded when `[DONE]` arrives.
-        buffer, chunks, done = b"", [], False
+        self.buffer += part
+        *events, self.buffer = self.buffer.split(b"\n\n")
+        for event in events:
+            for line in event.splitlines():
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    self.done = True
+                    continue
+                with contextlib.suppress(ValueError):  # not ours to judge
+                    chunk = json.loads(data)
+                    if self.exchange.api == "responses":
+                        # the last event carries the whole response
+                        if chunk.get("type") in _RESPONSE_DONE:
+                            self.exchange.record(chunk.get("response") or {})
+                    else:
+                        self.chunks.append(chunk)
+        if self.done and self.chunks and not any("error" in c for c in self.chunks):
+            self.exchange.record(merge_stream_chunks(self.chunks))
+            self.chunks = []
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
         async for part in self.response.aiter_raw():
-            buffer += part
-            *events, buffer = buffer.split(b"\n\n")
-            for event in events:
-                for line in event.splitlines():
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        done = True
-                        continue
-                    with contextlib.suppress(ValueError):  # not ours to judge
-                        chunk = json.loads(data)
-                        if self.api == "responses":
-                            # the last event carries the whole response
-                            if chunk.get("type") in _RESPONSE_DONE:
-                                _record(self.handler, self.body, self.api, chunk.get("response") or {},
-                                        self.started_at, self.t0)  # fmt: skip
-                        else:
-                            chunks.append(chunk)
-            if done and chunks and not any("error" in c for c in chunks):
-                merged = merge_stream_chunks(chunks)
-                _record(self.handler, self.body, self.api, merged, self.started_at, self.t0)
-                chunks = []
+            self._feed(part)
+            yield part
+
+    def __iter__(self) -> Iterator[bytes]:
+        for part in self.response.iter_raw():
+            self._feed(part)
             yield part
 
     async def aclose(self) -> None:
         await self.response.aclose()
+
+    def close(self) -> None:
+        self.response.close()
 
 
 def merge_stream_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:

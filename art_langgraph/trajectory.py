@@ -298,29 +298,22 @@ class LLMCall(_Record):
         choice_index: int = 0,
         latency_s: float | None = None,
         started_at: datetime | None = None,
-        as_sent: bool = True,
     ) -> LLMCall:
         """Record a call made with `client.chat.completions.create(**request_kwargs)`.
 
-        The one builder of a call from its request and response: the openai client's
-        transport, the LangChain callback (which first puts LangChain's view of the reply
-        back into a completion's shape, `as_sent=False`) and the callback's refused-reply path
-        all come here, and then add only what they know beyond the wire (graph position,
-        metadata, whether it may train).
+        The one builder of a call from its request and response, as sent: the capturing
+        transport (under `model.openai_client()` and `model.chat_model()` alike) comes here,
+        and the LangChain callback then adds only what it knows beyond the wire (graph
+        position, metadata, whether it may train).
 
-        `chat_completion` is the returned `ChatCompletion` or a dict of its JSON. Token ids are
-        read from vLLM's `prompt_token_ids` (top level) and `token_ids` (per choice) extras;
-        logprobs from our server's `token_logprobs` extra (`return_token_logprobs`), else
-        from `choice.logprobs.content[i].logprob`; logprobs that do not come one per token id
-        (a provider that reports them per text piece) are dropped and the ids kept. With
-        `as_sent` the payload is kept as `raw_response`; without it (a payload rebuilt from
-        another client's view of the reply, as plain JSON data, which is then read as it is)
-        `raw_response` stays None.
+        `chat_completion` is the returned `ChatCompletion` or a dict of its JSON, kept as
+        `raw_response`. Token ids are read from vLLM's `prompt_token_ids` (top level) and
+        `token_ids` (per choice) extras; logprobs from our server's `token_logprobs` extra
+        (`return_token_logprobs`), else from `choice.logprobs.content[i].logprob`; logprobs
+        that do not come one per token id (a provider that reports them per text piece) are
+        dropped and the ids kept.
         """
-        # a payload rebuilt by us (`as_sent=False`) is plain JSON already: walking it again
-        # cost 0.8 ms a call (1,500-token prompt), 11x building the record itself
-        rebuilt = not as_sent and isinstance(chat_completion, dict)
-        data = chat_completion if rebuilt else _plain(chat_completion)
+        data = _plain(chat_completion)
         if not isinstance(data, dict):
             raise UsageError(
                 f"expected a ChatCompletion or dict, got {type(chat_completion).__name__}"
@@ -357,7 +350,7 @@ class LLMCall(_Record):
             finish_reason=choice.get("finish_reason"),
             latency_s=latency_s,
             usage=_flat_usage(usage),
-            raw_response=data if as_sent else None,
+            raw_response=data,
             started_at=started_at,
         )
 

@@ -85,9 +85,9 @@ async def test_a_plain_openai_tool_loop_is_captured_token_exactly(
 async def test_the_langchain_and_openai_paths_record_a_call_alike(
     model: art.TrainableModel,
 ) -> None:
-    """Both paths build their `LLMCall` with `LLMCall.from_openai`: one seeded request,
-    sent through the openai client and through the LangChain chat model, records the same
-    call field for field (the LangChain one keeps no raw payload: it never saw it)."""
+    """One capture path: one seeded request, sent through the openai client and through the
+    LangChain chat model, goes through the same capturing transport and records the same
+    call field for field, each with the payload as the server sent it."""
     messages = [{"role": "user", "content": "What is 2 + 3?"}]
     client = model.openai_client()
     kwargs: dict[str, Any] = dict(max_tokens=40, seed=5)
@@ -110,7 +110,8 @@ async def test_the_langchain_and_openai_paths_record_a_call_alike(
         c["function"] for c in a.response_message["tool_calls"]
     ]
     assert b.sampling["seed"] == a.sampling["seed"] == 5
-    assert a.raw_response is not None and b.raw_response is None
+    assert a.raw_response is not None and b.raw_response is not None
+    assert b.raw_response["choices"][0]["token_ids"] == b.completion_token_ids
 
 
 RESPONSES_TOOLS = [{"type": "function", **TOOLS[0]["function"]}]  # Responses' flat form

@@ -316,12 +316,12 @@ def test_from_openai_second_choice_and_missing_token_ids() -> None:
 
 def test_from_openai_drops_logprobs_that_are_not_one_per_token() -> None:
     """A provider that reports logprobs per text piece: the ids are kept (the call still
-    trains), the misaligned logprobs are not; `as_sent=False` keeps no raw payload."""
+    trains), the misaligned logprobs are not; the payload is kept as sent."""
     pieces = json.loads(json.dumps(RESPONSE))
     pieces["choices"][0]["logprobs"] = {"content": [{"token": "ab", "logprob": -0.3}]}
-    call = LLMCall.from_openai(REQUEST, pieces, as_sent=False)
+    call = LLMCall.from_openai(REQUEST, pieces)
     assert call.completion_token_ids == [10, 11, 12] and call.logprobs is None
-    assert call.raw_response is None and call.trainable_token_count == 3
+    assert call.raw_response == pieces and call.trainable_token_count == 3
 
 
 def test_from_openai_accepts_openai_message_objects_in_the_request() -> None:

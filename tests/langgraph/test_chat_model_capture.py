@@ -220,6 +220,7 @@ def test_chat_models_share_loop_local_http_clients_without_finalizers() -> None:
     import httpx
 
     from art_langgraph.chat_model import build_chat_model
+    from art_langgraph.openai_capture import CapturingTransport
 
     a = build_chat_model(name="m", step=None, base_url="http://127.0.0.1:9/v1", api_key="k")
     b = build_chat_model(name="m", step=1, base_url="http://127.0.0.1:9/v1", api_key="k")
@@ -227,12 +228,14 @@ def test_chat_models_share_loop_local_http_clients_without_finalizers() -> None:
         assert type(llm.http_async_client) is httpx.AsyncClient  # no __del__
         assert llm.root_async_client._client is llm.http_async_client
         assert type(llm.http_client) is httpx.Client
-    assert a.http_async_client._transport is b.http_async_client._transport
+    # each sends through the capturing transport, over the one shared per-loop pool
+    assert isinstance(a.http_async_client._transport, CapturingTransport)
+    assert a.http_async_client._transport.inner is b.http_async_client._transport.inner
+    transport = a.http_async_client._transport.inner
 
     async def pool() -> object:
-        return a.http_async_client._transport._pool()
+        return transport._pool()
 
-    transport = a.http_async_client._transport
     p1, p2 = asyncio.run(pool()), asyncio.run(pool())
     assert p1 is not p2  # one pool per event loop: connections never cross loops
     assert p1 not in transport._pools.values()  # a closed loop's pool is dropped
@@ -241,19 +244,28 @@ def test_chat_models_share_loop_local_http_clients_without_finalizers() -> None:
 async def test_a_chat_model_built_directly_is_trainable_with_exact_ids(
     fresh_model: art.TrainableModel,
 ) -> None:
-    from art_langgraph.chat_model import TrainableChatModel
-    from art_langgraph.http_pool import async_http_client
+    import httpx
 
+    from art_langgraph.chat_model import TrainableChatModel
+    from art_langgraph.http_pool import shared_async_transport
+
+    sent: list[str] = []
+
+    async def seen(request: httpx.Request) -> None:
+        sent.append(request.url.path)
+
+    own = httpx.AsyncClient(transport=shared_async_transport(), event_hooks={"request": [seen]})
     llm = TrainableChatModel(
         model=fresh_model.name,
         base_url=fresh_model.inference_base_url,
         api_key="local",  # type: ignore[arg-type]
         max_tokens=6,
         extra_body={"top_logprobs": 0},  # the user's own extras are merged, not lost
-        http_async_client=async_http_client(),
+        http_async_client=own,  # kept, behind the capturing transport
     )
     with art.capture() as traj:
         await llm.ainvoke("hello")
+    assert sent == ["/v1/chat/completions"]  # the user's client sent it
     (call,) = traj.calls
     assert call.trainable and call.prompt_token_ids and call.completion_token_ids
     assert call.logprobs is not None and len(call.logprobs) == len(call.completion_token_ids)

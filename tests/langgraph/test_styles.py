@@ -34,7 +34,7 @@ from langgraph.types import Send
 from pydantic import BaseModel
 
 import art_langgraph as art
-from art_langgraph.chat_model import ART_METADATA_KEY
+from art_langgraph.capture import ART_METADATA_KEY
 from tests.langgraph.test_chat_model_capture import _rendered_ids
 from tests.langgraph.tools import add, get_weather
 
@@ -380,8 +380,9 @@ async def test_bind_tools_with_a_forced_choice_and_a_tool_node(
 async def test_a_trainable_call_without_ids_warns_once_per_trajectory(
     styles_model: art.TrainableModel,
 ) -> None:
-    # The Responses API path of ChatOpenAI drops the backend's token ids.
-    app, _ = _agent_graph(styles_model.chat_model(max_tokens=4, use_responses_api=True))
+    # A request that turns the backend's token ids off.
+    chat = styles_model.chat_model(max_tokens=4, extra_body={"return_token_ids": False})
+    app, _ = _agent_graph(chat)
     with pytest.warns(UserWarning, match="node 'agent'") as caught, art.capture() as traj:
         await app.ainvoke({"messages": [("user", PROMPT)]})
         await app.ainvoke({"messages": [("user", PROMPT)]})
@@ -390,6 +391,21 @@ async def test_a_trainable_call_without_ids_warns_once_per_trajectory(
     assert len(ours) == 1
     (line,) = [line for line in traj.logs if "cannot train" in line]
     assert "node 'agent'" in line and "no token ids" in line
+
+
+async def test_the_responses_api_path_is_captured_and_trains(
+    styles_model: art.TrainableModel,
+) -> None:
+    """`use_responses_api=True` sends /v1/responses through the same capturing transport:
+    the call is recorded with its ids, at its node, and trains."""
+    app, _ = _agent_graph(styles_model.chat_model(max_tokens=4, use_responses_api=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "cannot train" warning
+        with art.capture() as traj:
+            await app.ainvoke({"messages": [("user", PROMPT)]})
+    (call,) = traj.calls
+    assert call.trainable and call.node == "agent" and call.completion_token_ids
+    assert call.raw_response is not None and call.raw_response["object"] == "response"
 
 
 def test_the_warning_names_the_call_and_spares_other_models() -> None:
