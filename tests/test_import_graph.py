@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     ),
     ("trajectories", frozenset({"trajectory", "late_rewards", "logger_protocol", "loggers"})),
     ("presets", frozenset({"presets"})),  # the offline models
+    ("chat", frozenset({"chat"})),  # messages and tools <-> token ids, by chat template
     ("engine", frozenset({"engine"})),  # token ids in, token ids out
     ("serving", frozenset({"serving"})),  # the OpenAI-compatible server over an engine
     ("training", frozenset({"training"})),  # GRPO: groups -> sequences -> a LoRA step
