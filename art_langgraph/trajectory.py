@@ -8,7 +8,7 @@ call made with any OpenAI client, reading vLLM's `prompt_token_ids` / `token_ids
 `write_jsonl` / `read_jsonl` / `append_jsonl` keep records on disk, one JSON object per line.
 
 Left out on purpose: pickle (files must stay readable and safe to load), tokenization and chat
-templates (the engine's job), advantage computation and the loss (the trainer's), and running
+templates (`chat/`), advantage computation and the loss (the trainer's), and running
 the awaitables of a group (`resolve` only awaits what it is given; concurrency limits live in
 the caller). Floats that are not finite are written as the JSON extensions `NaN`/`Infinity`.
 """

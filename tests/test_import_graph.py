@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     ),
     ("trajectories", frozenset({"trajectory", "late_rewards", "logger_protocol", "loggers"})),
     ("presets", frozenset({"presets"})),  # the offline models
+    ("chat", frozenset({"chat"})),  # messages and tools <-> token ids, by chat template
     ("engine", frozenset({"engine"})),  # token ids in, token ids out
     ("serving", frozenset({"serving"})),  # the OpenAI-compatible server over an engine
     ("training", frozenset({"training"})),  # GRPO: groups -> sequences -> a LoRA step
@@ -221,3 +222,19 @@ if __name__ == "__main__":
         print(f"{i:2d} {layer}: {', '.join(sorted(members))}")
     for c in circles(g):
         print(" <-> ".join(c), "(allowed)" if frozenset(c) in ALLOWED else "")
+
+
+def test_the_docs_layer_table_is_this_one() -> None:
+    """docs/concepts.md's table of layers names the layers of `LAYERS`, in order, each with
+    its packages of art_langgraph (the entry and art_mcp rows are prose)."""
+    import re
+
+    page = (ROOT / "docs" / "concepts.md").read_text()
+    head = page.index("| layer | packages |")
+    rows = re.findall(r"^\| (\w+) \| (.*) \|$", page[head:].split("\n\n")[0], re.M)[1:]
+    assert [name for name, _ in rows] == [name for name, _ in LAYERS]
+    for (name, cell), (_, packages) in zip(rows, LAYERS, strict=True):
+        if name in ("entry", "art_mcp"):
+            continue
+        named = {p.rstrip("/") for p in re.findall(r"`([\w/]+)`", cell)}
+        assert named == set(packages), f"layer {name}: the docs say {sorted(named)}"

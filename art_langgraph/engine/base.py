@@ -3,7 +3,7 @@
 An `InferenceEngine` takes prompt token ids and `SamplingParams` and returns the
 completion token ids with the log-probability of each sampled token and a finish
 reason. It also serves LoRA adapters by name. Chat templates, tool-call parsing and
-HTTP live at the edges (`engine/chat_format.py`, `serving/app.py`), never here.
+HTTP live at the edges (`chat/format.py`, `serving/app.py`), never here.
 
 Log-probabilities are those of the model's raw distribution (temperature 1, before
 top-p and before any grammar mask), as vLLM reports them by default: that is what a

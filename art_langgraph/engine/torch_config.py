@@ -73,7 +73,7 @@ class TorchEngineConfig:
     chat_template: str | None = None
     """A Jinja chat template (its text, or a file path) replacing the tokenizer's own, as
     vLLM's --chat-template. None: the tokenizer's template; one that ignores tools gets them
-    in the generic format (engine/templates.py)."""
+    in the generic format (chat/templates.py)."""
 
     def __post_init__(self) -> None:
         if self.prefix_cache_bytes is not None and self.prefix_cache_bytes < 0:

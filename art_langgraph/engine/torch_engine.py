@@ -179,7 +179,7 @@ class TorchEngine:
         hf_logging.disable_progress_bar()
         tokenizer = AutoTokenizer.from_pretrained(path)
         if config.chat_template is not None:
-            from art_langgraph.engine.templates import load_chat_template
+            from art_langgraph.chat.templates import load_chat_template
 
             tokenizer.chat_template = load_chat_template(config.chat_template)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype_name))

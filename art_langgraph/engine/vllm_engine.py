@@ -208,7 +208,7 @@ class VLLMEngine:
         self.base_path, self.config, self.log_path = base_path, config, log_path
         self.tokenizer = AutoTokenizer.from_pretrained(base_path)
         if config.chat_template is not None:
-            from art_langgraph.engine.templates import load_chat_template
+            from art_langgraph.chat.templates import load_chat_template
 
             self.tokenizer.chat_template = load_chat_template(config.chat_template)
         hf = AutoConfig.from_pretrained(base_path)

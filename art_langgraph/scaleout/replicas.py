@@ -213,7 +213,7 @@ class ReplicaEngine:
 
         tokenizer = AutoTokenizer.from_pretrained(base_path)
         if config.chat_template is not None:
-            from art_langgraph.engine.templates import load_chat_template
+            from art_langgraph.chat.templates import load_chat_template
 
             tokenizer.chat_template = load_chat_template(config.chat_template)
         info = members[0].info

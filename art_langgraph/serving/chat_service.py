@@ -36,13 +36,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from art_langgraph.engine.base import GenerateResult, InferenceEngine, SamplingParams, TokenEvent
-from art_langgraph.engine.chat_format import (
+from art_langgraph.chat.format import (
     ToolCallHoldback,
-    normalize_messages,
     parse_tool_calls,
     render_prompt,
+    template_messages,
 )
+from art_langgraph.engine.base import GenerateResult, InferenceEngine, SamplingParams, TokenEvent
 from art_langgraph.errors import (
     ContextLengthError,
     InfrastructureError,
@@ -142,7 +142,7 @@ class ChatService:
             ) from None
         try:
             mode = req.mode()
-            messages = normalize_messages(req.message_dicts())
+            messages = template_messages(req.message_dicts())
             tools = req.tool_dicts() if mode != "none" else None
             prompt = render_prompt(self.tok, messages, tools)
             n_prompt, ctx = len(prompt), self.engine.context_length

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from art_langgraph.engine.chat_format import normalize_messages
-from art_langgraph.engine.templates import ChatFormat
+from art_langgraph.chat.format import template_messages
+from art_langgraph.chat.templates import ChatFormat
 from art_langgraph.errors import UsageError
 from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, build_sequences
 from art_langgraph.trajectory import Trajectory
@@ -28,7 +28,7 @@ def _conversation(tokenizer: Any, item: Any, index: int, max_seq_length: int) ->
         messages, tools = item, None
     if not isinstance(messages, list) or not messages:
         raise UsageError(f"SFT item {index} is not a conversation (a list of messages)")
-    ids, mask = ChatFormat.of(tokenizer).training_ids(normalize_messages(messages), tools)
+    ids, mask = ChatFormat.of(tokenizer).training_ids(template_messages(messages), tools)
     if not any(mask):
         raise UsageError(
             f"SFT item {index} has no assistant tokens to train (no assistant turn, or a chat template "

@@ -144,14 +144,14 @@ def _call_ids(
         )
     if tokenizer is None:
         raise UsageError("retokenizing needs the model's tokenizer")
-    from art_langgraph.engine.chat_format import normalize_messages
-    from art_langgraph.engine.templates import ChatFormat
+    from art_langgraph.chat.format import template_messages
+    from art_langgraph.chat.templates import ChatFormat
 
     fmt = ChatFormat.of(tokenizer)
-    messages = normalize_messages(call.messages)
+    messages = template_messages(call.messages)
     prompt = fmt.prompt_ids(messages, call.tools)
     full_text = fmt.render(
-        [*messages, *normalize_messages([call.response_message])],
+        [*messages, *template_messages([call.response_message])],
         call.tools,
         add_generation_prompt=False,
     )

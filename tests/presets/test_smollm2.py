@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from openai import AsyncOpenAI
 
+from art_langgraph.chat.templates import ChatFormat
 from art_langgraph.engine import TorchEngine
-from art_langgraph.engine.templates import ChatFormat
 from art_langgraph.presets import SMOLLM2_PRESET, resolve_preset
 from art_langgraph.serving import ServerHandle
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
-from art_langgraph.engine.chat_format import normalize_messages, parse_tool_calls
-from art_langgraph.engine.templates import ChatFormat, load_chat_template
+from art_langgraph.chat.format import parse_tool_calls, template_messages
+from art_langgraph.chat.templates import ChatFormat, load_chat_template
 from art_langgraph.errors import UsageError
 
 PLAIN_CHATML = (
@@ -45,7 +45,7 @@ CALL = {
     "type": "function",
     "function": {"name": "lookup", "arguments": '{"word": "naïve €5"}'},
 }
-CONVO = normalize_messages(
+CONVO = template_messages(
     [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Define naïve, please."},

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from art_langgraph.engine.chat_format import (
+from art_langgraph.chat.format import (
     ToolCallHoldback,
-    normalize_messages,
     parse_tool_calls,
     render_prompt,
     sampled_matches,
+    template_messages,
 )
 from art_langgraph.errors import UsageError
 
@@ -81,7 +81,7 @@ def test_holdback_releases_text_before_a_call_only() -> None:
 
 
 def test_normalize_messages() -> None:
-    msgs = normalize_messages(
+    msgs = template_messages(
         [
             {
                 "role": "developer",
@@ -119,12 +119,12 @@ def test_normalize_messages() -> None:
 )
 def test_normalize_rejects_bad_messages(messages: list, needle: str) -> None:
     with pytest.raises(UsageError, match=None) as info:
-        normalize_messages(messages)
+        template_messages(messages)
     assert needle in str(info.value)
 
 
 def test_normalize_keeps_an_assistants_sampled_ids_and_checks_them() -> None:
-    msgs = normalize_messages(
+    msgs = template_messages(
         [
             {"role": "user", "content": "x"},
             {"role": "assistant", "content": "y", "token_ids": [5, 6]},
@@ -133,7 +133,7 @@ def test_normalize_keeps_an_assistants_sampled_ids_and_checks_them() -> None:
     assert msgs[1] == {"role": "assistant", "content": "y", "token_ids": [5, 6]}
     for bad in ("5 6", [5, "6"], [True]):
         with pytest.raises(UsageError, match=r"messages\[0\].token_ids"):
-            normalize_messages([{"role": "assistant", "content": "y", "token_ids": bad}])
+            template_messages([{"role": "assistant", "content": "y", "token_ids": bad}])
 
 
 def test_sampled_text_matches_the_message_it_became() -> None:
@@ -163,12 +163,12 @@ def test_render_prompt_uses_sampled_ids_only_where_they_match(tiny_path: Path) -
 
     def prompt(content: str, ids: list[int]) -> list[int]:
         reply = {"role": "assistant", "content": content, "token_ids": ids}
-        return render_prompt(tok, normalize_messages([user, reply, user]))
+        return render_prompt(tok, template_messages([user, reply, user]))
 
-    first = render_prompt(tok, normalize_messages([user]))
+    first = render_prompt(tok, template_messages([user]))
     assert prompt("hello", sampled)[: len(first) + len(sampled)] == first + sampled
     from_text = render_prompt(
-        tok, normalize_messages([user, {"role": "assistant", "content": "hallo"}, user])
+        tok, template_messages([user, {"role": "assistant", "content": "hallo"}, user])
     )
     assert prompt("hallo", sampled) == from_text  # the message was edited: its text
     too_big = [*sampled[:-1], len(tok) + 7]

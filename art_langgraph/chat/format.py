@@ -1,4 +1,4 @@
-"""Chat format at the edge of the engine: messages -> prompt ids, completion text -> tool calls.
+"""Chat format between the server and the engine: messages -> prompt ids, completion text -> tool calls.
 
 `render_prompt` renders OpenAI-format messages (and tools) with the tokenizer's own
 chat template and returns the prompt token ids. `parse_tool_calls` turns a Qwen-style
@@ -15,7 +15,7 @@ completion token for token. The ids are used only where they say what the messag
 (decoded and parsed as the server parses a completion, they give its content and tool
 calls; a message edited since, or ids from another tokenizer, are rendered from text).
 
-Templates that ignore tools get them in one generic format (`engine/templates.py`),
+Templates that ignore tools get them in one generic format (`chat/templates.py`),
 which this parser reads back. Left out: other model families' own tool-call formats
 (Llama, Mistral); such models get the generic format.
 """
@@ -65,7 +65,7 @@ def _text(content: Any, where: str) -> str | None:
     raise UsageError(f"{where}: content must be a string, a list of text parts or null")
 
 
-def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Check OpenAI-format messages and bring them to the shape chat templates expect."""
     if not messages:
         raise UsageError("messages must not be empty")
@@ -120,11 +120,11 @@ def render_prompt(
     """Render messages (already normalized) and tools; returns prompt ids.
 
     Tools go through the template where it renders them, else in the generic format
-    (`engine/templates.py`); a template that cannot render them raises UsageError. An
+    (`chat/templates.py`); a template that cannot render them raises UsageError. An
     assistant message's `token_ids` are rendered as they are where they match the message
     (see the module doc), else dropped.
     """
-    from art_langgraph.engine.templates import ChatFormat
+    from art_langgraph.chat.templates import ChatFormat
 
     if any("token_ids" in m for m in messages):
         messages = [_checked_ids(tokenizer, m) if "token_ids" in m else m for m in messages]
