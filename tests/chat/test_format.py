@@ -80,7 +80,7 @@ def test_holdback_releases_text_before_a_call_only() -> None:
     assert h2.release("a <tomato") == "<tomato"
 
 
-def test_normalize_messages() -> None:
+def test_template_messages() -> None:
     msgs = template_messages(
         [
             {
