@@ -16,8 +16,9 @@ from art_langgraph._lazy import lazy_getattr
 from art_langgraph.allocator import reexec_with_tcmalloc
 from art_langgraph.backend.choices import EngineChoice, ServerChoice, TrainerChoice
 from art_langgraph.branch import branch
-from art_langgraph.capture import TrajectoryCallback, capture, current_trajectory
-from art_langgraph.capture import register_trace_linker as _register_trace_linker
+from art_langgraph.callback import TrajectoryCallback
+from art_langgraph.callback import register_trace_linker as _register_trace_linker
+from art_langgraph.capture import capture, current_trajectory
 from art_langgraph.chat_model import TrainableChatModel
 from art_langgraph.errors import (
     ArtError,

@@ -37,7 +37,7 @@ from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 
-from art_langgraph.capture import TrainNodes
+from art_langgraph.callback import TrainNodes
 from art_langgraph.errors import UsageError
 from art_langgraph.rollouts import Configure, Reward, check_counts, run_group
 from art_langgraph.trajectory import TrajectoryGroup

@@ -52,7 +52,7 @@ from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import model_validator
 
-from art_langgraph.capture import ART_METADATA_KEY, CHAT_MODEL_HEADER
+from art_langgraph.callback import ART_METADATA_KEY, CHAT_MODEL_HEADER
 from art_langgraph.http_pool import shared_async_transport, sync_http_client
 from art_langgraph.names import inference_name
 from art_langgraph.openai_capture import (

@@ -50,13 +50,8 @@ from typing import Any, Literal
 
 import httpx
 
-from art_langgraph.capture import (
-    CHAT_MODEL_HEADER,
-    TrajectoryCallback,
-    WireSink,
-    current_handler,
-    wire_sink,
-)
+from art_langgraph.callback import CHAT_MODEL_HEADER, TrajectoryCallback, WireSink, wire_sink
+from art_langgraph.capture import current_handler
 from art_langgraph.serving.responses_protocol import (
     as_chat_completion,
     chat_messages,

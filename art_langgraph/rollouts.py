@@ -27,7 +27,8 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from art_langgraph.capture import TrainNodes, capture
+from art_langgraph.callback import TrainNodes
+from art_langgraph.capture import capture
 from art_langgraph.errors import UsageError
 from art_langgraph.trajectory import ExceptionInfo, Trajectory, TrajectoryGroup
 

@@ -16,7 +16,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.runnables import RunnableLambda
 
 import art_langgraph as art
-from art_langgraph.capture import register_trace_linker
+from art_langgraph.callback import register_trace_linker
 
 TRACE = "0123456789abcdef" * 2
 
@@ -57,7 +57,7 @@ def test_a_registered_tracer_links_its_trace() -> None:
 
 
 def test_the_package_root_registers_langfuses_linker() -> None:
-    from art_langgraph.capture import _TRACE_LINKERS
+    from art_langgraph.callback import _TRACE_LINKERS
     from art_langgraph.integrations.trace_links import langfuse_trace_id
 
     linkers = {(t.module_prefix, t.link, t.metadata_key) for t in _TRACE_LINKERS}

@@ -51,7 +51,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     (
         "agent",  # the LangGraph / OpenAI plugin: models, capture, rollouts, rewards
         frozenset(
-            {"model", "chat_model", "capture", "openai_capture", "interrupts", "branch"}
+            {"model", "chat_model", "callback", "capture", "openai_capture", "interrupts", "branch"}
             | {"rollouts"}
             | {"gather", "rewards", "review_page"}
         ),

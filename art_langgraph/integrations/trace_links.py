@@ -4,7 +4,7 @@ A user who already traces their graph with Langfuse's LangChain `CallbackHandler
 trace from it per run; `capture()` records that trace's id in the trajectory
 (`metadata["langfuse_linked_trace_id"]`), so the exported rollout lands in the same trace
 instead of a second one (`integrations/langfuse/traces.py`). The package root registers
-`langfuse_trace_id` with `capture.register_trace_linker`, for handlers of the `langfuse`
+`langfuse_trace_id` with `callback.register_trace_linker`, for handlers of the `langfuse`
 package only; the core names no tracer.
 
 This module imports nothing of Langfuse's: it reads the handler it is given.
