@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from art_langgraph.errors import InfrastructureError, UsageError
+from art_langgraph.watchdog import log_tail
 
 log = logging.getLogger(__name__)
 
@@ -88,19 +89,6 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for e in exc.exceptions for leaf in _leaves(e)]
     return [exc]
-
-
-def _tail(path: Path | None, start: int = 0, lines: int = 15) -> list[str]:
-    """The last `lines` lines of `path` written after byte `start`."""
-    if path is None:
-        return []
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(start, f.seek(0, 2) - 16384))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return []
-    return text.splitlines()[-lines:]
 
 
 class MCPToolset:
@@ -258,7 +246,7 @@ class MCPToolset:
             why = f"it did not answer MCP's initialize within {self.startup_timeout_s:g} s"
         else:
             why = "; ".join(dict.fromkeys(f"{type(e).__name__}: {e}" for e in _leaves(exc)))
-        lines = _tail(self.stderr_log, self._log_start)
+        lines = log_tail(self.stderr_log, self._log_start, lines=15)
         codes = [x.removeprefix(_EXIT_MARK) for x in lines if x.startswith(_EXIT_MARK)]
         lines = [x for x in lines if not x.startswith(_EXIT_MARK)]
         msg = f"cannot start MCP server {self.label}: {why}"

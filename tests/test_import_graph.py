@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
         frozenset(
             {"errors", "_lazy", "event_loops", "utils", "names", "devices", "heap", "allocator"}
             | {"records"}
-            | {"http_pool"}
+            | {"http_pool", "watchdog"}
         ),
     ),
     ("trajectories", frozenset({"trajectory", "late_rewards", "logger_protocol", "loggers"})),

@@ -27,7 +27,7 @@ once (reloading the adapters it held) and retries; `close()` stops it. Its TMPDI
 folder of its own, deleted when it stops (vLLM leaves a `vllm_dist_*` folder and unix
 sockets there at every start); torch's compile cache stays where torch keeps it. It dies
 with the process that started it, however that process ends (`close()` forgotten,
-SIGKILL): vLLM runs under a small watchdog (`engine/watchdog.py`, its session leader)
+SIGKILL): vLLM runs under a small watchdog (`watchdog.py`, its session leader)
 that holds the read end of a pipe whose write end only our process holds; the kernel
 closes it when we die, and on EOF the watchdog stops vLLM and kills what is left of its
 process group (the engine core). Not the parent-death signal: it fires when the *thread*
@@ -65,9 +65,9 @@ from art_langgraph.engine.base import (
     SamplingParams,
     TokenEvent,
 )
-from art_langgraph.engine.watchdog import WATCHDOG, WatchedProcess
 from art_langgraph.errors import ContextLengthError, InfrastructureError, UsageError
 from art_langgraph.event_loops import PerLoop
+from art_langgraph.watchdog import WATCHDOG, WatchedProcess
 
 log = logging.getLogger(__name__)
 

@@ -129,7 +129,7 @@ def wait_ready(
             except ray_exceptions.RayError as exc:
                 ray.kill(actor, no_restart=True)
                 raise InfrastructureError(
-                    f"{what} died while starting; the end of its error:\n{_tail(str(exc))}"
+                    f"{what} died while starting; the end of its error:\n{_last_lines(str(exc))}"
                 ) from None
         if time.monotonic() >= deadline:
             state = _actor_state(ray, actor)
@@ -170,5 +170,5 @@ def _nodes(ray: Any) -> str:
     return ", ".join(str(n.get("NodeManagerAddress", "?")) for n in nodes) or "none"
 
 
-def _tail(text: str, lines: int = 30) -> str:
+def _last_lines(text: str, lines: int = 30) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])

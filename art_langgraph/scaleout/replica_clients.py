@@ -26,7 +26,6 @@ from typing import Any, Protocol
 import httpx
 
 from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
-from art_langgraph.engine.watchdog import WatchedProcess
 from art_langgraph.errors import InfrastructureError
 from art_langgraph.event_loops import PerLoop
 from art_langgraph.scaleout.replica_server import (
@@ -35,6 +34,7 @@ from art_langgraph.scaleout.replica_server import (
     result_from_wire,
     sampling_to_wire,
 )
+from art_langgraph.watchdog import WatchedProcess
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ the adapters it held, then routed to again. A request whose replica dies under i
 (connection refused or broken) is retried once on another replica; a stream only if no
 token was sent yet (resuming mid-stream would need the grammar's and stop strings'
 state). Children never outlive this process: each holds the read end of a pipe only we
-write, and exits on EOF (a vLLM server runs under `engine/watchdog.py` for the same).
+write, and exits on EOF (a vLLM server runs under `watchdog.py` for the same).
 
 - **Ray replicas** (`ReplicaEngine.start_ray`): the torch replica as a Ray actor on any
   node of a cluster (`scaleout/ray_replica.py`), restarted by Ray when it dies.

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from art_langgraph.engine.watchdog import WATCHDOG, WatchedProcess
 from art_langgraph.errors import InfrastructureError
+from art_langgraph.watchdog import WATCHDOG, WatchedProcess
 
 
 def _python(code: str) -> list[str]:
@@ -127,7 +127,7 @@ def test_the_child_dies_with_a_parent_killed_outright(tmp_path: Path) -> None:
     parent_code = (
         "import os, sys, time\n"
         "from pathlib import Path\n"
-        "from art_langgraph.engine.watchdog import WATCHDOG, WatchedProcess\n"
+        "from art_langgraph.watchdog import WATCHDOG, WatchedProcess\n"
         f"c = WatchedProcess('server', Path({str(tmp_path / 'p.log')!r}))\n"
         f"c.start(lambda fd: [sys.executable, '-c', WATCHDOG, str(fd), sys.executable, '-c', {server!r}],\n"
         f"        os.environ, 'server', ready=Path({str(ready)!r}).exists, timeout_s=60, scratch=True)\n"

@@ -1,6 +1,7 @@
 """A watchdog that makes a server subprocess die with the process that started it, and
 `WatchedProcess`, the one supervisor of such children (vLLM, inference replicas): start
-until ready, stop in steps, the log's end in every error.
+until ready, stop in steps, the log's end in every error (`log_tail`, which the MCP
+harness's server errors quote too).
 
 `WATCHDOG` is a standard-library-only script (it runs on the server's own Python, e.g.
 vLLM's virtualenv) that starts the server as its child and leads its process group. It
@@ -234,7 +235,18 @@ class WatchedProcess:
 
     def tail(self, lines: int = 40) -> str:
         """The last `lines` lines of the child's log."""
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return "\n".join(log_tail(self.log_path, lines=lines)) or "(no log)"
+
+
+def log_tail(path: Path | None, start: int = 0, lines: int = 40) -> list[str]:
+    """The last `lines` lines of the log at `path` written after byte `start` (at most its
+    last 16 KiB are read); none when there is no such file."""
+    if path is None:
+        return []
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(start, f.seek(0, 2) - 16384))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]
