@@ -1,4 +1,4 @@
-"""The sweep that chose the head's chunk (`trainer.HEAD_CHUNK_ROWS`): rows of logits at once.
+"""The sweep that chose the head's chunk (`logprobs.HEAD_CHUNK_ROWS`): rows of logits at once.
 
 The trainer turns the trained positions' hidden states into log-probabilities a chunk of
 rows at a time, and recomputes each chunk in the backward pass; a chunk's float32 logits,
@@ -34,10 +34,11 @@ RESULTS = Path(__file__).resolve().parent / "results" / "head_chunk.json"
 
 def run_one(args: argparse.Namespace) -> dict[str, Any]:
     from art_langgraph.presets.resolve import resolve_preset
+    from art_langgraph.training import logprobs
     from art_langgraph.training import trainer as trainer_module
     from art_langgraph.training.config import ModelConfig, TrainConfig
 
-    trainer_module.HEAD_CHUNK_ROWS = int(args.chunk)  # type: ignore[misc]
+    logprobs.HEAD_CHUNK_ROWS = int(args.chunk)  # type: ignore[misc]
     trainer = trainer_module.LoRATrainer(resolve_preset(args.base_model), ModelConfig())
     seqs = batch("agent", args)
     config = TrainConfig(learning_rate=1e-5)

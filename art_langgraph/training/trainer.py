@@ -22,7 +22,7 @@ one, up to float rounding.
 
 FSDP (`fsdp=group`): torch's FSDP2 (`fully_shard`) shards the model over the ranks after
 peft wrapped it: each decoder layer is a unit, all-gathered for its forward and backward
-only, and the root (`_TokenLogprobs`: embedding, final norm, head) takes the rest; each
+only, and the root (`TokenLogprobs`: embedding, final norm, head) takes the rest; each
 rank holds 1/W of the frozen base, of the adapter and of AdamW's moments. The base loads
 on the CPU and only the shards move to the device. Gradients accumulate over the micro-
 batches and are reduce-scattered once, as a sum (the loss is already divided by the whole
@@ -68,6 +68,7 @@ from art_langgraph.training.fsdp import (
     shard_like,
     shard_model,
 )
+from art_langgraph.training.logprobs import TokenLogprobs
 from art_langgraph.training.segmented_attention import register_attention
 from art_langgraph.training.tensorize import MicroBatch, TrainSequence, micro_batches
 
@@ -156,7 +157,7 @@ class LoRATrainer:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
             self.model = get_peft_model(base, lora)
-        self._forward: Any = _TokenLogprobs(base)  # FSDP: the sharded root
+        self._forward: Any = TokenLogprobs(base)  # FSDP: the sharded root
         self._adapter_keys: list[str] = []  # FSDP: each param's key in a saved adapter
         self.fsdp = fsdp is not None
         if fsdp is not None:
@@ -208,6 +209,7 @@ class LoRATrainer:
             mask,
             mb.position_ids.to(dev),
             target_mask[:, 1:],  # (R, L-1): the state at t-1 predicts token t
+            keep_bytes=AUTO_CHECKPOINT_BYTES // 4,
             **extra,
         )
 
@@ -445,10 +447,10 @@ class LoRATrainer:
         before = torch.ones((1, 1), dtype=torch.bool, device=self.device)  # (1, 1)
         positions = torch.arange(2, device=self.device).unsqueeze(0)  # (1, 2)
         args = (ids, torch.ones_like(ids), positions, before)
-        lp = self._forward(self._autocast(), *args)  # (1,)
+        lp = self._forward(self._autocast(), *args, keep_bytes=AUTO_CHECKPOINT_BYTES // 4)  # (1,)
         if reference:
             with torch.no_grad(), self.model.disable_adapter():
-                self._forward(self._autocast(), *args)
+                self._forward(self._autocast(), *args, keep_bytes=AUTO_CHECKPOINT_BYTES // 4)
         (lp.sum() * 0.0).backward()
 
     def _totals(self, seqs: list[TrainSequence]) -> tuple[int, int]:
@@ -594,85 +596,6 @@ class LoRATrainer:
                 g["betas"] = tuple(g["betas"])
             self.optimizer.load_state_dict({"state": state, "param_groups": groups})
 
-
-class _TokenLogprobs(torch.nn.Module):
-    """The transformer, then the head on the hidden states before each target token: the
-    module `LoRATrainer` calls for log-probabilities. Under FSDP it is the root that
-    `fully_shard` wraps (its forward all-gathers what the layers do not own: the embedding,
-    the final norm, the head), since the trainer never calls the causal LM's own forward."""
-
-    def __init__(self, base: torch.nn.Module) -> None:
-        super().__init__()
-        self.base = base
-
-    def forward(
-        self,
-        autocast: Any,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        position_ids: torch.Tensor,
-        before: torch.Tensor,
-        **extra: Any,
-    ) -> torch.Tensor:
-        """input_ids, position_ids (R, L); before (R, L-1) bool: the positions whose state
-        predicts a trained token. Returns (N,) log-probabilities, row-major over `before`.
-        `autocast` covers the transformer only (the head stays in the weights dtype)."""
-        base: Any = self.base
-        with autocast:
-            hidden = base.model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                use_cache=False,
-                **extra,
-            ).last_hidden_state  # (R, L, H)
-        head = base.get_output_embeddings()
-        h = hidden[:, :-1][before].to(head.weight.dtype)  # (N, H)
-        targets = input_ids[:, 1:][before]  # (N,)
-        return token_logprobs(
-            h, head, targets, chunk=HEAD_CHUNK_ROWS, keep_bytes=AUTO_CHECKPOINT_BYTES // 4
-        )
-
-
-def token_logprobs(
-    hidden: torch.Tensor,
-    head: torch.nn.Module,
-    targets: torch.Tensor,
-    chunk: int = 1024,
-    keep_bytes: int = 0,
-) -> torch.Tensor:
-    """log softmax(head(hidden))[target] per row, `chunk` rows at a time. hidden (N, H),
-    targets (N,) -> (N,). Under autograd each chunk's logits (chunk, V) are recomputed in
-    the backward pass instead of being kept, so memory stays O(chunk x V) for any N; where
-    all N rows' float32 logits take at most `keep_bytes`, they are kept instead (no second
-    head matmul: on SmolLM2 a sixth of a short-prompt step)."""
-    from torch.utils.checkpoint import checkpoint
-
-    vocab = int(getattr(head, "out_features", 0) or 0)
-    recompute = hidden.shape[0] * vocab * 4 > keep_bytes
-
-    def one(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        logits = head(h).float()  # (c, V)
-        return logits.gather(-1, t.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)  # (c,)
-
-    parts = []
-    for i in range(0, hidden.shape[0], chunk):
-        h, t = hidden[i : i + chunk], targets[i : i + chunk]
-        if recompute and torch.is_grad_enabled() and h.requires_grad:
-            parts.append(checkpoint(one, h, t, use_reentrant=False))
-        else:
-            parts.append(one(h, t))
-    return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
-
-
-HEAD_CHUNK_ROWS = 256
-"""Rows of the head (hidden -> vocabulary logits) computed at once, forward and backward.
-A chunk's float32 logits, their softmax and their gradient are live together: about 5 x
-rows x V x 4 bytes, 1 GB at 1024 rows of SmolLM2's 49,152-token vocabulary, which took a
-real-model `art-mcp train` run on an AMX host to 4.3 GiB at its 3,000-token steps.
-bench.head_chunk (SmolLM2-135M, an 8 x 4 agent batch, bf16 on 2 AMX cores): 256 rows
-took the trainer's peak from 2,251 to 1,633 MiB at 1.01x the step time of 1,024 rows
-(128: 1,590 MiB, 0.91x, within the run's noise)."""
 
 AUTO_CHECKPOINT_BYTES = 256 * 2**20
 """gradient_checkpointing="auto" keeps a micro-batch's activations under this: micro-batches

@@ -466,7 +466,7 @@ def test_a_step_with_no_trainable_tokens_is_a_finite_no_op(trainer: LoRATrainer,
 
 def test_token_logprobs_equal_a_full_log_softmax_in_value_and_gradient() -> None:
     """The chunked, recomputed head gives what (N, V) logits + log_softmax give, gradients too."""
-    from art_langgraph.training.trainer import token_logprobs
+    from art_langgraph.training.logprobs import token_logprobs
 
     torch.manual_seed(0)
     head = torch.nn.Linear(16, 50, bias=False)
