@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
 
         engine_config: object = None
         if args.engine == "vllm":
-            from art_langgraph.engine.vllm_engine import VLLMEngineConfig
+            from art_langgraph.engine.vllm_config import VLLMEngineConfig
 
             engine_config = VLLMEngineConfig(dtype=args.engine_dtype or "auto")
         elif args.engine_dtype:

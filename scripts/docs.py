@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from art_langgraph import EngineChoice, ModelConfig, ServerChoice, TrainConfig, TrainerChoice
 from art_langgraph.backend.api.server import BackendServerConfig
 from art_langgraph.engine import TorchEngineConfig
-from art_langgraph.engine.vllm_engine import VLLMEngineConfig
+from art_langgraph.engine.vllm_config import VLLMEngineConfig
 from art_langgraph.integrations.langfuse import LangfuseConfig
 from art_langgraph.serving import ServerConfig
 from art_langgraph.training.config import config_table

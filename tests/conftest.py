@@ -164,7 +164,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     import torch
 
-    from art_langgraph.engine.vllm_engine import vllm_python
+    from art_langgraph.engine.vllm_config import vllm_python
 
     no_gpu = pytest.mark.skip(reason="needs a CUDA device")
     no_vllm = pytest.mark.skip(reason="needs vLLM: scripts/setup-vllm.sh, or $ART_VLLM_PYTHON")

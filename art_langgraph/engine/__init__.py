@@ -17,15 +17,19 @@ from art_langgraph.engine.base import (
 )
 
 if TYPE_CHECKING:
-    from art_langgraph.engine.torch_engine import TorchEngine, TorchEngineConfig
-    from art_langgraph.engine.vllm_engine import VLLMEngine, VLLMEngineConfig
+    from art_langgraph.engine.torch_config import TorchEngineConfig
+    from art_langgraph.engine.torch_engine import TorchEngine
+    from art_langgraph.engine.vllm_config import VLLMEngineConfig
+    from art_langgraph.engine.vllm_engine import VLLMEngine
 
 __getattr__ = lazy_getattr(
     __name__,
     globals(),
     {
-        **{n: "art_langgraph.engine.torch_engine" for n in ("TorchEngine", "TorchEngineConfig")},
-        **{n: "art_langgraph.engine.vllm_engine" for n in ("VLLMEngine", "VLLMEngineConfig")},
+        "TorchEngine": "art_langgraph.engine.torch_engine",
+        "TorchEngineConfig": "art_langgraph.engine.torch_config",
+        "VLLMEngine": "art_langgraph.engine.vllm_engine",
+        "VLLMEngineConfig": "art_langgraph.engine.vllm_config",
     },
 )
 

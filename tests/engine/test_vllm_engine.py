@@ -26,7 +26,8 @@ import pytest
 
 import art_langgraph as art
 from art_langgraph.engine.base import GenerateResult, SamplingParams
-from art_langgraph.engine.vllm_engine import VLLMEngine, VLLMEngineConfig, to_lark
+from art_langgraph.engine.vllm_config import VLLMEngineConfig
+from art_langgraph.engine.vllm_engine import VLLMEngine, to_lark
 from art_langgraph.errors import InfrastructureError
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -223,7 +224,8 @@ _STARTER = """
 import asyncio, sys
 from pathlib import Path
 import httpx
-from art_langgraph.engine.vllm_engine import VLLMEngine, VLLMEngineConfig
+from art_langgraph.engine.vllm_config import VLLMEngineConfig
+from art_langgraph.engine.vllm_engine import VLLMEngine
 from art_langgraph.presets import resolve_preset
 
 config = VLLMEngineConfig(dtype="float32", max_model_len=512, kv_cache_gib=1)

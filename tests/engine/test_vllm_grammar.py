@@ -12,7 +12,8 @@ import pytest
 import art_langgraph as art
 from art_langgraph.engine.constrained import GrammarCompiler
 from art_langgraph.engine.torch_engine import TorchEngine
-from art_langgraph.engine.vllm_engine import VLLMEngine, VLLMEngineConfig, to_lark
+from art_langgraph.engine.vllm_config import VLLMEngineConfig
+from art_langgraph.engine.vllm_engine import VLLMEngine, to_lark
 from art_langgraph.errors import UsageError
 
 

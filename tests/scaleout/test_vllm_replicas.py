@@ -17,7 +17,7 @@ import pytest
 
 import art_langgraph as art
 from art_langgraph.engine.base import SamplingParams
-from art_langgraph.engine.vllm_engine import VLLMEngineConfig
+from art_langgraph.engine.vllm_config import VLLMEngineConfig
 from art_langgraph.scaleout.replica_clients import VLLMReplica
 from art_langgraph.scaleout.replicas import ReplicaEngine
 
