@@ -25,7 +25,6 @@ Left out: LangChain's legacy text LLMs (`on_llm_start`), which chat graphs do no
 from __future__ import annotations
 
 import contextvars
-import json
 import logging
 import sys
 import threading
@@ -43,6 +42,7 @@ from langchain_core.outputs import LLMResult
 from langchain_core.runnables.config import var_child_runnable_config
 
 from art_langgraph.errors import UsageError
+from art_langgraph.plain import plain
 from art_langgraph.trajectory import (
     TRAIN_NODES_KEY,
     ExceptionInfo,
@@ -154,7 +154,7 @@ class TrajectoryCallback(BaseCallbackHandler):
                 "metadata": {
                     k: v
                     for k, v in meta.items()
-                    if k.startswith(("langgraph_", "art_")) and _jsonable(v)
+                    if k.startswith(("langgraph_", "art_")) and _is_plain(v)
                 }
                 | ({"tags": list(tags)} if tags else {}),
             }
@@ -341,7 +341,7 @@ class TrajectoryCallback(BaseCallbackHandler):
             resume = getattr(inputs, "resume", None) if _is_command(inputs) else None
             if resume is not None:
                 self.resumed = True
-                self.trajectory.resume_values.append(_plain_value(resume))
+                self.trajectory.resume_values.append(plain(resume))
 
         self._guard("on_chain_start", start)
 
@@ -422,20 +422,6 @@ def _is_command(value: Any) -> bool:
 def _is_interrupt(error: BaseException) -> bool:
     errors = sys.modules.get("langgraph.errors")
     return errors is not None and isinstance(error, errors.GraphInterrupt)
-
-
-def _plain_value(value: Any) -> Any:
-    """A resume value as JSON data (pydantic models dumped, other objects as text)."""
-    try:
-        return json.loads(json.dumps(value, default=_dump_default))
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def _dump_default(value: Any) -> Any:
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
-    return str(value)
 
 
 TraceLinkFn = Callable[[Any, UUID, "UUID | None"], "str | None"]
@@ -546,5 +532,5 @@ def _graph_position(meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _jsonable(v: Any) -> bool:
+def _is_plain(v: Any) -> bool:
     return isinstance(v, str | int | float | bool | type(None) | list | tuple)

@@ -24,7 +24,7 @@ import traceback
 import uuid
 from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
-from numbers import Integral, Real
+from numbers import Real
 from typing import Annotated, Any, Literal, Self, TypeVar, overload
 
 from pydantic import (
@@ -39,6 +39,7 @@ from pydantic import (
 
 from art_langgraph.errors import NonFiniteRewardError, UsageError
 from art_langgraph.names import parse_inference_name
+from art_langgraph.plain import dump_model, plain, plain_response
 from art_langgraph.records import append_records, read_records, write_records
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -69,50 +70,12 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _dump(obj: Any, *, exclude_unset: bool = False) -> Any:
-    """Dump a pydantic (or pydantic-like) object to plain data."""
-    try:
-        return obj.model_dump(mode="json", exclude_unset=exclude_unset)
-    except TypeError:  # a duck-typed model_dump without those keywords
-        return obj.model_dump()
-
-
 def sampled_logprobs(floats: list[Any] | None, content: list[Any] | None) -> list[float] | None:
     """A completion's per-token logprobs: our server's plain `token_logprobs` when present,
     else read from OpenAI's per-token objects (`logprobs.content[i].logprob`)."""
     if floats is not None:
         return [float(x) for x in floats]
     return [float(c["logprob"]) for c in content] if content is not None else None
-
-
-def _plain(response: Any) -> Any:
-    """A response as plain JSON data. A pydantic model's JSON-mode dump is that already, so
-    it is not walked again (a completion's logprobs make that walk the costly part)."""
-    if hasattr(response, "model_dump"):
-        try:
-            return response.model_dump(mode="json", exclude_unset=True)
-        except TypeError:  # a duck-typed model_dump without those keywords
-            return _jsonable(response.model_dump(), drop_none=False)
-    return _jsonable(response, drop_none=False)
-
-
-def _jsonable(value: Any, *, drop_none: bool) -> Any:
-    """Plain JSON data from `value`: containers copied, models dumped, anything else `str()`."""
-    if value is None or isinstance(value, str | bool | int | float):
-        return value
-    if isinstance(value, Mapping):
-        return {
-            str(k): _jsonable(v, drop_none=drop_none)
-            for k, v in value.items()
-            if not (drop_none and v is None)
-        }
-    if isinstance(value, list | tuple):
-        return [_jsonable(v, drop_none=drop_none) for v in value]
-    if hasattr(value, "model_dump"):
-        return _jsonable(_dump(value), drop_none=drop_none)
-    if isinstance(value, Integral | Real):  # numpy scalars and the like
-        return int(value) if isinstance(value, Integral) else float(value)
-    return str(value)
 
 
 def normalize_message(message: Any) -> dict[str, Any]:
@@ -122,13 +85,13 @@ def normalize_message(message: Any) -> dict[str, Any]:
     are dumped, tuples become lists, other non-JSON values become `str(value)`.
     """
     if not isinstance(message, Mapping) and hasattr(message, "model_dump"):
-        message = _dump(message)
+        message = dump_model(message)
     if not isinstance(message, Mapping):
         raise UsageError(
             f"cannot read a chat message from {type(message).__name__}; "
             "pass a dict in OpenAI format or an object with model_dump()"
         )
-    return _jsonable(message, drop_none=True)  # type: ignore[no-any-return]
+    return plain(message, drop_none=True)  # type: ignore[no-any-return]
 
 
 def _check_reward(trajectory_id: Any, reward: Any) -> float:
@@ -158,7 +121,7 @@ def _normalize_messages(value: Any) -> Any:
 # OpenAI-format messages, normalized on the way in (openai objects dumped, None keys dropped).
 _Messages = Annotated[list[dict[str, Any]], BeforeValidator(_normalize_messages)]
 _Message = Annotated[dict[str, Any], BeforeValidator(normalize_message)]
-_JSONData = Annotated[Any, BeforeValidator(lambda v: _jsonable(v, drop_none=False))]
+_JSONData = Annotated[Any, BeforeValidator(plain)]
 
 
 class _Record(BaseModel):
@@ -313,7 +276,7 @@ class LLMCall(_Record):
         that do not come one per token id (a provider that reports them per text piece) are
         dropped and the ids kept.
         """
-        data = _plain(chat_completion)
+        data = plain_response(chat_completion)
         if not isinstance(data, dict):
             raise UsageError(
                 f"expected a ChatCompletion or dict, got {type(chat_completion).__name__}"
@@ -339,9 +302,9 @@ class LLMCall(_Record):
             logprobs = logprobs if len(logprobs) == len(completion_ids) else None
         return cls(
             messages=list(request_kwargs.get("messages") or []),
-            tools=_jsonable(list(tools), drop_none=False) if tools else None,
-            tool_choice=_jsonable(request_kwargs.get("tool_choice"), drop_none=False),
-            sampling=_jsonable(sampling, drop_none=False),
+            tools=plain(list(tools)) if tools else None,
+            tool_choice=plain(request_kwargs.get("tool_choice")),
+            sampling=plain(sampling),
             response_message=choice.get("message") or {"role": "assistant"},
             prompt_token_ids=data.get("prompt_token_ids") or choice.get("prompt_token_ids"),
             completion_token_ids=completion_ids,

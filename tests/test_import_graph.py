@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
         "base",  # no model, no records: errors, names, devices, event-loop and HTTP plumbing
         frozenset(
             {"errors", "_lazy", "event_loops", "utils", "names", "devices", "heap", "allocator"}
-            | {"records"}
+            | {"records", "plain"}
             | {"http_pool", "watchdog"}
         ),
     ),

@@ -57,6 +57,7 @@ from art_langgraph.backend.base import TrainResult
 from art_langgraph.backend.choices import EngineChoice, ServerChoice, TrainerChoice
 from art_langgraph.backend.local import LocalBackend
 from art_langgraph.errors import ArtError, NotRegisteredError, UsageError
+from art_langgraph.plain import plain
 from art_langgraph.serving.chat_service import validation_message
 from art_langgraph.serving.config import ServerConfig
 from art_langgraph.serving.guard import Guard, error_json
@@ -204,7 +205,7 @@ class _TrainingAPI:
             listeners: list[asyncio.Queue[StepEvent]] = []
 
             def progress(stage: str, data: dict[str, Any]) -> None:  # the trainer's thread
-                event = StepEvent(type="progress", stage=stage, data=_jsonable(data))
+                event = StepEvent(type="progress", stage=stage, data=plain(data))
                 for q in list(listeners):
                     with contextlib.suppress(RuntimeError):  # the loop closed: nobody listens
                         loop.call_soon_threadsafe(q.put_nowait, event)
@@ -270,10 +271,6 @@ def _error_event(exc: BaseException) -> StepEvent:
 
 def _line(event: StepEvent) -> str:
     return event.model_dump_json(exclude_defaults=False) + "\n"
-
-
-def _jsonable(data: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(data, default=str))
 
 
 def _error_status(exc: BaseException) -> int:
