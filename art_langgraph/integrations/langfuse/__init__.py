@@ -10,6 +10,7 @@ Export (rollouts out):
     folder.py      what the package reads and writes in a model's folder
     scoring.py     the score configs every score we send names
     datasets.py    held-out evaluations as dataset runs
+    gate.py        promote a checkpoint on its run's Langfuse scores
 
 Review (reviews back):
 

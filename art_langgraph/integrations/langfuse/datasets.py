@@ -47,12 +47,7 @@ Clashes raise (`DatasetClashError`, `ScoreConfigClashError`): a dataset of the s
 without our metadata marker, or a score config of the same name that would reject our
 scores. The evaluation is still recorded, so it can be sent once the clash is resolved.
 
-The gate. `run_score(dataset, run_name)` reads a dataset run's aggregate back from
-Langfuse: the run's own score of that name (the one `log_evaluation` sends, or one a
-Langfuse evaluator or a person put on the run), else the mean of that score over the
-traces the run's items link. `promote_from_langfuse(model, dataset, step)` hands it to
-`model.record_evaluation`, so a checkpoint is promoted on what Langfuse says about its
-run. Langfuse's read APIs can lag about 10 minutes: a run not there yet reads as None.
+The gate that promotes a checkpoint on its run's Langfuse scores is `gate.py`.
 
 Left out: dataset versions, item status (archiving items no longer held out), observation-
 level run items, and deleting runs.
@@ -60,7 +55,6 @@ level run items, and deleting runs.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -70,7 +64,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from art_langgraph.errors import UsageError
@@ -85,7 +78,6 @@ from art_langgraph.integrations.langfuse.scoring import (
 )
 from art_langgraph.integrations.langfuse.sender import Sender
 from art_langgraph.integrations.langfuse.traces import score_bodies, trace_id_for
-from art_langgraph.names import inference_name
 from art_langgraph.records import read_records
 from art_langgraph.trajectory import Trajectory
 
@@ -100,7 +92,6 @@ EVALUATIONS_FILE = "langfuse_evaluations.jsonl"
 DATASET_MARKER = {"art_langgraph": "held_out"}
 """Metadata of the datasets this module creates; a dataset without it is someone else's."""
 RUN_ITEMS_PATH = "api/public/dataset-run-items"
-SCORES_PATH = "api/public/v3/scores"
 
 
 class DatasetClashError(UsageError):
@@ -339,20 +330,8 @@ def check_dataset(dataset: str, *, config: LangfuseConfig | None = None) -> None
     _check_ours(dataset, ds.metadata)
 
 
-def _request(sender: Sender, method: str, path: str, **kwargs: Any) -> httpx.Response:
-    """One plain JSON request to the public API (for what SDK 5's client lacks)."""
-    cfg = sender.config
-    return sender.http.request(
-        method,
-        f"{cfg.base_url}/{path}",
-        auth=(str(cfg.public_key), str(cfg.secret_key)),
-        headers={"x-langfuse-sdk-name": "python", "x-langfuse-public-key": str(cfg.public_key)},
-        **kwargs,
-    )
-
-
 def _post_json(sender: Sender, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    r = _request(sender, "POST", path, json=body)
+    r = sender.request("POST", path, json=body)
     if r.status_code >= 300:
         raise RuntimeError(f"POST /{path} answered {r.status_code}: {r.text[:200]}")
     out = r.json()
@@ -380,7 +359,7 @@ def send_evaluation(run: EvaluationRun, sender: Sender) -> EvaluationLog:
         )
     # A re-send (export after a partial failure) links only what is not linked yet.
     path = f"api/public/datasets/{quote(run.dataset, safe='')}/runs/{quote(run.run_name, safe='')}"
-    existing = _get_json(sender, path) or {}
+    existing = sender.get_json(path) or {}
     run_id: str | None = existing.get("id")
     linked = {
         (i.get("datasetItemId"), i.get("traceId")) for i in existing.get("datasetRunItems") or []
@@ -530,92 +509,3 @@ def resend_evaluations(folder: str | Path, sender: Sender) -> tuple[int, list[st
             log.warning("Langfuse: evaluation %s not sent: %s", run.run_name, res.error)
             failed.append(run.run_name)
     return sent, failed
-
-
-# ------------------------------------------------------------------ the gate
-def _get_json(sender: Sender, path: str, params: dict[str, str] | None = None) -> Any:
-    """GET a public API path; None for 404; raises on other errors (the caller decides)."""
-    r = _request(sender, "GET", path, params=params)
-    if r.status_code == 404:
-        return None
-    if r.status_code >= 300:
-        raise RuntimeError(f"GET /{path} answered {r.status_code}: {r.text[:200]}")
-    return r.json()
-
-
-def _numeric_scores(sender: Sender, params: dict[str, str]) -> list[float]:
-    """The numeric values of the scores `GET /api/public/v3/scores` lists for `params`."""
-    out: list[float] = []
-    cursor: str | None = None
-    while True:
-        page = _get_json(
-            sender,
-            SCORES_PATH,
-            {**params, "limit": "100", **({"cursor": cursor} if cursor else {})},
-        )
-        rows = (page or {}).get("data") or []
-        for row in rows:
-            value = row.get("value")
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                continue
-            if math.isfinite(value):
-                out.append(float(value))
-        cursor = ((page or {}).get("meta") or {}).get("cursor")
-        if not cursor or not rows:
-            return out
-
-
-def run_score(
-    dataset: str,
-    run_name: str,
-    *,
-    score: str = REWARD,
-    config: LangfuseConfig | None = None,
-) -> float | None:
-    """A dataset run's aggregate of the score `score`, read from Langfuse.
-
-    The run's own score of that name (a dataset-run score, `experimentId` in the scores
-    API) when it has one, else the mean of the numeric scores of that name on the traces
-    its run items link. None when the run, or every such score, is not in Langfuse (yet),
-    or when Langfuse cannot be reached (logged): the gate then has no score to act on.
-    Raises `UsageError` for missing keys."""
-    cfg = (config or LangfuseConfig()).resolved()
-    sender = Sender(cfg)
-    try:
-        path = f"api/public/datasets/{quote(dataset, safe='')}/runs/{quote(run_name, safe='')}"
-        run = _get_json(sender, path)
-        if not run:
-            return None
-        own = _numeric_scores(sender, {"name": score, "experimentId": str(run["id"])})
-        if own:
-            return own[-1]
-        traces = sorted(
-            {i["traceId"] for i in run.get("datasetRunItems") or [] if i.get("traceId")}
-        )
-        values = [v for t in traces for v in _numeric_scores(sender, {"name": score, "traceId": t})]
-        return sum(values) / len(values) if values else None
-    except Exception as exc:  # a Langfuse down, slow or erring must not stop training
-        log.warning("Langfuse: could not read run %s of dataset %s: %r", run_name, dataset, exc)
-        return None
-    finally:
-        sender.close()
-
-
-async def promote_from_langfuse(
-    model: Any,
-    dataset: str,
-    step: int,
-    *,
-    score: str = REWARD,
-    config: LangfuseConfig | None = None,
-) -> Any:
-    """Gate `model`'s checkpoint `step` on its Langfuse dataset run `{model.name}@{step}`:
-    the run's aggregate (`run_score`) goes to `model.record_evaluation(step, value)`, whose
-    rule promotes it or not (the model must have `promote_on_evaluation` on). Returns the
-    `PromotionDecision`, or None when Langfuse has no score for that run (yet)."""
-    value = await asyncio.to_thread(
-        run_score, dataset, inference_name(model.name, step), score=score, config=config
-    )
-    if value is None:
-        return None
-    return await model.record_evaluation(step, value)

@@ -69,6 +69,28 @@ class Sender:
         self._project_id: str | None = None
         self._config_ids: dict[str, str] | None = None
 
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One plain JSON request to the public API at `path` (for what the SDK's client
+        lacks: dataset run items, run listing, score listing by run)."""
+        cfg = self.config
+        return self.http.request(
+            method,
+            f"{cfg.base_url}/{path}",
+            auth=(str(cfg.public_key), str(cfg.secret_key)),
+            headers={"x-langfuse-sdk-name": "python", "x-langfuse-public-key": str(cfg.public_key)},
+            **kwargs,
+        )
+
+    def get_json(self, path: str, params: dict[str, str] | None = None) -> Any:
+        """GET a public API path as JSON; None for 404; raises on other errors (the caller
+        decides)."""
+        r = self.request("GET", path, params=params)
+        if r.status_code == 404:
+            return None
+        if r.status_code >= 300:
+            raise RuntimeError(f"GET /{path} answered {r.status_code}: {r.text[:200]}")
+        return r.json()
+
     def config_ids(self) -> dict[str, str]:
         """Score config ids by name (scoring.py), created or looked up once; `reward` and
         `independent_reward` bounded to the config's `reward_range` when it is set."""

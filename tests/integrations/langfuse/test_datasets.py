@@ -27,9 +27,8 @@ from art_langgraph.integrations.langfuse.datasets import (
     check_dataset,
     item_id,
     log_evaluation,
-    promote_from_langfuse,
-    run_score,
 )
+from art_langgraph.integrations.langfuse.gate import promote_from_langfuse, run_score
 from art_langgraph.integrations.langfuse.scoring import (
     REVIEW_DECISION,
     REVIEW_SCORE,
