@@ -170,3 +170,12 @@ def preset_layer(layer: GrowingLayer, buf_k: torch.Tensor, buf_v: torch.Tensor, 
     layer.lazy_initialization(buf_k, buf_v)
     layer._buf_k, layer._buf_v = buf_k, buf_v
     layer._view(t)
+
+
+def cache_keyword(model: Any) -> str:
+    """The forward keyword that takes the KV cache: `cache` since transformers 5.24,
+    `past_key_values` before (5.24 still takes it, with a deprecation warning per call)."""
+    import inspect
+
+    params = inspect.signature(type(model).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"

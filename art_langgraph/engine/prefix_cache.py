@@ -30,11 +30,15 @@ cache off for models that have them), and offloading to disk.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -113,6 +117,18 @@ class PrefixCache:
         return hit
 
     # ---------------------------------------------------------------- insert
+    def insert_row(
+        self, identity: str, tokens: Sequence[int], cache: Any, row: int, mask: torch.Tensor
+    ) -> int:
+        """`insert` the full blocks of `tokens` from row `row` of a batch's KV `cache`, its
+        real columns those where `mask` (T,) is 1. Returns the blocks added."""
+        columns = mask.nonzero().squeeze(1)
+        if len(columns) != len(tokens):  # never expected; a wrong key would be worse
+            log.warning("prefix cache: %d columns for %d tokens", len(columns), len(tokens))
+            return 0
+        layers = [(layer.keys[row], layer.values[row]) for layer in cache.layers]
+        return self.insert(identity, tokens, layers, columns)
+
     def insert(
         self,
         identity: str,
@@ -209,3 +225,10 @@ class PrefixCache:
         if block.parent is not None:
             block.parent.children -= 1
         self.evictions += 1
+
+
+def full_attention_only(config: Any) -> bool:
+    """Whether every layer of the model attends to the whole context (no sliding window):
+    the prefix cache serves only such models."""
+    kinds = getattr(config, "layer_types", None)
+    return not kinds or all(k == "full_attention" for k in kinds)

@@ -4,14 +4,18 @@
 tokens and logprobs sampled so far, its grammar matcher and generator, and its timings.
 `kv_width` is what it may come to hold in the KV cache (the engine's admission counts it
 against `TorchEngineConfig.max_kv_bytes`), `finish_reason` says whether its last token
-ended it, and `result` is the `GenerateResult` it ends with.
+ended it, `record` adds a sampled token, and `result` is the `GenerateResult` it ends
+with. `to_future` and `to_queue` make the `emit` that hands its tokens and result from the
+engine's thread to the caller's event loop.
 
-Left out: the queue, admission and the batch (`torch_engine.py`), and sampling the
-tokens (`TorchEngine._sample`, `engine/sampling.py`).
+Left out: the queue and admission (`torch_engine.py`), the batch (`batch.py`), and
+sampling the tokens (`TorchEngine._sample`, `engine/sampling.py`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +24,8 @@ from typing import Any
 import torch
 
 from art_langgraph.engine.base import GenerateResult, SamplingParams, TokenEvent
+
+log = logging.getLogger(__name__)
 
 _KV_GROWTH = 512
 """Most tokens a row is counted to grow by in the KV budget (its max_tokens, when smaller)."""
@@ -97,6 +103,20 @@ class Request:
             return "length", None
         return None
 
+    def record(self, token: int, logprob: float, top: list[tuple[int, float]] | None) -> None:
+        """Add a sampled token: its logprob (and top pairs, when asked for), the grammar's
+        step, and, when streaming, the token to the caller."""
+        self.completion.append(token)
+        self.logprobs.append(logprob)
+        if top is not None:
+            self.top = self.top if self.top is not None else []
+            self.top.append(top)
+        matcher = self.matcher
+        if matcher is not None and not matcher.is_stopped() and not matcher.consume_token(token):
+            log.warning("grammar rejected token %d: %s", token, matcher.get_error())
+        if self.stream:
+            self.emit(TokenEvent(token, logprob, top))
+
     def result(self, reason: str, stop: str | int | None = None) -> GenerateResult:
         """What the request ends with: its tokens, logprobs and timings so far."""
         now = time.perf_counter()
@@ -115,3 +135,45 @@ class Request:
                 "decode_s": max(0.0, now - self.t_first),
             },
         )
+
+
+Emit = Callable[[TokenEvent | GenerateResult | BaseException], None]
+
+
+def to_future(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any]) -> Callable[[Any], None]:
+    """An `emit` that settles `fut` on `loop` with the result or the error (tokens dropped;
+    an engine command's `None` settles it too)."""
+
+    def emit(item: Any) -> None:
+        if not isinstance(item, TokenEvent):
+            _post(loop, _settle, fut, item)
+
+    return emit
+
+
+def to_queue(loop: asyncio.AbstractEventLoop, q: asyncio.Queue[Any]) -> Emit:
+    """An `emit` that puts every token, the result or the error on `q` on `loop`."""
+
+    def emit(item: TokenEvent | GenerateResult | BaseException) -> None:
+        _post(loop, q.put_nowait, item)
+
+    return emit
+
+
+def _settle(fut: asyncio.Future[Any], item: Any) -> None:
+    if fut.done():
+        return
+    if isinstance(item, BaseException):
+        fut.set_exception(item)
+    else:
+        fut.set_result(item)
+
+
+def _post(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+    """Hand `fn(*args)` from the engine's thread to `loop`. A loop already closed (the
+    process is stopping: Ctrl-C while a batch was decoding) has nobody left to tell."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        if not loop.is_closed():
+            raise

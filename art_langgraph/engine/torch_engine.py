@@ -13,23 +13,19 @@ races a forward pass, and an adapter that is replaced is freed only once no runn
 sequence uses it. The adapters themselves (their peft keys, the spare key a load writes
 into in place, the merged copy of the latest one) live in `engine/adapter_slots.py`.
 
-The KV cache grows in place (`engine/kv_cache.py`): a decode step writes one column
-instead of copying the whole cache, as transformers' `DynamicCache` does.
-
 A prefix cache (`engine/prefix_cache.py`) keeps the KV of earlier requests across
 requests, keyed by the weights they were computed under: an agent's next turn, or a
 group member admitted later, prefills only its new tokens (`cached_tokens` in each
 result, counters in `metrics()`).
 
-Runs on CUDA when present (bf16) and on the CPU otherwise (bf16 where the CPU multiplies
-it in hardware and the model has over 270M parameters, else fp32:
-`devices.pick_engine_dtype`); on the CPU the linear layers
-multiply by weights prepacked for oneDNN (`engine/packed_linear.py`).
+Runs on CUDA when present, else on the CPU (the dtype: `devices.pick_engine_dtype`),
+with weights prepacked for oneDNN there (`engine/packed_linear.py`).
 
-This module is the worker: the queue, admission, prefill, decode and the batch's rows.
-Its settings are `TorchEngineConfig` (`engine/torch_config.py`, re-exported here), each
-request's record, finish check and result `engine/request.py`, and the default memory
-budgets `engine/budgets.py`.
+This module is the worker: the queue, admission, prefill, decode and sampling. The rows
+decoding together are `engine/batch.py`'s (their KV cache grows in place, `kv_cache.py`),
+where each new row starts `engine/prefill.py`'s, each request's record, finish check and
+result `engine/request.py`'s. Its settings are `TorchEngineConfig` (`engine/torch_config.py`,
+re-exported here), and the default memory budgets `engine/budgets.py`'s.
 
 Left out: paged attention and chunked prefill; vLLM is the engine for those.
 """
@@ -38,14 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
+import dataclasses
 import logging
 import os
 import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,22 +55,18 @@ from art_langgraph.engine.base import (
     SamplingParams,
     TokenEvent,
 )
+from art_langgraph.engine.batch import RunningBatch
 from art_langgraph.engine.budgets import kv_budget, kv_token_bytes, prefix_budget
 from art_langgraph.engine.constrained import GrammarCompiler
-from art_langgraph.engine.kv_cache import (
-    drop_left,
-    fill_rows,
-    growing_cache,
-    merge_rows,
-    preset_layer,
-)
+from art_langgraph.engine.kv_cache import cache_keyword, growing_cache
 from art_langgraph.engine.packed_linear import pack_linears
-from art_langgraph.engine.prefix_cache import PrefixCache, PrefixHit
-from art_langgraph.engine.request import Request
+from art_langgraph.engine.prefill import PrefillStart, fill_starts, prefix_clusters
+from art_langgraph.engine.prefix_cache import PrefixCache, full_attention_only
+from art_langgraph.engine.request import Request, to_future, to_queue
 from art_langgraph.engine.sampling import raw_logprobs, sample_rows
 from art_langgraph.engine.torch_config import TorchEngineConfig
 from art_langgraph.errors import InfrastructureError, UsageError
-from art_langgraph.heap import release_free_memory, use_mmap_for_large_blocks
+from art_langgraph.heap import use_mmap_for_large_blocks
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +77,7 @@ class TorchEngine:
     def __init__(self, model: Any, tokenizer: Any, config: TorchEngineConfig | None = None) -> None:
         self.config = config or TorchEngineConfig()
         self.tokenizer = tokenizer
-        self._cache_kw = _cache_keyword(model)
+        self._cache_kw = cache_keyword(model)
         self.device = next(model.parameters()).device
         from art_langgraph.engine.shared_base import SharedBase, frozen_tensors
 
@@ -121,19 +112,10 @@ class TorchEngine:
         self._generator = torch.Generator(device="cpu").manual_seed(self.config.seed)
         self._inbox: queue.Queue[Any] = queue.Queue()
         self._held: Request | None = None
-        """The oldest request that did not fit the batch: it is the next one admitted, ahead
-        of everything in the inbox (re-queued at the back, it could wait behind later and
-        smaller requests for as long as they keep coming)."""
+        """The oldest request that did not fit the batch: the next one admitted, ahead of the
+        inbox (re-queued, it could wait behind smaller requests for as long as they come)."""
         self._closing = False
-        self.admitted_in_place = 0
-        """Rows admitted into free slots of a running batch (no copy of the others)."""
-        self._rows: list[Request | None] = []
-        """The batch's row slots: a request, or None where one retired and the slot waits
-        for a new row (its KV stays, masked out) until the batch is compacted."""
-        self._cache: Any = None
-        self._mask: torch.Tensor | None = None  # (B, T) 1 for real tokens
-        self._next: torch.Tensor | None = None  # (B,) token to feed next
-        self._pos: torch.Tensor | None = None  # (B,) its position
+        self._batch = RunningBatch(self.device)  # the rows decoding (the worker thread's)
         self.steps = 0
         """Decode steps run so far (for tests and metrics)."""
         self.shared_prefix_tokens = 0
@@ -144,7 +126,7 @@ class TorchEngine:
             prefix_budget(self.config.prefix_cache_bytes, self.device),
             self.config.prefix_cache_block_size,
         )
-        if self._prefix.enabled and not _full_attention_only(model.config):
+        if self._prefix.enabled and not full_attention_only(model.config):
             log.info("prefix cache off: the model has layers that are not full attention")
             self._prefix = PrefixCache(0, self.config.prefix_cache_block_size)
         self._slots = AdapterSlots(
@@ -208,13 +190,7 @@ class TorchEngine:
     ) -> GenerateResult:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[GenerateResult] = loop.create_future()
-
-        def emit(item: TokenEvent | GenerateResult | BaseException) -> None:
-            if isinstance(item, TokenEvent):
-                return
-            _post(loop, _settle, fut, item)
-
-        req = self._submit(prompt_ids, sampling, adapter, emit, stream=False)
+        req = self._submit(prompt_ids, sampling, adapter, to_future(loop, fut), stream=False)
         try:
             return await fut
         except asyncio.CancelledError:
@@ -226,11 +202,7 @@ class TorchEngine:
     ) -> AsyncIterator[TokenEvent | GenerateResult]:
         loop = asyncio.get_running_loop()
         q: asyncio.Queue[TokenEvent | GenerateResult | BaseException] = asyncio.Queue()
-
-        def emit(item: TokenEvent | GenerateResult | BaseException) -> None:
-            _post(loop, q.put_nowait, item)
-
-        req = self._submit(prompt_ids, sampling, adapter, emit, stream=True)
+        req = self._submit(prompt_ids, sampling, adapter, to_queue(loop, q), stream=True)
         try:
             while True:
                 item = await q.get()
@@ -254,12 +226,8 @@ class TorchEngine:
         return sorted(self._slots.adapters)
 
     def metrics(self) -> EngineMetrics:
-        c = self._counts
-        return EngineMetrics(
-            prompt_tokens=c.prompt_tokens,
-            generation_tokens=c.generation_tokens,
-            prefix_cache_queries=c.prefix_cache_queries,
-            prefix_cache_hits=c.prefix_cache_hits,
+        return dataclasses.replace(
+            self._counts,
             prefix_cache_evictions=self._prefix.evictions,
             prefix_cache_bytes=self._prefix.bytes,
             prefix_cache_capacity_bytes=self._prefix.budget_bytes,
@@ -298,10 +266,15 @@ class TorchEngine:
     @property
     def active(self) -> int:
         """Sequences being decoded now."""
-        return sum(r is not None for r in self._rows)
+        return self._batch.active
+
+    @property
+    def admitted_in_place(self) -> int:
+        """Rows admitted into free slots of a running batch (no copy of the others)."""
+        return self._batch.admitted_in_place
 
     def _live(self) -> list[Request]:
-        return [r for r in self._rows if r is not None]
+        return self._batch.live()
 
     # ------------------------------------------------------------- internals
     def _submit(self, prompt_ids, sampling, adapter, emit, *, stream) -> Request:
@@ -334,11 +307,7 @@ class TorchEngine:
     async def _command(self, fn: Callable[[], None]) -> None:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-
-        def done(result: Any) -> None:
-            _post(loop, _settle, fut, result)
-
-        self._inbox.put(("cmd", fn, done))
+        self._inbox.put(("cmd", fn, to_future(loop, fut)))  # done(None) or done(error)
         await fut
 
     def _run(self) -> None:
@@ -353,7 +322,7 @@ class TorchEngine:
                 new = self._take_inbox(block=not self.active)
                 if new:
                     self._prefill(new)
-                if self._rows:
+                if self._batch.rows:
                     self._decode()
                 self._slots.free_retired()
             except Exception as exc:  # a bug or an OOM: fail the batch, keep serving
@@ -361,7 +330,7 @@ class TorchEngine:
                 failed = {id(r): r for r in [*self._live(), *new]}
                 for r in failed.values():
                     r.emit(InfrastructureError(f"engine step failed: {exc!r}"))
-                self._reset_batch()
+                self._batch.reset()
         for r in [*self._live(), *([self._held] if self._held else [])]:
             r.emit(r.result("abort"))
         while not self._inbox.empty():
@@ -464,13 +433,13 @@ class TorchEngine:
         its start, so the row layout is [pads | start | pads | suffix] with the pads masked
         out and positions continuing."""
         pc = self._prefix
-        starts: list[_Start] = []
+        starts: list[PrefillStart] = []
         for r in new:
             # A key retired while the request queued has no identity: share nothing.
             r.identity = self._slots.identity(r.adapter_key)
             hit = pc.lookup(r.identity, r.prompt_ids, len(r.prompt_ids) - 1)
             r.cached = hit.tokens
-            starts.append(_Start(hit.tokens, hit=hit))
+            starts.append(PrefillStart(hit.tokens, hit=hit))
             self._counts.prompt_tokens += len(r.prompt_ids)
             self._counts.prefix_cache_queries += len(r.prompt_ids)
             self._counts.prefix_cache_hits += hit.tokens
@@ -480,7 +449,7 @@ class TorchEngine:
         clusters = [
             ([idx[k] for k in members], shared)
             for idx in groups.values()
-            for members, shared in _prefix_clusters(
+            for members, shared in prefix_clusters(
                 [new[i].prompt_ids for i in idx], [starts[i].tokens for i in idx]
             )
         ]
@@ -494,7 +463,9 @@ class TorchEngine:
                 for (m, _), h in zip(clusters, heads, strict=True)
             ]
             cache, mask, _, _ = self._prefill_rows(
-                heads, [_Start(h.tokens, hit=h) for h in hits], [new[m[0]] for m, _ in clusters]
+                heads,
+                [PrefillStart(h.tokens, hit=h) for h in hits],
+                [new[m[0]] for m, _ in clusters],
             )
             for j, (members, shared) in enumerate(clusters):
                 cols = mask[j].nonzero().squeeze(1)
@@ -503,7 +474,7 @@ class TorchEngine:
                     for layer in cache.layers
                 ]  # (1, H, P, D)
                 for i in members:
-                    starts[i] = _Start(shared, head=layers)
+                    starts[i] = PrefillStart(shared, head=layers)
                 self.shared_prefix_tokens += shared * (len(members) - 1)
             del cache
         cache, mask, pos, logits = self._prefill_rows([r.prompt_ids for r in new], starts, new)
@@ -513,11 +484,11 @@ class TorchEngine:
         tokens = self._sample(new, logits)
         nxt = tokens.to(self.device)
         last = pos[:, -1] + 1
-        self._merge(new, cache, mask, nxt, last)
+        self._batch.merge(new, cache, mask, nxt, last)
         self._retire_finished()
 
     def _prefill_rows(
-        self, prompts: list[list[int]], starts: list[_Start], rows: list[Request]
+        self, prompts: list[list[int]], starts: list[PrefillStart], rows: list[Request]
     ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
         """One prefill forward of `prompts`, each row after its start's KV; every full block
         of each prompt goes into the prefix cache. Returns the cache, the (B, T) mask, the
@@ -528,7 +499,7 @@ class TorchEngine:
         mask_start = torch.zeros((b, width), dtype=torch.long)
         suffix = max(len(p) - s.tokens for p, s in zip(prompts, starts, strict=True))
         if width:
-            self._fill_starts(cache, starts, width, suffix)
+            fill_starts(cache, starts, width, suffix, self._prefix.block_size, self.device)
             for i, st in enumerate(starts):
                 mask_start[i, width - st.tokens :] = 1
         ids = torch.full((b, suffix), self.pad_token_id, dtype=torch.long)
@@ -544,79 +515,35 @@ class TorchEngine:
         logits = self._forward(ids, mask, pos, cache, [r.adapter_key for r in rows])
         if self._prefix.enabled:
             for i, (p, r) in enumerate(zip(prompts, rows, strict=True)):
-                self._remember(cache, i, mask[i], p, r.identity)
+                self._prefix.insert_row(r.identity, p, cache, i, mask[i])
         return cache, mask, pos, logits
 
-    def _fill_starts(self, cache: Any, starts: list[_Start], width: int, suffix: int) -> None:
-        """Give each layer of `cache` a (B, H, width + room, D) buffer whose first `width`
-        steps hold each row's start, right-aligned (zeros before it)."""
-        b = len(starts)
-        st0 = next(s for s in starts if s.head is not None or (s.hit is not None and s.hit.blocks))
-        if st0.head is not None:
-            some = st0.head[0][0]  # (1, H, P, D)
-            h, d, dtype = some.shape[1], some.shape[-1], some.dtype
-        else:
-            assert st0.hit is not None
-            some = st0.hit.blocks[0].kv  # (L, 2, H, bs, D)
-            h, d, dtype = some.shape[2], some.shape[-1], some.dtype
-        room = suffix + max(64, (width + suffix) // 4)
-        bs = self._prefix.block_size
-        layer: Any
-        for li, layer in enumerate(cache.layers):
-            # A prefix hit is gathered one layer at a time, never whole: stacking every row's
-            # hit across all layers first held 620 MB for 30 rows of a 450-token hit.
-            buf_k = torch.zeros((b, h, width + room, d), dtype=dtype, device=self.device)
-            buf_v = torch.zeros_like(buf_k)
-            for i, st in enumerate(starts):
-                lo = width - st.tokens
-                if st.head is not None:
-                    buf_k[i, :, lo:width] = st.head[li][0][0]
-                    buf_v[i, :, lo:width] = st.head[li][1][0]
-                elif st.hit is not None and st.hit.blocks:
-                    # this layer of the hit's blocks, (k, 2, H, bs, D): one layer, one row
-                    kv = torch.stack([block.kv[li] for block in st.hit.blocks])
-                    k = kv.shape[0]
-                    buf_k[i, :, lo:width].view(h, k, bs, d).copy_(kv[:, 0].transpose(0, 1))
-                    buf_v[i, :, lo:width].view(h, k, bs, d).copy_(kv[:, 1].transpose(0, 1))
-            preset_layer(layer, buf_k, buf_v, width)
-
-    def _remember(
-        self, cache: Any, row: int, mask: torch.Tensor, tokens: list[int], identity: str
-    ) -> None:
-        """Put the full blocks of `tokens` (row `row` of `cache`, its real columns where
-        `mask` is 1) into the prefix cache."""
-        columns = mask.nonzero().squeeze(1)
-        if len(columns) != len(tokens):  # never expected; a wrong key would be worse
-            log.warning("prefix cache: %d columns for %d tokens", len(columns), len(tokens))
-            return
-        layers = [(layer.keys[row], layer.values[row]) for layer in cache.layers]
-        self._prefix.insert(identity, tokens, layers, columns)
-
     def _decode(self) -> None:
-        assert self._mask is not None and self._next is not None and self._pos is not None
-        b = len(self._rows)
-        self._mask = torch.cat(
-            [self._mask, torch.ones((b, 1), dtype=torch.long, device=self.device)], 1
+        batch = self._batch
+        assert batch.mask is not None and batch.next is not None and batch.pos is not None
+        b = len(batch.rows)
+        batch.mask = torch.cat(
+            [batch.mask, torch.ones((b, 1), dtype=torch.long, device=self.device)], 1
         )
-        live = [i for i, r in enumerate(self._rows) if r is not None]
-        rows = [self._rows[i] for i in live]
+        live = [i for i, r in enumerate(batch.rows) if r is not None]
+        rows = [r for r in batch.rows if r is not None]
         # A free slot runs along with the key of a live row (one adapter stays one batch);
         # its output is dropped.
-        fill = rows[0].adapter_key  # type: ignore[union-attr]
+        fill = rows[0].adapter_key
         logits = self._forward(
-            self._next.unsqueeze(1),
-            self._mask,
-            self._pos.unsqueeze(1),
-            self._cache,
-            [r.adapter_key if r is not None else fill for r in self._rows],
+            batch.next.unsqueeze(1),
+            batch.mask,
+            batch.pos.unsqueeze(1),
+            batch.cache,
+            [r.adapter_key if r is not None else fill for r in batch.rows],
         )
         if len(live) < b:
             idx = torch.tensor(live, device=self.device)
-            self._next = self._next.clone()
-            self._next[idx] = self._sample(rows, logits[idx]).to(self.device)  # type: ignore[arg-type]
+            batch.next = batch.next.clone()
+            batch.next[idx] = self._sample(rows, logits[idx]).to(self.device)
         else:
-            self._next = self._sample(rows, logits).to(self.device)  # type: ignore[arg-type]
-        self._pos = self._pos + 1
+            batch.next = self._sample(rows, logits).to(self.device)
+        batch.pos = batch.pos + 1
         self.steps += 1
         self._retire_finished()
 
@@ -643,199 +570,31 @@ class TorchEngine:
         if k:
             top_v, top_i = (t.cpu() for t in lp.topk(k, dim=-1))
         for i, r in enumerate(rows):
-            tok, logprob = tok_list[i], lp_list[i]
-            r.completion.append(tok)
-            r.logprobs.append(logprob)
             top = None
             if r.sampling.top_logprobs and top_v is not None and top_i is not None:
                 n = r.sampling.top_logprobs
                 top = list(zip(top_i[i, :n].tolist(), top_v[i, :n].tolist(), strict=True))
-                r.top = r.top if r.top is not None else []
-                r.top.append(top)
-            matcher = r.matcher
-            if matcher is not None and not matcher.is_stopped() and not matcher.consume_token(tok):
-                log.warning("grammar rejected token %d: %s", tok, r.matcher.get_error())
-            if r.stream:
-                r.emit(TokenEvent(tok, logprob, top))
+            r.record(tok_list[i], lp_list[i], top)
         return tokens
 
     def _retire_finished(self) -> None:
         """Emit the rows that finished and free their slots. A freed slot keeps its place
         (its mask row zeroed) for the next admitted row, so retiring copies nothing; the
-        batch is compacted only once free slots outnumber live rows."""
-        assert self._mask is not None
+        batch is compacted only once free slots outnumber live rows (`RunningBatch.shrink`)."""
+        batch = self._batch
+        assert batch.mask is not None
         retired = False
-        for i, r in enumerate(self._rows):
+        for i, r in enumerate(batch.rows):
             if r is None:
                 continue
             done = r.finish_reason(self.eos_token_ids, self.tokenizer, self.context_length)
             if done is None:
                 continue
             if self._prefix.enabled and len(r.completion) > 1:
-                self._remember(
-                    self._cache, i, self._mask[i], r.prompt_ids + r.completion[:-1], r.identity
-                )
+                seen = r.prompt_ids + r.completion[:-1]
+                self._prefix.insert_row(r.identity, seen, batch.cache, i, batch.mask[i])
             r.emit(r.result(done[0], done[1]))
-            self._rows[i] = None
-            self._mask[i] = 0
+            batch.free(i)
             retired = True
-        if not retired:
-            return
-        live = self.active
-        if live == 0:
-            self._reset_batch()
-        elif 2 * live < len(self._rows):
-            self._compact()
-        else:
-            self._drop_unused_columns()
-
-    def _compact(self) -> None:
-        """Drop the free slots from the batch (one copy of the live rows' KV)."""
-        keep = [i for i, r in enumerate(self._rows) if r is not None]
-        idx = torch.tensor(keep, device=self.device)
-        self._rows = [self._rows[i] for i in keep]
-        self._cache.batch_select_indices(idx)
-        assert self._mask is not None and self._next is not None and self._pos is not None
-        self._mask, self._next, self._pos = self._mask[idx], self._next[idx], self._pos[idx]
-        self._drop_unused_columns()
-
-    def _drop_unused_columns(self) -> None:
-        """Drop the left columns that no live row uses (a view, no copy)."""
-        assert self._mask is not None
-        used = self._mask.any(dim=0).nonzero()
-        lead = int(used[0]) if len(used) else 0
-        if lead:
-            self._mask = self._mask[:, lead:]
-            drop_left(self._cache, lead)
-
-    def _merge(self, new: list[Request], cache: Any, mask: torch.Tensor, nxt, pos) -> None:
-        """Add the prefilled rows to the batch: into free slots in place when there are
-        enough and the rows fit the batch's width (a copy of the new rows only), else by
-        rebuilding the batch's buffers with them appended (a copy of every row)."""
-        if not self.active:
-            self._rows, self._cache, self._mask, self._next, self._pos = (
-                list(new),
-                cache,
-                mask,
-                nxt,
-                pos,
-            )
-            return
-        assert self._mask is not None and self._next is not None and self._pos is not None
-        t_old, t_new = self._mask.shape[1], mask.shape[1]
-        free = [i for i, r in enumerate(self._rows) if r is None]
-        if len(free) >= len(new) and t_new <= t_old and fill_rows(self._cache, cache, free, t_old):
-            slots = torch.tensor(free[: len(new)], device=self.device)
-            self._mask[slots] = _pad_left_2d(mask, t_old)
-            self._next = self._next.clone()
-            self._next[slots], self._pos[slots] = nxt, pos
-            for slot, r in zip(free, new, strict=False):
-                self._rows[slot] = r
-            self.admitted_in_place += len(new)
-            return
-        if free:
-            self._compact()
-            t_old = self._mask.shape[1]
-        width = max(t_old, t_new)
-        merge_rows(self._cache, cache, width)
-        self._mask = torch.cat([_pad_left_2d(self._mask, width), _pad_left_2d(mask, width)], 0)
-        self._next = torch.cat([self._next, nxt])
-        self._pos = torch.cat([self._pos, pos])
-        self._rows = self._rows + list(new)
-
-    def _reset_batch(self) -> None:
-        self._rows, self._cache, self._mask, self._next, self._pos = [], None, None, None, None
-        release_free_memory()  # the KV cache's blocks, back to the OS (heap.py)
-
-
-@dataclass
-class _Start:
-    """The KV a row's prefill starts from: `tokens` steps from a prefix-cache `hit`, or
-    from a `head` computed in this batch ((keys, values) per layer, (1, H, P, D))."""
-
-    tokens: int
-    hit: PrefixHit | None = None
-    head: list[tuple[torch.Tensor, torch.Tensor]] | None = None
-
-
-def _full_attention_only(config: Any) -> bool:
-    """Whether every layer of the model attends to the whole context (no sliding window)."""
-    kinds = getattr(config, "layer_types", None)
-    return not kinds or all(k == "full_attention" for k in kinds)
-
-
-_MIN_SHARED_PREFIX = 16
-"""Shorter common prefixes are prefilled per row (a separate forward would cost more)."""
-
-
-def _prefix_clusters(prompts: list[list[int]], cached: list[int]) -> list[tuple[list[int], int]]:
-    """Groups of prompts to prefill from one shared head: (their indices, the head's
-    length), each group of two or more. The prompts are sorted, so a run of neighbours
-    shares the least of their neighbouring common prefixes, and the runs are chosen to
-    save the most prompt tokens: a GRPO batch holds each prompt several times (a group),
-    and an agent's prompts share a system prompt and tools. A head leaves each row one
-    token of its own, and is worth a run only when it is at least _MIN_SHARED_PREFIX
-    tokens longer than what the prefix cache already holds of its rows (`cached`)."""
-    n = len(prompts)
-    if n < 2:
-        return []
-    order = sorted(range(n), key=lambda i: prompts[i])
-    lcp = []
-    for a, b in itertools.pairwise(order):
-        x, y = prompts[a], prompts[b]
-        m = min(len(x), len(y)) - 1
-        lcp.append(max(next((k for k in range(m) if x[k] != y[k]), m), 0))
-    best = [0] * (n + 1)  # best[j]: tokens saved over the first j sorted prompts
-    cut: list[tuple[int, int]] = [(0, 0)] * (n + 1)  # (start of the last run, its head)
-    for j in range(1, n + 1):
-        best[j], cut[j] = best[j - 1], (j - 1, 0)
-        shared, start = 1 << 30, cached[order[j - 1]]
-        for i in range(j - 2, -1, -1):  # the run order[i:j]
-            shared, start = min(shared, lcp[i]), max(start, cached[order[i]])
-            if shared - start < _MIN_SHARED_PREFIX:
-                break  # a longer run only shares less
-            gain = best[i] + (j - 1 - i) * (shared - start)
-            if gain > best[j]:
-                best[j], cut[j] = gain, (i, shared)
-    runs = []
-    j = n
-    while j > 0:
-        i, shared = cut[j]
-        if shared:
-            runs.append(([order[k] for k in range(i, j)], shared))
-        j = i
-    return runs[::-1]
-
-
-def _pad_left_2d(x: torch.Tensor, width: int) -> torch.Tensor:
-    """(B, T) -> (B, width), zeros on the left."""
-    extra = width - x.shape[1]
-    return x if extra == 0 else torch.nn.functional.pad(x, (extra, 0))
-
-
-def _settle(fut: asyncio.Future[Any], item: Any) -> None:
-    if fut.done():
-        return
-    if isinstance(item, BaseException):
-        fut.set_exception(item)
-    else:
-        fut.set_result(item)
-
-
-def _cache_keyword(model: Any) -> str:
-    """The forward keyword that takes the KV cache: `cache` since transformers 5.24,
-    `past_key_values` before (5.24 still takes it, with a deprecation warning per call)."""
-    import inspect
-
-    params = inspect.signature(type(model).forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def _post(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
-    """Hand `fn(*args)` from the engine's thread to `loop`. A loop already closed (the
-    process is stopping: Ctrl-C while a batch was decoding) has nobody left to tell."""
-    try:
-        loop.call_soon_threadsafe(fn, *args)
-    except RuntimeError:
-        if not loop.is_closed():
-            raise
+        if retired:
+            batch.shrink()

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from art_langgraph.engine import GenerateResult, SamplingParams, TokenEvent, TorchEngine
-from art_langgraph.engine.torch_engine import _prefix_clusters
+from art_langgraph.engine.prefill import prefix_clusters
 from art_langgraph.errors import ContextLengthError, UsageError
 from art_langgraph.presets import TinySpec, build_tiny
 
@@ -138,15 +138,15 @@ def test_prefix_clusters_pick_the_heads_that_save_the_most() -> None:
     a = list(range(100))
     a2 = a[:30] + [999] * 70  # shares 30 tokens with `a`
     b = [7, 8, *range(200, 260)]
-    runs = _prefix_clusters([a, b, a, a2, a, b, a2, [5]], [0] * 8)
+    runs = prefix_clusters([a, b, a, a2, a, b, a2, [5]], [0] * 8)
     assert sorted((sorted(m), s) for m, s in runs) == [([0, 2, 4], 99), ([1, 5], 61), ([3, 6], 99)]
     # a system prompt and tools shared by every row, then each its own question: one head
     system = list(range(40))
     asks = [[*system, 500 + i, 600 + i] for i in range(4)]
-    assert _prefix_clusters(asks, [0] * 4) == [([0, 1, 2, 3], 40)]
+    assert prefix_clusters(asks, [0] * 4) == [([0, 1, 2, 3], 40)]
     # what the prefix cache already holds is not worth a head
-    assert _prefix_clusters([a, a], [90, 0]) == []
-    assert _prefix_clusters([a, a], [50, 0]) == [([0, 1], 99)]
+    assert prefix_clusters([a, a], [90, 0]) == []
+    assert prefix_clusters([a, a], [50, 0]) == [([0, 1], 99)]
 
 
 async def test_groups_of_different_prompts_each_prefill_their_prompt_once(

@@ -1,0 +1,118 @@
+"""Planning a prefill in the torch engine: where each new row's prompt starts, and which
+rows share a head.
+
+A row starts from the KV the prefix cache holds of its prompt (`PrefillStart.hit`), or
+from a head its batch shares (`PrefillStart.head`): `prefix_clusters` picks the groups of
+prompts whose common prefix is worth one forward (a GRPO group's prompt, an agent's
+system prompt and tools), and `fill_starts` lays every row's start into the KV cache the
+prefill forward extends, right-aligned under left padding.
+
+Left out: running the forward and merging its rows into the batch (`torch_engine.py`,
+`batch.py`), and the cache across requests (`prefix_cache.py`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from art_langgraph.engine.kv_cache import preset_layer
+from art_langgraph.engine.prefix_cache import PrefixHit
+
+
+@dataclass
+class PrefillStart:
+    """The KV a row's prefill starts from: `tokens` steps from a prefix-cache `hit`, or
+    from a `head` computed in this batch ((keys, values) per layer, (1, H, P, D))."""
+
+    tokens: int
+    hit: PrefixHit | None = None
+    head: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+
+
+_MIN_SHARED_PREFIX = 16
+"""Shorter common prefixes are prefilled per row (a separate forward would cost more)."""
+
+
+def prefix_clusters(prompts: list[list[int]], cached: list[int]) -> list[tuple[list[int], int]]:
+    """Groups of prompts to prefill from one shared head: (their indices, the head's
+    length), each group of two or more. The prompts are sorted, so a run of neighbours
+    shares the least of their neighbouring common prefixes, and the runs are chosen to
+    save the most prompt tokens: a GRPO batch holds each prompt several times (a group),
+    and an agent's prompts share a system prompt and tools. A head leaves each row one
+    token of its own, and is worth a run only when it is at least _MIN_SHARED_PREFIX
+    tokens longer than what the prefix cache already holds of its rows (`cached`)."""
+    n = len(prompts)
+    if n < 2:
+        return []
+    order = sorted(range(n), key=lambda i: prompts[i])
+    lcp = []
+    for a, b in itertools.pairwise(order):
+        x, y = prompts[a], prompts[b]
+        m = min(len(x), len(y)) - 1
+        lcp.append(max(next((k for k in range(m) if x[k] != y[k]), m), 0))
+    best = [0] * (n + 1)  # best[j]: tokens saved over the first j sorted prompts
+    cut: list[tuple[int, int]] = [(0, 0)] * (n + 1)  # (start of the last run, its head)
+    for j in range(1, n + 1):
+        best[j], cut[j] = best[j - 1], (j - 1, 0)
+        shared, start = 1 << 30, cached[order[j - 1]]
+        for i in range(j - 2, -1, -1):  # the run order[i:j]
+            shared, start = min(shared, lcp[i]), max(start, cached[order[i]])
+            if shared - start < _MIN_SHARED_PREFIX:
+                break  # a longer run only shares less
+            gain = best[i] + (j - 1 - i) * (shared - start)
+            if gain > best[j]:
+                best[j], cut[j] = gain, (i, shared)
+    runs = []
+    j = n
+    while j > 0:
+        i, shared = cut[j]
+        if shared:
+            runs.append(([order[k] for k in range(i, j)], shared))
+        j = i
+    return runs[::-1]
+
+
+def fill_starts(
+    cache: Any,
+    starts: list[PrefillStart],
+    width: int,
+    suffix: int,
+    block_size: int,
+    device: torch.device,
+) -> None:
+    """Give each layer of `cache` a (B, H, width + room, D) buffer whose first `width`
+    steps hold each row's start, right-aligned (zeros before it); prefix-cache blocks hold
+    `block_size` steps each."""
+    b = len(starts)
+    st0 = next(s for s in starts if s.head is not None or (s.hit is not None and s.hit.blocks))
+    if st0.head is not None:
+        some = st0.head[0][0]  # (1, H, P, D)
+        h, d, dtype = some.shape[1], some.shape[-1], some.dtype
+    else:
+        assert st0.hit is not None
+        some = st0.hit.blocks[0].kv  # (L, 2, H, bs, D)
+        h, d, dtype = some.shape[2], some.shape[-1], some.dtype
+    room = suffix + max(64, (width + suffix) // 4)
+    bs = block_size
+    layer: Any
+    for li, layer in enumerate(cache.layers):
+        # A prefix hit is gathered one layer at a time, never whole: stacking every row's
+        # hit across all layers first held 620 MB for 30 rows of a 450-token hit.
+        buf_k = torch.zeros((b, h, width + room, d), dtype=dtype, device=device)
+        buf_v = torch.zeros_like(buf_k)
+        for i, st in enumerate(starts):
+            lo = width - st.tokens
+            if st.head is not None:
+                buf_k[i, :, lo:width] = st.head[li][0][0]
+                buf_v[i, :, lo:width] = st.head[li][1][0]
+            elif st.hit is not None and st.hit.blocks:
+                # this layer of the hit's blocks, (k, 2, H, bs, D): one layer, one row
+                kv = torch.stack([block.kv[li] for block in st.hit.blocks])
+                k = kv.shape[0]
+                buf_k[i, :, lo:width].view(h, k, bs, d).copy_(kv[:, 0].transpose(0, 1))
+                buf_v[i, :, lo:width].view(h, k, bs, d).copy_(kv[:, 1].transpose(0, 1))
+        preset_layer(layer, buf_k, buf_v, width)
