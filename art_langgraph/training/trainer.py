@@ -39,7 +39,6 @@ reduce-scatter runs in the weights' dtype), models whose decoder layers
 
 from __future__ import annotations
 
-import json
 import math
 import time
 import warnings
@@ -56,7 +55,7 @@ from art_langgraph.devices import (
     torch_dtype,
 )
 from art_langgraph.engine.shared_base import SharedBase, model_over
-from art_langgraph.errors import CheckpointError, UsageError
+from art_langgraph.errors import UsageError
 from art_langgraph.heap import heap_for_large_blocks
 from art_langgraph.training import loss as L
 from art_langgraph.training.base import ProgressFn
@@ -64,12 +63,11 @@ from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.fsdp import (
     adapter_keys,
     full_tensor,
-    local_tensor,
-    shard_like,
     shard_model,
 )
 from art_langgraph.training.logprobs import TokenLogprobs
 from art_langgraph.training.segmented_attention import register_attention
+from art_langgraph.training.state import load_state, save_state
 from art_langgraph.training.tensorize import MicroBatch, TrainSequence, micro_batches
 
 # peft still asks transformers the deprecated `is_gradient_checkpointing` during training;
@@ -504,38 +502,11 @@ class LoRATrainer:
 
     # ------------------------------------------------------------------ state
     def save(self, folder: Path) -> None:
-        """Write the adapter and the optimizer state into `folder` (which must exist).
-        Refuses (CheckpointError) to save non-finite adapter weights. Under FSDP every rank
-        must call it (each gathers the whole state; rank 0 writes it): the files are the
-        same as one process writes."""
-        import torch.distributed as dist
-        from safetensors.torch import save_file
-
-        weights = [full_tensor(p.detach()) for p in self.params]
-        sd = self.optimizer.state_dict()
-        gathered = {  # every rank takes part in the gathers; only rank 0 copies and writes
-            f"{idx}.{k}": full_tensor(v.detach())
-            for idx, st in sd["state"].items()
-            for k, v in st.items()
-            if isinstance(v, torch.Tensor)
-        }
-        if self.fsdp and dist.get_rank(self.group) != 0:
-            return
-        tensors = {k: v.cpu().contiguous() for k, v in gathered.items()}
-        if not all(bool(torch.isfinite(w).all()) for w in weights):
-            raise CheckpointError(
-                folder,
-                "the step made the adapter weights non-finite; nothing was saved "
-                "(lower the learning rate, or set max_grad_norm)",
-            )
-        if self.fsdp:  # the gathered tensors, under the names peft gives the parameters
-            names = [n for n, p in self.model.named_parameters() if p.requires_grad]
-            full = {n: w.cpu().contiguous() for n, w in zip(names, weights, strict=True)}
-            self.model.save_pretrained(str(folder), state_dict=full)
-        else:
-            self.model.save_pretrained(str(folder))
-        save_file(tensors, str(folder / "optimizer.safetensors"))
-        (folder / "optimizer.json").write_text(json.dumps({"param_groups": sd["param_groups"]}))
+        """Write the adapter and the optimizer state into `folder` (which must exist):
+        `state.save_state`."""
+        save_state(
+            folder, self.model, self.optimizer, self.params, self.group if self.fsdp else None
+        )
 
     def param_numel(self) -> dict[str, int]:
         """Parameters this process holds ("*_local": under FSDP its shards) and the model's
@@ -551,50 +522,16 @@ class LoRATrainer:
         return out
 
     def load(self, folder: Path) -> None:
-        """Restore the adapter weights and the optimizer state saved by `save`. Any failure
-        (a missing, truncated or corrupt file, a shape that does not fit, a non-finite number)
-        is a CheckpointError; a trainer whose `load` failed must be thrown away."""
-        try:
-            self._load(folder)
-        except CheckpointError:
-            raise
-        except Exception as exc:  # safetensors, JSON, shapes: all mean "this checkpoint is bad"
-            raise CheckpointError(folder, f"cannot restore the trainer: {exc!r}") from exc
-
-    def _load(self, folder: Path) -> None:
-        from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
-
-        on = "cpu" if self.fsdp else str(self.device)
-        weights = load_file(str(folder / "adapter_model.safetensors"), device=on)
-        if not all(bool(torch.isfinite(w).all()) for w in weights.values()):
-            raise CheckpointError(folder, "the adapter weights are not all finite")
-        if self.fsdp:  # each rank keeps its shard of every tensor
-            if unexpected := sorted(set(weights) - set(self._adapter_keys)):
-                raise CheckpointError(folder, f"unexpected adapter tensors {unexpected[:3]}")
-            with torch.no_grad():
-                for p, key in zip(self.params, self._adapter_keys, strict=True):
-                    local_tensor(p).copy_(local_tensor(shard_like(weights[key].to(p.dtype), p)))
-        else:
-            result: Any = set_peft_model_state_dict(self.model, weights)
-            if unexpected := list(getattr(result, "unexpected_keys", ())):
-                raise CheckpointError(folder, f"unexpected adapter tensors {unexpected[:3]}")
-        opt_file = folder / "optimizer.safetensors"
-        if opt_file.exists():
-            flat = load_file(str(opt_file))
-            state: dict[int, dict[str, torch.Tensor]] = {}
-            for key, v in flat.items():
-                idx, name = key.split(".", 1)
-                if not bool(torch.isfinite(v).all()):
-                    raise CheckpointError(folder, f"optimizer tensor {key} is not finite")
-                if name != "step":  # a moment: under FSDP this rank's shard, as its param's
-                    p = self.params[int(idx)]
-                    v = shard_like(v, p) if self.fsdp else v.to(self.device)
-                state.setdefault(int(idx), {})[name] = v
-            groups = json.loads((folder / "optimizer.json").read_text())["param_groups"]
-            for g in groups:
-                g["betas"] = tuple(g["betas"])
-            self.optimizer.load_state_dict({"state": state, "param_groups": groups})
+        """Restore the adapter weights and the optimizer state saved by `save`
+        (`state.load_state`); a trainer whose `load` failed must be thrown away."""
+        load_state(
+            folder,
+            self.model,
+            self.optimizer,
+            self.params,
+            self._adapter_keys if self.fsdp else None,
+            self.device,
+        )
 
 
 AUTO_CHECKPOINT_BYTES = 256 * 2**20
