@@ -182,11 +182,15 @@ class TrajectoryCallback(BaseCallbackHandler):
         if sink is not None and sink.run_id == run_id:
             _SINK.set(None)
 
-    def _end_llm(self, response: LLMResult, run_id: UUID) -> None:
+    def _ended(self, run_id: UUID) -> tuple[dict[str, Any] | None, list[LLMCall] | None]:
+        """The run has ended: its start and the calls its request made on the wire."""
         self._release(run_id)
         start = self._llm.pop(run_id, None)
         with self._lock:
-            wire = self._wire.pop(run_id, None)
+            return start, self._wire.pop(run_id, None)
+
+    def _end_llm(self, response: LLMResult, run_id: UUID) -> None:
+        start, wire = self._ended(run_id)
         if start is None:
             return
         if wire:
@@ -253,10 +257,7 @@ class TrajectoryCallback(BaseCallbackHandler):
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         def fail() -> None:
-            self._release(run_id)
-            start = self._llm.pop(run_id, None)
-            with self._lock:
-                wire = self._wire.pop(run_id, None)
+            start, wire = self._ended(run_id)
             if start is None:
                 return
             self.trajectory.logs.append(f"LLM call failed: {error!r}")

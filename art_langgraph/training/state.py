@@ -70,20 +70,15 @@ def load_state(
     `optimizer`. `shard_keys`: under FSDP, the adapter's tensor names in `params`' order
     (each rank copies its shard of each); None without FSDP."""
     try:
-        _load(folder, model, optimizer, params, shard_keys, device)
+        _restore(folder, model, optimizer, params, shard_keys, device)
     except CheckpointError:
         raise
     except Exception as exc:  # safetensors, JSON, shapes: all mean "this checkpoint is bad"
         raise CheckpointError(folder, f"cannot restore the trainer: {exc!r}") from exc
 
 
-def _load(
-    folder: Path,
-    model: Any,
-    optimizer: Any,
-    params: Sequence[torch.Tensor],
-    shard_keys: Sequence[str] | None,
-    device: torch.device,
+def _restore(
+    folder: Path, model: Any, optimizer: Any, params: Any, shard_keys: Any, device: Any
 ) -> None:
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
