@@ -201,7 +201,7 @@ class TrajectoryCallback(BaseCallbackHandler):
             return
         for call in calls:
             self.record_call(self._decorated(start, call))
-        if start["trainable"] and not calls[0].trainable:  # once per trajectory
+        if start["trainable"] and calls[0].completion_token_ids is None:  # once per trajectory
             call = calls[0]
             head = "capture: a call of the trainable model cannot train"
             where = f"in node {call.node!r}" if call.node else "outside any graph node"

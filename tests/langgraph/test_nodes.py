@@ -20,6 +20,8 @@ async def _rollouts(model: art.TrainableModel, n: int, **capture_kw: object) -> 
     for i in range(n):
         with art.capture(**capture_kw) as traj:  # type: ignore[arg-type]
             await graph.ainvoke(QUESTION)
+        # a call left out by train_nodes is recorded untrainable, without a warning
+        assert not [line for line in traj.logs if "cannot train" in line]
         traj.reward = float(i)  # different rewards: the group trains
         trajs.append(traj)
     return art.TrajectoryGroup(trajs)
