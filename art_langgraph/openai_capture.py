@@ -181,7 +181,7 @@ class _Exchange:
 
 class CapturingTransport(httpx.AsyncBaseTransport):
     """Records chat completions into the open `capture()`, or for the LangChain run that
-    sends them (`wire_calls_to`); see the module doc."""
+    sends them (`capture.wire_sink`); see the module doc."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
         self.inner = inner

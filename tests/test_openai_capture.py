@@ -300,3 +300,29 @@ def test_merge_stream_chunks_adds_up_tool_call_deltas() -> None:
         {"id": "t1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}
     ]
     assert choice["finish_reason"] == "tool_calls"
+
+
+async def test_a_run_that_never_ended_does_not_take_a_plain_clients_calls(
+    model: art.TrainableModel,
+) -> None:
+    """A trainable chat-model run names itself as the wire sink when it starts; one that
+    never ends (cancelled mid-request) leaves it set. A plain client's call, which carries
+    no chat-model header, still goes straight into the open capture."""
+    import uuid
+
+    from art_langgraph.callback import ART_METADATA_KEY, wire_sink
+    from art_langgraph.capture import current_handler
+
+    client = model.openai_client()
+    with art.capture() as traj:
+        handler = current_handler()
+        assert handler is not None
+        handler.on_chat_model_start(
+            {}, [[]], run_id=uuid.uuid4(), metadata={ART_METADATA_KEY: True}
+        )
+        assert wire_sink() is not None  # left behind, as by a run that never ended
+        await client.chat.completions.create(
+            model=model.name, messages=[{"role": "user", "content": "hi"}], max_tokens=4  # type: ignore[list-item]
+        )  # fmt: skip
+    (call,) = traj.calls
+    assert call.trainable and call.completion_token_ids
