@@ -10,16 +10,8 @@ import torch: `LocalBackend` loads it on first use, `RemoteBackend` never does.
 
 from typing import TYPE_CHECKING
 
-from art_langgraph import loggers as _loggers
 from art_langgraph import rewards
-from art_langgraph._lazy import lazy_getattr
-from art_langgraph.allocator import reexec_with_tcmalloc
 from art_langgraph.backend.choices import EngineChoice, ServerChoice, TrainerChoice
-from art_langgraph.branch import branch
-from art_langgraph.callback import TrajectoryCallback
-from art_langgraph.callback import register_trace_linker as _register_trace_linker
-from art_langgraph.capture import capture, current_trajectory
-from art_langgraph.chat_model import TrainableChatModel
 from art_langgraph.errors import (
     ArtError,
     ContextLengthError,
@@ -30,15 +22,23 @@ from art_langgraph.errors import (
     UnknownModelError,
     UsageError,
 )
-from art_langgraph.gather import gather_trajectories, gather_trajectory_groups
+from art_langgraph.gathering.branch import branch
+from art_langgraph.gathering.gather import gather_trajectories, gather_trajectory_groups
+from art_langgraph.gathering.interrupts import ThreadStore, resume_reward
+from art_langgraph.gathering.rollouts import rollouts
 from art_langgraph.integrations.env import langfuse_loggers
 from art_langgraph.integrations.trace_links import langfuse_trace_id
-from art_langgraph.interrupts import ThreadStore, resume_reward
-from art_langgraph.late_rewards import mark_pending, wait_for_rewards
 from art_langgraph.model import Model, TrainableModel, TrainResult
-from art_langgraph.rollouts import rollouts
+from art_langgraph.runtime.allocator import reexec_with_tcmalloc
+from art_langgraph.runtime.lazy import lazy_getattr
+from art_langgraph.tracing.callback import TrajectoryCallback
+from art_langgraph.tracing.callback import register_trace_linker as _register_trace_linker
+from art_langgraph.tracing.capture import capture, current_trajectory
+from art_langgraph.tracing.chat_model import TrainableChatModel
 from art_langgraph.training.config import ModelConfig, TrainConfig
-from art_langgraph.trajectory import (
+from art_langgraph.trajectories import loggers as _loggers
+from art_langgraph.trajectories.late_rewards import mark_pending, wait_for_rewards
+from art_langgraph.trajectories.trajectory import (
     ExceptionInfo,
     LLMCall,
     ToolCall,

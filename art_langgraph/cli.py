@@ -36,8 +36,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from art_langgraph.allocator import reexec_with_tcmalloc
 from art_langgraph.errors import UsageError
+from art_langgraph.runtime.allocator import reexec_with_tcmalloc
 
 
 def _bind_args(p: argparse.ArgumentParser, port: int, guards: str) -> None:
@@ -313,7 +313,7 @@ def _model_folder(model: str, path: str = ".art", project: str | None = None) ->
     """A model's folder: `model` itself if it is one (it has `checkpoints/`), else
     `{path}/{project}/models/{model}`, in any project when `project` is None."""
     from art_langgraph.backend.checkpoints import CheckpointFolder
-    from art_langgraph.names import check_path_name
+    from art_langgraph.runtime.names import check_path_name
 
     given = CheckpointFolder(model)
     if given.has_checkpoints():

@@ -25,16 +25,16 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from art_langgraph.backend.base import Backend, TrainResult
 from art_langgraph.errors import UsageError
-from art_langgraph.names import LATEST, check_path_name, inference_name
+from art_langgraph.runtime.names import LATEST, check_path_name, inference_name
 from art_langgraph.training.config import ModelConfig, TrainConfig
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
     from art_langgraph.backend.promotion import PromotionDecision
-    from art_langgraph.chat_model import TrainableChatModel
+    from art_langgraph.tracing.chat_model import TrainableChatModel
     from art_langgraph.training.base import ProgressFn
-    from art_langgraph.trajectory import Trajectory, TrajectoryGroup
+    from art_langgraph.trajectories.trajectory import Trajectory, TrajectoryGroup
 
 
 class Model(BaseModel):
@@ -92,8 +92,8 @@ class Model(BaseModel):
         client runs the training rollouts; the app's own clients get the promoted step)."""
         from openai import AsyncOpenAI
 
-        from art_langgraph.http_pool import shared_async_transport
-        from art_langgraph.openai_capture import CapturingTransport
+        from art_langgraph.runtime.http_pool import shared_async_transport
+        from art_langgraph.tracing.openai_capture import CapturingTransport
 
         self.backend()
         # Our own http_client: openai's default one closes itself from `__del__`, which can
@@ -112,7 +112,7 @@ class Model(BaseModel):
 
         kwargs go to `langchain_openai.ChatOpenAI` (temperature, max_tokens, timeout, ...).
         """
-        from art_langgraph.chat_model import build_chat_model
+        from art_langgraph.tracing.chat_model import build_chat_model
 
         self.backend()
         assert self.inference_base_url is not None

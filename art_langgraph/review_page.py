@@ -34,7 +34,7 @@ from typing import Any
 
 from art_langgraph.backend.checkpoints import CheckpointFolder
 from art_langgraph.errors import UsageError
-from art_langgraph.trajectory import LLMCall, Trajectory, TrajectoryGroup, read_groups
+from art_langgraph.trajectories.trajectory import LLMCall, Trajectory, TrajectoryGroup, read_groups
 from art_langgraph.utils import atomic_write
 
 _CSS = """

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any, Generic, ParamSpec, TypeVar
 
 from art_langgraph.errors import UsageError
-from art_langgraph.event_loops import PerLoop
+from art_langgraph.runtime.event_loops import PerLoop
 
 T = TypeVar("T")
 P = ParamSpec("P")

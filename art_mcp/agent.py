@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import RootModel
 
 import art_langgraph as art
-from art_langgraph.records import read_records
+from art_langgraph.trajectories.records import read_records
 from art_mcp.scenarios import Scenario
 
 SYSTEM = (

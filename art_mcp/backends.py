@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import art_langgraph as art
 from art_langgraph.backend.base import Backend
-from art_langgraph.devices import describe_machine, parameter_count
+from art_langgraph.runtime.devices import describe_machine, parameter_count
 from art_mcp.config import HarnessConfig
 
 

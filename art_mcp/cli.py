@@ -18,8 +18,8 @@ import asyncio
 import sys
 from typing import Any
 
-from art_langgraph.allocator import reexec_with_tcmalloc
 from art_langgraph.errors import ArtError, UsageError
+from art_langgraph.runtime.allocator import reexec_with_tcmalloc
 from art_mcp.check import check
 from art_mcp.config import HarnessConfig
 from art_mcp.harness import train

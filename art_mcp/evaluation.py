@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 import art_langgraph as art
-from art_langgraph.names import inference_name
+from art_langgraph.runtime.names import inference_name
 from art_mcp.config import HarnessConfig
 from art_mcp.scenarios import Scenario
 

@@ -32,8 +32,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from art_langgraph.backend.checkpoints import CheckpointFolder
-from art_langgraph.records import append_records, read_records
 from art_langgraph.rewards.calibration import JudgeCalibration
+from art_langgraph.trajectories.records import append_records, read_records
 from art_langgraph.utils import atomic_write
 from art_mcp.evaluation import Evaluation
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from art_langgraph.errors import ModelBehaviorError, UsageError
-from art_langgraph.trajectory import read_jsonl, write_jsonl
+from art_langgraph.trajectories.trajectory import read_jsonl, write_jsonl
 
 
 class Scenario(BaseModel):

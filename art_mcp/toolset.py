@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from art_langgraph.errors import InfrastructureError, UsageError
-from art_langgraph.watchdog import log_tail
+from art_langgraph.runtime.watchdog import log_tail
 
 log = logging.getLogger(__name__)
 

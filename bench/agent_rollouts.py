@@ -292,10 +292,10 @@ def main() -> None:
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args()
-    from art_langgraph.allocator import reexec_with_tcmalloc
-    from art_langgraph.devices import cpu_has_fast_bf16
+    from art_langgraph.runtime.allocator import reexec_with_tcmalloc
+    from art_langgraph.runtime.devices import cpu_has_fast_bf16
 
-    reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/allocator.py); children inherit it
+    reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/runtime/allocator.py); children inherit it
 
     fast = cpu_has_fast_bf16()
     if args.dtype == "auto":  # both engines at the same dtype: this CPU's fast one

@@ -10,7 +10,7 @@ by side in one run, interleaved repeat by repeat so the machine's noise falls on
 
 - `full`: n rollouts of the graph from the start, each on a thread of its own, in
   `asyncio.gather` (each inside `art.capture()`);
-- `branch`: `art_langgraph.branch.branch(graph, config, n)` from the checkpoint before
+- `branch`: `art_langgraph.gathering.branch.branch(graph, config, n)` from the checkpoint before
   step 5: steps 5 and 6 only, the history shared.
 
 Per group: wall time (median over `--repeats`), and the tokens the trainer computes:
@@ -42,7 +42,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 import art_langgraph as art
-from art_langgraph.branch import branch
+from art_langgraph.gathering.branch import branch
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.prepare import prepare_step
 from art_langgraph.training.tensorize import micro_batches

@@ -44,7 +44,7 @@ from typing import Any
 from langchain_openai import ChatOpenAI
 
 import art_langgraph as art
-from art_langgraph.callback import TrajectoryCallback
+from art_langgraph.tracing.callback import TrajectoryCallback
 from bench.readme import update_docs, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "capture_overhead.json"

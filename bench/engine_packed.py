@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from art_langgraph.allocator import allocator_in_use, reexec_with_tcmalloc
+from art_langgraph.runtime.allocator import allocator_in_use, reexec_with_tcmalloc
 from bench.readme import publish
 from bench.trainer_roofline import cpu_flags
 
@@ -64,7 +64,7 @@ def _decode_ms(model: Any, rows: int, context: int, steps: int) -> tuple[float, 
 def load_float32(base_model: str) -> Any:
     """`base_model` in float32 for decode timing, in a process set up as the engine's is:
     tcmalloc (re-executing this process if need be), grouped-query SDPA, no gradients."""
-    reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/allocator.py)
+    reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/runtime/allocator.py)
     os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")  # as the engine sets it
     import torch
     from transformers import AutoModelForCausalLM

@@ -41,7 +41,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from art_langgraph.devices import matmul_flags
+from art_langgraph.runtime.devices import matmul_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 

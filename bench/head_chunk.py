@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from art_langgraph.allocator import allocator_in_use, reexec_with_tcmalloc
+from art_langgraph.runtime.allocator import allocator_in_use, reexec_with_tcmalloc
 from bench.readme import publish
 from bench.trainer_roofline import batch, cpu_flags
 
@@ -71,7 +71,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--chunk", help=argparse.SUPPRESS)
     args = p.parse_args()
-    reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/allocator.py); every arm alike
+    reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/runtime/allocator.py); every arm alike
     if args.chunk is not None:
         print(json.dumps(run_one(args)), flush=True)
         return

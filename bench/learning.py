@@ -135,7 +135,7 @@ def run_watched(name: str, cmd: list[str], log: Path) -> tuple[int, float]:
     tree's, the watchdog's own left out). It does not outlive this process: an error or
     Ctrl-C here stops it, and so does this process's death, however it died (SIGKILL
     included: the watchdog reads EOF on its pipe and stops the run's whole group)."""
-    from art_langgraph.watchdog import WATCHDOG, WatchedProcess
+    from art_langgraph.runtime.watchdog import WATCHDOG, WatchedProcess
 
     child = WatchedProcess(name, log)
     log.write_bytes(b"")

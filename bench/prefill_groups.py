@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from art_langgraph.devices import matmul_flags
+from art_langgraph.runtime.devices import matmul_flags
 from bench.readme import publish
 
 RESULTS = Path(__file__).parent / "results" / "prefill_groups.json"

@@ -59,7 +59,7 @@ def publish(name: str, path: Path, lines: list[str], args: argparse.Namespace, *
     """A benchmark's last step: print its table (`lines`), save `data` as JSON at `path`
     with the date, the host (machine and matmul-relevant CPU flags), the arguments and the
     table, then put the table into the docs between `name`'s markers."""
-    from art_langgraph.devices import matmul_flags
+    from art_langgraph.runtime.devices import matmul_flags
 
     text = "\n".join(lines)
     print(text)

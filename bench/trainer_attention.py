@@ -69,8 +69,8 @@ def run_arm(args: argparse.Namespace) -> dict[str, Any]:
     """One arm, in this process: its median step time, loss, tokens and peak RSS."""
     import resource
 
-    from art_langgraph.devices import cpu_has_fast_bf16
     from art_langgraph.presets.resolve import resolve_preset
+    from art_langgraph.runtime.devices import cpu_has_fast_bf16
     from art_langgraph.training.config import ModelConfig, TrainConfig
     from art_langgraph.training.trainer import LoRATrainer
 

@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from art_langgraph.allocator import allocator_in_use, reexec_with_tcmalloc
+from art_langgraph.runtime.allocator import allocator_in_use, reexec_with_tcmalloc
 from bench.readme import publish
 
 RESULTS = Path(__file__).resolve().parent / "results" / "trainer_roofline.json"
@@ -56,7 +56,7 @@ BATCHES = ("agent", "short")
 
 def cpu_flags() -> str:
     """The CPU's matmul-relevant flags, for every table (`devices.matmul_flags`)."""
-    from art_langgraph.devices import matmul_flags
+    from art_langgraph.runtime.devices import matmul_flags
 
     return matmul_flags()
 
@@ -91,7 +91,7 @@ def batch(name: str, args: argparse.Namespace) -> list[Any]:
 
 
 def compute_dtype(choice: str) -> str:
-    from art_langgraph.devices import cpu_has_fast_bf16
+    from art_langgraph.runtime.devices import cpu_has_fast_bf16
 
     if choice != "auto":
         return choice
@@ -266,7 +266,7 @@ def main() -> None:
     p.add_argument("--arm", help=argparse.SUPPRESS)  # internal: one arm, printed as JSON
     p.add_argument("--batch", help=argparse.SUPPRESS)
     args = p.parse_args()
-    reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/allocator.py); every arm alike
+    reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/runtime/allocator.py); every arm alike
     if args.arm:
         print(json.dumps(run_arm(args)), flush=True)
         return

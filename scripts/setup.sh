@@ -23,7 +23,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 # tcmalloc (Debian's libtcmalloc-minimal4) for art-mcp and art-langgraph, which restart
-# themselves on it (art_langgraph/allocator.py: a training step 1.26x faster in half the
+# themselves on it (art_langgraph/runtime/allocator.py: a training step 1.26x faster in half the
 # memory). Installed when this machine can install Debian packages; without it they run on
 # glibc's malloc. ART_ALLOCATOR=system skips both.
 if [ "${ART_ALLOCATOR:-tcmalloc}" != "system" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null \

@@ -30,7 +30,7 @@ MIN_RISE_AMX = 0.14
 
 def arm() -> tuple[list[str], float]:
     """This host's arm: the demo's extra arguments and the least rise."""
-    from art_langgraph.devices import cpu_has_fast_bf16
+    from art_langgraph.runtime.devices import cpu_has_fast_bf16
 
     return (AMX_ARGS, MIN_RISE_AMX) if cpu_has_fast_bf16() else (CI_ARGS, MIN_RISE_AVX2)
 

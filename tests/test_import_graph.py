@@ -32,15 +32,8 @@ ALLOWED: set[frozenset[str]] = set()
 """Pairs of modules allowed to import each other: none."""
 
 LAYERS: list[tuple[str, frozenset[str]]] = [
-    (
-        "base",  # no model, no records: errors, names, devices, event-loop and HTTP plumbing
-        frozenset(
-            {"errors", "_lazy", "event_loops", "utils", "names", "devices", "heap", "allocator"}
-            | {"records", "plain"}
-            | {"http_pool", "watchdog"}
-        ),
-    ),
-    ("trajectories", frozenset({"trajectory", "late_rewards", "logger_protocol", "loggers"})),
+    ("base", frozenset({"errors", "utils", "runtime"})),  # errors, ART's helpers, plumbing
+    ("trajectories", frozenset({"trajectories"})),  # the records a run leaves, and loggers
     ("presets", frozenset({"presets"})),  # the offline models
     ("chat", frozenset({"chat"})),  # messages and tools <-> token ids, by chat template
     ("engine", frozenset({"engine"})),  # token ids in, token ids out
@@ -50,11 +43,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     ("backend", frozenset({"backend"})),  # the Backend contract, local and remote
     (
         "agent",  # the LangGraph / OpenAI plugin: models, capture, rollouts, rewards
-        frozenset(
-            {"model", "chat_model", "callback", "capture", "openai_capture", "interrupts", "branch"}
-            | {"rollouts"}
-            | {"gather", "rewards", "review_page"}
-        ),
+        frozenset({"model", "tracing", "gathering", "rewards", "review_page"}),
     ),
     ("integrations", frozenset({"integrations"})),  # Langfuse, W&B
     ("entry", frozenset({"art_langgraph", "cli"})),  # the package's root and its CLI

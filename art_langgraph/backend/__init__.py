@@ -17,10 +17,10 @@ first use (a client that trains on another machine never imports torch)."""
 
 from typing import TYPE_CHECKING
 
-from art_langgraph._lazy import lazy_getattr
 from art_langgraph.backend.base import Backend, ModelRef, TrainableModelRef, TrainResult
 from art_langgraph.backend.choices import EngineChoice, ServerChoice, TrainerChoice
 from art_langgraph.backend.promotion import PromotionDecision
+from art_langgraph.runtime.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from art_langgraph.backend.local import LocalBackend

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from art_langgraph.backend.promotion import PromotionDecision
     from art_langgraph.training.base import ProgressFn
     from art_langgraph.training.config import ModelConfig, TrainConfig
-    from art_langgraph.trajectory import TrajectoryGroup
+    from art_langgraph.trajectories.trajectory import TrajectoryGroup
 
 
 class ModelRef(Protocol):

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from art_langgraph.errors import UsageError
-from art_langgraph.records import append_records, read_records
+from art_langgraph.trajectories.records import append_records, read_records
 
 log = logging.getLogger(__name__)
 

@@ -68,8 +68,8 @@ class EngineChoice:
         """The kind "auto" stands for here: vLLM on a GPU when `.venv-vllm` has it."""
         if self.kind != "auto":
             return self.kind
-        from art_langgraph.devices import pick_device
         from art_langgraph.engine.vllm_engine import vllm_python
+        from art_langgraph.runtime.devices import pick_device
 
         on_gpu = pick_device(self.device).startswith("cuda")
         return "vllm" if on_gpu and vllm_python() is not None else "torch"

@@ -44,10 +44,8 @@ from art_langgraph.backend.shutdown import OwnedResources, stop_at_exit
 from art_langgraph.backend.trainers import build_trainer
 from art_langgraph.engine.base import InferenceEngine
 from art_langgraph.errors import CheckpointError, UsageError
-from art_langgraph.heap import release_free_memory
-from art_langgraph.loggers import LoggerSet, RunInfo, TrajectoryLogger
-from art_langgraph.names import check_path_name, inference_name
-from art_langgraph.records import finite_numbers
+from art_langgraph.runtime.heap import release_free_memory
+from art_langgraph.runtime.names import check_path_name, inference_name
 from art_langgraph.serving.app import create_app
 from art_langgraph.serving.config import ServerConfig
 from art_langgraph.serving.registry import ModelRegistry
@@ -57,7 +55,9 @@ from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.prepare import prepare_step
 from art_langgraph.training.sft import sft_sequences
 from art_langgraph.training.tensorize import TrainSequence
-from art_langgraph.trajectory import TrajectoryGroup, as_groups, write_jsonl
+from art_langgraph.trajectories.loggers import LoggerSet, RunInfo, TrajectoryLogger
+from art_langgraph.trajectories.records import finite_numbers
+from art_langgraph.trajectories.trajectory import TrajectoryGroup, as_groups, write_jsonl
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from art_langgraph.errors import UsageError
-from art_langgraph.records import read_records, write_records
+from art_langgraph.trajectories.records import read_records, write_records
 
 log = logging.getLogger(__name__)
 

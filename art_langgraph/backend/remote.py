@@ -43,8 +43,8 @@ from art_langgraph.backend.api.wire import (
 from art_langgraph.backend.base import ModelRef, TrainableModelRef, TrainResult
 from art_langgraph.backend.promotion import PromotionDecision
 from art_langgraph.errors import InfrastructureError, NotRegisteredError, UsageError
-from art_langgraph.loggers import LoggerSet, RunInfo, TrajectoryLogger
-from art_langgraph.trajectory import TrajectoryGroup, as_groups
+from art_langgraph.trajectories.loggers import LoggerSet, RunInfo, TrajectoryLogger
+from art_langgraph.trajectories.trajectory import TrajectoryGroup, as_groups
 
 if TYPE_CHECKING:
     from art_langgraph.training.base import ProgressFn
@@ -95,7 +95,7 @@ class RemoteBackend:
 
     # ------------------------------------------------------------------ calls
     def _client(self, timeout: httpx.Timeout) -> httpx.AsyncClient:
-        from art_langgraph.http_pool import async_http_client  # shared per-loop pools
+        from art_langgraph.runtime.http_pool import async_http_client  # shared per-loop pools
 
         client = async_http_client()
         client.timeout = timeout

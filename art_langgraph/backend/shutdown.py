@@ -34,7 +34,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from art_langgraph.loggers import LoggerSet
+from art_langgraph.trajectories.loggers import LoggerSet
 
 if TYPE_CHECKING:
     from art_langgraph.engine.base import InferenceEngine

@@ -21,9 +21,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from art_langgraph.allocator import glibc_warning
 from art_langgraph.backend.choices import TrainerChoice
 from art_langgraph.engine.base import EngineTraits
+from art_langgraph.runtime.allocator import glibc_warning
 from art_langgraph.training.base import Trainer
 from art_langgraph.training.config import ModelConfig
 

@@ -6,7 +6,6 @@ behind one router are `art_langgraph.scaleout.ReplicaEngine`."""
 
 from typing import TYPE_CHECKING
 
-from art_langgraph._lazy import lazy_getattr
 from art_langgraph.engine.base import (
     EngineMetrics,
     EngineTraits,
@@ -15,6 +14,7 @@ from art_langgraph.engine.base import (
     SamplingParams,
     TokenEvent,
 )
+from art_langgraph.runtime.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from art_langgraph.engine.torch_config import TorchEngineConfig

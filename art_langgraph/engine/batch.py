@@ -19,7 +19,7 @@ import torch
 
 from art_langgraph.engine.kv_cache import drop_left, fill_rows, merge_rows
 from art_langgraph.engine.request import Request
-from art_langgraph.heap import release_free_memory
+from art_langgraph.runtime.heap import release_free_memory
 
 
 class RunningBatch:

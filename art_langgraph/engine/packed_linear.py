@@ -51,7 +51,7 @@ def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
     if dtype == torch.float32:
         return True
     if dtype == torch.bfloat16:
-        from art_langgraph.devices import cpu_has_fast_bf16
+        from art_langgraph.runtime.devices import cpu_has_fast_bf16
 
         return cpu_has_fast_bf16()
     return False

@@ -46,7 +46,6 @@ from typing import Any
 
 import torch
 
-from art_langgraph.devices import parameter_count, pick_device, pick_engine_dtype, torch_dtype
 from art_langgraph.engine.adapter_slots import BASE_KEY, AdapterSlots
 from art_langgraph.engine.base import (
     EngineMetrics,
@@ -66,7 +65,13 @@ from art_langgraph.engine.request import Request, to_future, to_queue
 from art_langgraph.engine.sampling import raw_logprobs, sample_rows
 from art_langgraph.engine.torch_config import TorchEngineConfig
 from art_langgraph.errors import InfrastructureError, UsageError
-from art_langgraph.heap import use_mmap_for_large_blocks
+from art_langgraph.runtime.devices import (
+    parameter_count,
+    pick_device,
+    pick_engine_dtype,
+    torch_dtype,
+)
+from art_langgraph.runtime.heap import use_mmap_for_large_blocks
 
 log = logging.getLogger(__name__)
 

@@ -93,7 +93,7 @@ def vllm_dtype(dtype: str) -> str:
         return dtype
     import shutil
 
-    from art_langgraph.devices import cpu_has_fast_bf16
+    from art_langgraph.runtime.devices import cpu_has_fast_bf16
 
     if shutil.which("nvidia-smi") is not None or cpu_has_fast_bf16():
         return "auto"

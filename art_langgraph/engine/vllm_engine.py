@@ -73,8 +73,8 @@ from art_langgraph.engine.vllm_config import (
     vllm_python,
 )
 from art_langgraph.errors import ContextLengthError, InfrastructureError, UsageError
-from art_langgraph.event_loops import PerLoop
-from art_langgraph.watchdog import WATCHDOG, WatchedProcess
+from art_langgraph.runtime.event_loops import PerLoop
+from art_langgraph.runtime.watchdog import WATCHDOG, WatchedProcess
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 
-from art_langgraph.logger_protocol import TrajectoryLogger
+from art_langgraph.trajectories.logger_protocol import TrajectoryLogger
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Weights & Biases logging, as OpenPipe ART does it (extra `wandb`).
 
-`WandbLogger` is a `TrajectoryLogger` (art_langgraph/loggers.py): pass it to a backend,
+`WandbLogger` is a `TrajectoryLogger` (art_langgraph/trajectories/loggers.py): pass it to a backend,
 `LocalBackend(loggers=[WandbLogger()])`. One W&B run per model: named after the model,
 in the model's project unless `project=` says otherwise, with a stable id (project and
 name), so a resumed training continues the same run. Per step it logs:
@@ -27,9 +27,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from art_langgraph.logger_protocol import RunInfo
-from art_langgraph.records import finite_numbers
-from art_langgraph.trajectory import Trajectory, TrajectoryGroup
+from art_langgraph.trajectories.logger_protocol import RunInfo
+from art_langgraph.trajectories.records import finite_numbers
+from art_langgraph.trajectories.trajectory import Trajectory, TrajectoryGroup
 
 _COLUMNS = [
     "step",

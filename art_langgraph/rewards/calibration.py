@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from art_langgraph.trajectory import TrajectoryGroup
+from art_langgraph.trajectories.trajectory import TrajectoryGroup
 
 log = logging.getLogger(__name__)
 

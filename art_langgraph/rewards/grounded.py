@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from art_langgraph.trajectory import Trajectory
+from art_langgraph.trajectories.trajectory import Trajectory
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from art_langgraph.errors import (
     ModelBehaviorError,
     UsageError,
 )
-from art_langgraph.trajectory import Trajectory, TrajectoryGroup
+from art_langgraph.trajectories.trajectory import Trajectory, TrajectoryGroup
 
 logger = logging.getLogger(__name__)
 

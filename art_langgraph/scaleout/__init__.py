@@ -15,7 +15,7 @@ Left out: tensor and pipeline parallelism; vLLM's own replicas (`engine.vllm_eng
 
 from typing import TYPE_CHECKING
 
-from art_langgraph._lazy import lazy_getattr
+from art_langgraph.runtime.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from art_langgraph.scaleout.distributed import DistributedTrainer

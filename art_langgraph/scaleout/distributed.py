@@ -60,8 +60,8 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
-from art_langgraph.devices import pick_device
 from art_langgraph.errors import TrainerRankError, UsageError
+from art_langgraph.runtime.devices import pick_device
 from art_langgraph.training.base import ProgressFn
 from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.tensorize import TrainSequence

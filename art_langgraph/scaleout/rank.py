@@ -150,7 +150,7 @@ def _fsdp_needed(base_path: str, config: ModelConfig, device: str) -> bool:
     import torch
     from safetensors import safe_open
 
-    from art_langgraph.devices import pick_dtype, torch_dtype
+    from art_langgraph.runtime.devices import pick_dtype, torch_dtype
 
     if not device.startswith("cuda"):
         return False

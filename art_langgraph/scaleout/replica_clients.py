@@ -27,14 +27,14 @@ import httpx
 
 from art_langgraph.engine.base import EngineMetrics, GenerateResult, SamplingParams, TokenEvent
 from art_langgraph.errors import InfrastructureError
-from art_langgraph.event_loops import PerLoop
+from art_langgraph.runtime.event_loops import PerLoop
+from art_langgraph.runtime.watchdog import WatchedProcess
 from art_langgraph.scaleout.replica_server import (
     event_from_wire,
     raise_wire_error,
     result_from_wire,
     sampling_to_wire,
 )
-from art_langgraph.watchdog import WatchedProcess
 
 log = logging.getLogger(__name__)
 

@@ -56,7 +56,7 @@ from art_langgraph.engine.base import (
     TokenEvent,
 )
 from art_langgraph.errors import InfrastructureError, UsageError
-from art_langgraph.event_loops import PerLoop
+from art_langgraph.runtime.event_loops import PerLoop
 from art_langgraph.scaleout.replica_clients import (
     Replica,
     ReplicaUnreachable,

@@ -27,7 +27,7 @@ Left out: training (`art_langgraph.backend`), the engines (`art_langgraph.engine
 
 from typing import TYPE_CHECKING
 
-from art_langgraph._lazy import lazy_getattr
+from art_langgraph.runtime.lazy import lazy_getattr
 from art_langgraph.serving.config import ServerConfig
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from art_langgraph.errors import UnknownModelError, UsageError
-from art_langgraph.names import LATEST, inference_name, parse_inference_name
+from art_langgraph.runtime.names import LATEST, inference_name, parse_inference_name
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ The torch-backed names (tensorization) load torch on first use; the configs do n
 
 from typing import TYPE_CHECKING
 
-from art_langgraph._lazy import lazy_getattr
+from art_langgraph.runtime.lazy import lazy_getattr
 from art_langgraph.training.advantages import compute_advantages, is_zero_variance
 from art_langgraph.training.config import ModelConfig, TrainConfig
 

@@ -44,7 +44,7 @@ def default_learning_rate(base_model: str) -> tuple[float, str]:
 def _hidden_size(base_model: str) -> int | None:
     """The hidden size in the model's config.json (`devices.model_config_file`); None where
     there is none to read."""
-    from art_langgraph.devices import model_config_file
+    from art_langgraph.runtime.devices import model_config_file
 
     path = model_config_file(base_model)
     if path is None:

@@ -21,11 +21,16 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from art_langgraph.errors import UsageError
-from art_langgraph.late_rewards import check_no_pending
 from art_langgraph.training.advantages import compute_advantages, is_zero_variance
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, build_sequences
-from art_langgraph.trajectory import TRAIN_NODES_KEY, LLMCall, Trajectory, TrajectoryGroup
+from art_langgraph.trajectories.late_rewards import check_no_pending
+from art_langgraph.trajectories.trajectory import (
+    TRAIN_NODES_KEY,
+    LLMCall,
+    Trajectory,
+    TrajectoryGroup,
+)
 
 
 def prepare_step(

@@ -18,7 +18,7 @@ from art_langgraph.chat.format import template_messages
 from art_langgraph.chat.templates import ChatFormat
 from art_langgraph.errors import UsageError
 from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, build_sequences
-from art_langgraph.trajectory import Trajectory
+from art_langgraph.trajectories.trajectory import Trajectory
 
 
 def _conversation(tokenizer: Any, item: Any, index: int, max_seq_length: int) -> TrainSequence:

@@ -37,7 +37,7 @@ import torch
 
 from art_langgraph.errors import UsageError
 from art_langgraph.training.segmented_attention import RowSegments, Segment, dense_mask
-from art_langgraph.trajectory import LLMCall, Trajectory
+from art_langgraph.trajectories.trajectory import LLMCall, Trajectory
 
 MIN_SHARED_PREFIX = 16
 """Prompts sharing fewer first tokens form no tree: the saving would not pay for the

@@ -47,16 +47,16 @@ from typing import Any
 
 import torch
 
-from art_langgraph.devices import (
+from art_langgraph.engine.shared_base import SharedBase, model_over
+from art_langgraph.errors import UsageError
+from art_langgraph.runtime.devices import (
     parameter_count,
     pick_compute_dtype,
     pick_device,
     pick_dtype,
     torch_dtype,
 )
-from art_langgraph.engine.shared_base import SharedBase, model_over
-from art_langgraph.errors import UsageError
-from art_langgraph.heap import heap_for_large_blocks
+from art_langgraph.runtime.heap import heap_for_large_blocks
 from art_langgraph.training import loss as L
 from art_langgraph.training.base import ProgressFn
 from art_langgraph.training.config import ModelConfig, TrainConfig

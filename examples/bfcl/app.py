@@ -56,8 +56,8 @@ from langchain_core.messages import AIMessage
 from langgraph.graph import START, MessagesState, StateGraph
 
 import art_langgraph as art
-from art_langgraph.allocator import allocator_in_use
-from art_langgraph.devices import matmul_flags
+from art_langgraph.runtime.allocator import allocator_in_use
+from art_langgraph.runtime.devices import matmul_flags
 from art_langgraph.utils import atomic_write
 from examples.bfcl.checker import BfclChecker
 from examples.bfcl.splits import load_splits
@@ -577,6 +577,8 @@ def _check_args(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    if argv is None:  # run as a program: on tcmalloc where installed (art_langgraph/allocator.py)
+    if (
+        argv is None
+    ):  # run as a program: on tcmalloc where installed (art_langgraph/runtime/allocator.py)
         art.reexec_with_tcmalloc()
     asyncio.run(run(_check_args(parser().parse_args(argv))))

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import art_langgraph as art
-from art_langgraph.allocator import allocator_in_use
-from art_langgraph.devices import matmul_flags
+from art_langgraph.runtime.allocator import allocator_in_use
+from art_langgraph.runtime.devices import matmul_flags
 from art_langgraph.utils import atomic_write
 from examples.bfcl.app import (
     MAX_TOKENS,

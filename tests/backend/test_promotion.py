@@ -23,7 +23,7 @@ import art_langgraph as art
 from art_langgraph import cli
 from art_langgraph.backend.api.server import create_backend_app
 from art_langgraph.backend.promotion import PromotionDecision, decide
-from art_langgraph.http_pool import async_http_client
+from art_langgraph.runtime.http_pool import async_http_client
 from art_langgraph.serving.runner import start_app_server
 
 ROOT = Path(__file__).resolve().parents[2]

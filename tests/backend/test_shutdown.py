@@ -20,7 +20,7 @@ import pytest
 import art_langgraph as art
 from art_langgraph.backend.shutdown import OwnedResources
 from art_langgraph.errors import UsageError
-from art_langgraph.loggers import LoggerSet
+from art_langgraph.trajectories.loggers import LoggerSet
 from bench.exit_soak import run_variant
 
 

@@ -203,7 +203,7 @@ def _example(module: str, *args: str) -> None:
 
 @pytest.mark.bfcl
 async def test_a_failed_request_is_a_failed_item_and_the_evaluation_goes_on() -> None:
-    from art_langgraph.chat_model import build_chat_model
+    from art_langgraph.tracing.chat_model import build_chat_model
 
     with socket.socket() as s:  # a port nothing listens on: the server has gone
         s.bind(("127.0.0.1", 0))

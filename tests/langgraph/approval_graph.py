@@ -51,8 +51,8 @@ def approval_graph(llm: Any, checkpointer: Any) -> Any:
 async def _resume(db: str, store: str, thread: str, url: str, model: str, decision: str) -> str:
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-    from art_langgraph.chat_model import TrainableChatModel
-    from art_langgraph.http_pool import async_http_client
+    from art_langgraph.runtime.http_pool import async_http_client
+    from art_langgraph.tracing.chat_model import TrainableChatModel
 
     llm = TrainableChatModel(
         model=model,

@@ -17,8 +17,8 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command, interrupt
 
 import art_langgraph as art
-from art_langgraph.branch import branch
 from art_langgraph.errors import UsageError
+from art_langgraph.gathering.branch import branch
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.prepare import prepare_step
 from art_langgraph.training.tensorize import micro_batches, prefix_units

@@ -219,8 +219,8 @@ def test_chat_models_share_loop_local_http_clients_without_finalizers() -> None:
     # live sockets from the event loop and hung concurrent rollouts (see chat_model.py).
     import httpx
 
-    from art_langgraph.chat_model import build_chat_model
-    from art_langgraph.openai_capture import CapturingTransport
+    from art_langgraph.tracing.chat_model import build_chat_model
+    from art_langgraph.tracing.openai_capture import CapturingTransport
 
     a = build_chat_model(name="m", step=None, base_url="http://127.0.0.1:9/v1", api_key="k")
     b = build_chat_model(name="m", step=1, base_url="http://127.0.0.1:9/v1", api_key="k")
@@ -246,8 +246,8 @@ async def test_a_chat_model_built_directly_is_trainable_with_exact_ids(
 ) -> None:
     import httpx
 
-    from art_langgraph.chat_model import TrainableChatModel
-    from art_langgraph.http_pool import shared_async_transport
+    from art_langgraph.runtime.http_pool import shared_async_transport
+    from art_langgraph.tracing.chat_model import TrainableChatModel
 
     sent: list[str] = []
 

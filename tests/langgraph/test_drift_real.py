@@ -25,9 +25,9 @@ from langchain.agents import create_agent
 from langchain_core.tools import tool
 
 import art_langgraph as art
-from art_langgraph.chat_model import build_chat_model
 from art_langgraph.engine import TorchEngine
 from art_langgraph.serving import ServerHandle
+from art_langgraph.tracing.chat_model import build_chat_model
 from art_mcp.agent import force_tool_calls
 from tests.langgraph.test_drift import check_no_drift
 

@@ -7,7 +7,7 @@ import pytest
 
 import art_langgraph as art
 from art_langgraph.training.prepare import prepare_step
-from art_langgraph.trajectory import LLMCall
+from art_langgraph.trajectories.trajectory import LLMCall
 from examples.langgraph_nodes.graph import build_graph
 from examples.langgraph_nodes.graph import node_rewards as example_node_rewards
 

@@ -34,7 +34,7 @@ from langgraph.types import Send
 from pydantic import BaseModel
 
 import art_langgraph as art
-from art_langgraph.callback import ART_METADATA_KEY
+from art_langgraph.tracing.callback import ART_METADATA_KEY
 from tests.langgraph.test_chat_model_capture import _rendered_ids
 from tests.langgraph.tools import add, get_weather
 

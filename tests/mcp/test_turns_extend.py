@@ -22,9 +22,9 @@ import pytest
 from langchain.agents import create_agent
 
 import art_langgraph as art
-from art_langgraph.chat_model import build_chat_model
 from art_langgraph.engine import TorchEngine
 from art_langgraph.serving import ServerHandle
+from art_langgraph.tracing.chat_model import build_chat_model
 from art_mcp import MCPToolset
 from art_mcp.agent import SYSTEM, complete_task_tool, force_tool_calls
 from art_mcp.scenarios import Scenario, load_scenarios

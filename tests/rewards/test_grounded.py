@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from art_langgraph import Trajectory
 from art_langgraph.rewards import check_answer, mentions
-from art_langgraph.trajectory import ToolEvent
+from art_langgraph.trajectories.trajectory import ToolEvent
 
 
 def _episode(*results: object, error: str | None = None) -> Trajectory:

@@ -23,7 +23,7 @@ import art_langgraph as art
 from art_langgraph.backend.api.server import create_backend_app
 from art_langgraph.engine import TorchEngine
 from art_langgraph.engine.base import GenerateResult
-from art_langgraph.http_pool import async_http_client
+from art_langgraph.runtime.http_pool import async_http_client
 from art_langgraph.serving import ModelRegistry, ServerHandle
 from art_langgraph.serving.chat_service import ChatService
 from art_langgraph.serving.config import ServerConfig

@@ -12,7 +12,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from art_langgraph.http_pool import async_http_client
+from art_langgraph.runtime.http_pool import async_http_client
 from art_langgraph.serving import ServerHandle
 from art_langgraph.serving.responses_protocol import chat_messages
 from tests.serving.test_server import WEATHER as CHAT_WEATHER

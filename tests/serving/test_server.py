@@ -15,7 +15,7 @@ from openai import AsyncOpenAI
 
 from art_langgraph.engine import TorchEngine
 from art_langgraph.errors import UsageError
-from art_langgraph.http_pool import async_http_client
+from art_langgraph.runtime.http_pool import async_http_client
 from art_langgraph.serving import ModelRegistry, ServerHandle, start_server
 from tests.conftest import API_KEY
 

@@ -11,7 +11,12 @@ from art_langgraph.errors import NonFiniteRewardError
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.prepare import node_advantages, prepare_step, rewarded_node
 from art_langgraph.training.tensorize import micro_batches
-from art_langgraph.trajectory import TRAIN_NODES_KEY, LLMCall, Trajectory, TrajectoryGroup
+from art_langgraph.trajectories.trajectory import (
+    TRAIN_NODES_KEY,
+    LLMCall,
+    Trajectory,
+    TrajectoryGroup,
+)
 
 # Hand-computed: rewards r, mean m, population std s, advantage (r - m) / s.
 # router [1, 0, 0.5]: m 0.5, s sqrt(1/6) -> [+1.2247, -1.2247, 0]

@@ -25,7 +25,7 @@ from art_langgraph.training.tensorize import (
     pack_rows,
     prefix_units,
 )
-from art_langgraph.trajectory import LLMCall, Trajectory
+from art_langgraph.trajectories.trajectory import LLMCall, Trajectory
 
 NAN = math.nan
 

@@ -57,10 +57,10 @@ from art_langgraph.backend.base import TrainResult
 from art_langgraph.backend.choices import EngineChoice, ServerChoice, TrainerChoice
 from art_langgraph.backend.local import LocalBackend
 from art_langgraph.errors import ArtError, NotRegisteredError, UsageError
-from art_langgraph.plain import plain
 from art_langgraph.serving.chat_service import validation_message
 from art_langgraph.serving.config import ServerConfig
 from art_langgraph.serving.guard import Guard, error_json
+from art_langgraph.trajectories.plain import plain
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from art_langgraph.errors import UsageError
-from art_langgraph.names import check_path_name
+from art_langgraph.runtime.names import check_path_name
 from art_langgraph.training.config import ModelConfig, TrainConfig
-from art_langgraph.trajectory import Trajectory, TrajectoryGroup
+from art_langgraph.trajectories.trajectory import Trajectory, TrajectoryGroup
 
 PREFIX = "/art/v1"
 """Where the training API lives; `/v1` is the OpenAI endpoint beside it."""

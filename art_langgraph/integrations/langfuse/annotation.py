@@ -59,8 +59,8 @@ from art_langgraph.integrations.langfuse.scoring import (
 )
 from art_langgraph.integrations.langfuse.sender import Sender
 from art_langgraph.integrations.langfuse.traces import trace_id_for
-from art_langgraph.records import is_finite_number
-from art_langgraph.trajectory import Trajectory, TrajectoryGroup, read_groups
+from art_langgraph.trajectories.records import is_finite_number
+from art_langgraph.trajectories.trajectory import Trajectory, TrajectoryGroup, read_groups
 
 log = logging.getLogger(__name__)
 

@@ -78,8 +78,8 @@ from art_langgraph.integrations.langfuse.scoring import (
 )
 from art_langgraph.integrations.langfuse.sender import Sender
 from art_langgraph.integrations.langfuse.traces import score_bodies, trace_id_for
-from art_langgraph.records import read_records
-from art_langgraph.trajectory import Trajectory
+from art_langgraph.trajectories.records import read_records
+from art_langgraph.trajectories.trajectory import Trajectory
 
 try:
     from langfuse.api import NotFoundError

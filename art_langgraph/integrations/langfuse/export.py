@@ -1,6 +1,6 @@
 """Every rollout a backend records, exported to Langfuse as a trace (extra `langfuse`).
 
-`LangfuseLogger` is a `TrajectoryLogger` (art_langgraph/logger_protocol.py): turn it on
+`LangfuseLogger` is a `TrajectoryLogger` (art_langgraph/trajectories/logger_protocol.py): turn it on
 with `LocalBackend(loggers=[LangfuseLogger()])` or `RemoteBackend(url, loggers=[...])`,
 or by setting `LANGFUSE_PUBLIC_KEY` / `LANGFUSE_SECRET_KEY` (`LANGFUSE_BASE_URL`). Each
 trajectory becomes one trace (traces.py says what it holds), sent by a `Sender`
@@ -42,8 +42,8 @@ from art_langgraph.integrations.langfuse.folder import (
 from art_langgraph.integrations.langfuse.review import resend_scores
 from art_langgraph.integrations.langfuse.sender import Sender
 from art_langgraph.integrations.langfuse.traces import Batch, trace_id_for
-from art_langgraph.logger_protocol import RunInfo
-from art_langgraph.trajectory import TrajectoryGroup, read_groups, write_jsonl
+from art_langgraph.trajectories.logger_protocol import RunInfo
+from art_langgraph.trajectories.trajectory import TrajectoryGroup, read_groups, write_jsonl
 
 log = logging.getLogger(__name__)
 

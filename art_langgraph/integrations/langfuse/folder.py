@@ -5,7 +5,7 @@ where: `trajectory_files` asks it, `saved_groups` reads them, each trajectory on
 exporter records each batch that got through in `langfuse_exports.jsonl`
 (`record_export`, read back by `exported`), so a re-send skips them. The review queue,
 the dataset runs and the calibration scores keep their own record files (annotation.py,
-datasets.py, review.py), all JSON lines through `art_langgraph.records` (a torn last line,
+datasets.py, review.py), all JSON lines through `art_langgraph.trajectories.records` (a torn last line,
 from a process killed mid-append, skipped), stamped with a time by `append_stamped`, and
 `latest_unsent` reads what a re-send still owes.
 
@@ -20,11 +20,11 @@ from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
 from typing import Any
 
-from art_langgraph import records as records_
 from art_langgraph.backend.checkpoints import CheckpointFolder
 from art_langgraph.errors import UsageError
-from art_langgraph.logger_protocol import RunInfo
-from art_langgraph.trajectory import TrajectoryGroup, read_groups
+from art_langgraph.trajectories import records as records_
+from art_langgraph.trajectories.logger_protocol import RunInfo
+from art_langgraph.trajectories.trajectory import TrajectoryGroup, read_groups
 
 EXPORTS_FILE = "langfuse_exports.jsonl"
 """In the model's folder: one line per batch sent (split, step, counts, time)."""
@@ -65,7 +65,7 @@ def saved_groups(source: str | Path, step: int | None = None) -> list[Trajectory
 
 def append_stamped(path: Path, records: Iterable[dict[str, Any]]) -> None:
     """Append `records` to the JSON-lines file `path`, each stamped with `time`
-    (`art_langgraph.records.append_records`: one write, fsynced, a torn tail cut first)."""
+    (`art_langgraph.trajectories.records.append_records`: one write, fsynced, a torn tail cut first)."""
     now = time.time()
     records_.append_records(path, [{**r, "time": now} for r in records])
 

@@ -23,7 +23,7 @@ from urllib.parse import quote
 from art_langgraph.integrations.langfuse.config import LangfuseConfig
 from art_langgraph.integrations.langfuse.scoring import REWARD
 from art_langgraph.integrations.langfuse.sender import Sender
-from art_langgraph.names import inference_name
+from art_langgraph.runtime.names import inference_name
 
 log = logging.getLogger(__name__)
 

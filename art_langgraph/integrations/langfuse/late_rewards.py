@@ -25,8 +25,8 @@ import pydantic
 from art_langgraph.integrations.langfuse.config import LangfuseConfig
 from art_langgraph.integrations.langfuse.review import fetch_scores, import_scores
 from art_langgraph.integrations.langfuse.traces import trace_id_for
-from art_langgraph.late_rewards import Fetch, Wait, current_wait
-from art_langgraph.trajectory import Trajectory, TrajectoryGroup
+from art_langgraph.trajectories.late_rewards import Fetch, Wait, current_wait
+from art_langgraph.trajectories.trajectory import Trajectory, TrajectoryGroup
 
 logger = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from art_langgraph.integrations.langfuse.scoring import (
 from art_langgraph.integrations.langfuse.sender import Sender
 from art_langgraph.integrations.langfuse.traces import trace_id_for
 from art_langgraph.rewards.calibration import MIN_SPEARMAN, JudgeCalibration, judge_calibration
-from art_langgraph.trajectory import Trajectory, TrajectoryGroup, write_jsonl
+from art_langgraph.trajectories.trajectory import Trajectory, TrajectoryGroup, write_jsonl
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from art_langgraph.integrations.langfuse.client import NO_RETRY
 from art_langgraph.integrations.langfuse.config import EXTRA_MISSING, LangfuseConfig
 from art_langgraph.integrations.langfuse.scoring import ensure_score_configs, score_configs
 from art_langgraph.integrations.langfuse.traces import Batch, SpanBuilder, score_bodies
-from art_langgraph.trajectory import Trajectory
+from art_langgraph.trajectories.trajectory import Trajectory
 
 try:
     from langfuse.api import LangfuseAPI

@@ -28,7 +28,7 @@ from art_langgraph.integrations.langfuse.config import LangfuseConfig
 from art_langgraph.integrations.langfuse.folder import saved_groups
 from art_langgraph.integrations.langfuse.review import ReviewedScore, ReviewResult, fetch_scores
 from art_langgraph.integrations.langfuse.traces import span_id, trace_id_for
-from art_langgraph.trajectory import LLMCall, Trajectory, TrajectoryGroup, write_jsonl
+from art_langgraph.trajectories.trajectory import LLMCall, Trajectory, TrajectoryGroup, write_jsonl
 
 log = logging.getLogger(__name__)
 

@@ -35,9 +35,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from art_langgraph.integrations.langfuse.config import EXTRA_MISSING, LangfuseConfig
-from art_langgraph.logger_protocol import RunInfo
-from art_langgraph.names import inference_name
-from art_langgraph.trajectory import LLMCall, ToolEvent, Trajectory, TrajectoryGroup
+from art_langgraph.runtime.names import inference_name
+from art_langgraph.trajectories.logger_protocol import RunInfo
+from art_langgraph.trajectories.trajectory import LLMCall, ToolEvent, Trajectory, TrajectoryGroup
 
 try:
     from langfuse import Langfuse

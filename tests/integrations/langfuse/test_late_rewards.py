@@ -11,10 +11,10 @@ import pytest
 
 import art_langgraph as art
 from art_langgraph.integrations.langfuse import LangfuseConfig, langfuse_fetcher, trace_id_for
-from art_langgraph.late_rewards import is_pending
 from art_langgraph.serving.runner import ServerHandle
+from art_langgraph.trajectories.late_rewards import is_pending
 from tests.integrations.langfuse.receiver import Receiver
-from tests.test_late_rewards import _group
+from tests.trajectories.test_late_rewards import _group
 
 
 def _config(port: int) -> LangfuseConfig:
@@ -87,7 +87,7 @@ async def test_a_langfuse_down_or_failing_costs_a_warning_not_the_training(
         cfg = cfg.model_copy(update={"secret_key": "wrong"})
     fetch = langfuse_fetcher(name="review_score", config=cfg)
 
-    with caplog.at_level(logging.WARNING, logger="art_langgraph.late_rewards"):
+    with caplog.at_level(logging.WARNING, logger="art_langgraph.trajectories.late_rewards"):
         dropped = await art.wait_for_rewards([_group("x")], fetch, timeout_s=0.3, poll_s=0.05)
         kept = await art.wait_for_rewards(
             [_group("y")], fetch, timeout_s=0.3, poll_s=0.05, on_timeout="train_without"

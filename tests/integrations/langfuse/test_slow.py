@@ -25,8 +25,8 @@ from art_langgraph.integrations.langfuse.folder import EXPORTS_FILE, exported
 from art_langgraph.integrations.langfuse.review import SCORES_FILE, ReviewedScore, calibrate
 from art_langgraph.integrations.langfuse.scoring import REVIEW_SCORE
 from art_langgraph.integrations.langfuse.traces import trace_id_for
-from art_langgraph.loggers import LoggerSet, RunInfo
 from art_langgraph.serving.runner import ServerHandle, start_app_server
+from art_langgraph.trajectories.loggers import LoggerSet, RunInfo
 from tests.integrations.langfuse.receiver import Receiver, base_url
 
 TIMEOUT_S = 0.2
