@@ -1,11 +1,15 @@
 """art_langgraph: train the LLM inside a LangGraph app with GRPO on a LoRA adapter.
 
-The public surface, in ART's vocabulary. Subpackages hold the rest:
-`art_langgraph.engine` (token-in/token-out inference), `art_langgraph.serving` (the
-OpenAI-compatible server), `art_langgraph.backend` (the `Backend` contract, `LocalBackend`,
-`RemoteBackend`), `art_langgraph.training` (GRPO), `art_langgraph.presets` (the offline
-models), `art_langgraph.utils` (helpers the examples use). `import art_langgraph` does not
-import torch: `LocalBackend` loads it on first use, `RemoteBackend` never does.
+The public surface, in ART's vocabulary. Subpackages hold the rest, in the order data
+flows: `art_langgraph.tracing` (the chat model and the capturing transport: each call
+becomes part of a trajectory), `art_langgraph.gathering` (rollouts and groups),
+`art_langgraph.trajectories` (the records and their loggers), `art_langgraph.backend`
+(the `Backend` contract, `LocalBackend`, `RemoteBackend`), `art_langgraph.training`
+(GRPO), `art_langgraph.serving` (the OpenAI-compatible server), `art_langgraph.chat`
+(chat templates), `art_langgraph.engine` (token-in/token-out inference),
+`art_langgraph.presets` (the offline models), `art_langgraph.runtime` (plumbing).
+`art_langgraph.utils` keeps ART's helpers. `import art_langgraph` does not import torch:
+`LocalBackend` loads it on first use, `RemoteBackend` never does.
 """
 
 from typing import TYPE_CHECKING
