@@ -76,7 +76,7 @@ class HarnessConfig(BaseModel):
             "Sampling temperature of the rollouts: 1, the policy as it is, which GRPO sharpens "
             "and the held-out evaluation samples. Swept on SmolLM2-135M (one seed each): 0.7, "
             "1 and 1.3 raised held-out sampled success by +0.60, +0.71 and +0.52 "
-            "(bench/results/defaults_sweep.json)."
+            "(bench/results/defaults_sweep/defaults_sweep.json)."
         ),
     )
     tool_choice: Literal["auto", "required"] = Field(

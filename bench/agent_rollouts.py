@@ -48,11 +48,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.engines import _tree_peak_rss_mib
-from bench.readme import update_docs, write_results
+from bench.memory import tree_peak_rss_mib
+from bench.readme import ROOT, results_dir, update_docs, write_results
 
-RESULTS = Path(__file__).resolve().parent / "results" / "agent_rollouts.json"
-ROOT = Path(__file__).resolve().parent.parent
+RESULTS = results_dir("agent_rollouts") / "agent_rollouts.json"
 SETTINGS = ("torch-nocache", "torch-cache", "vllm")
 
 
@@ -250,10 +249,10 @@ async def _one(setting: str, args: argparse.Namespace) -> dict[str, Any]:
             )
             # this process and its children: the torch engine is in-process, vLLM's server
             # tree is our child
-            row["peak_rss_mib"] = _tree_peak_rss_mib(os.getpid())
+            row["peak_rss_mib"] = tree_peak_rss_mib(os.getpid())
             if args.step and setting == "torch-cache":
                 step = await _rollouts(model, 8, 4, 3, True)
-                step["peak_rss_mib"] = _tree_peak_rss_mib(os.getpid())
+                step["peak_rss_mib"] = tree_peak_rss_mib(os.getpid())
                 row["step"] = step
     return row
 

@@ -9,7 +9,7 @@ already with the code checked out now and the same flags is not run again
 (`bench.learning_bfcl`'s rule). Then the
 table: per arm, over its seeds, the mean greedy rise over the four calling categories
 (mean ± sd over seeds) and irrelevance under "required" (with `decline`) before and after,
-each seed's figures beside; saved to bench/results/bfcl_<host>_mix_<tag>.json.
+each seed's figures beside; saved to bench/results/bfcl_mix/bfcl_<host>_mix_<tag>.json.
 
     .venv/bin/python -m bench.bfcl_mix --arms all,half --seeds 1,2,3 --out runs/mix
     .venv/bin/python -m bench.bfcl_mix --arms all,half --seeds 1,2,3 --out runs/mix --combine
@@ -31,12 +31,11 @@ from typing import Any
 
 from bench.learning import host_key, run_watched
 from bench.learning_bfcl import _done
-from bench.readme import write_results
+from bench.readme import results_dir, write_results
 from examples.bfcl.app import TRAINED
 from examples.bfcl.splits import load_splits
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+RESULTS = results_dir("bfcl_mix")
 _C = ("simple_python", "multiple", "parallel", "parallel_multiple")
 ARMS = {
     "calling": _C,
@@ -120,8 +119,8 @@ def combine(arms: list[str], seeds: list[int], out: Path, tag: str, results: Pat
     write_results(
         results / f"bfcl_{host}_mix_{tag}.json",
         {
-            "about": "examples/bfcl's training mix on the validation slice (bench.bfcl_mix); "
-            "for a choice, never reported as a BFCL result",
+            "about": "examples/bfcl's training mix on the validation slice "
+            "(bench.bfcl_mix); for a choice, never reported as a BFCL result",
             "table": text,
             "arms": {a: list(ARMS[a]) for a in runs},
             "runs": {

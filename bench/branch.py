@@ -46,9 +46,9 @@ from art_langgraph.gathering.branch import branch
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.prepare import prepare_step
 from art_langgraph.training.tensorize import micro_batches
-from bench.readme import update_docs, write_results
+from bench.readme import results_dir, update_docs, write_results
 
-RESULTS = Path(__file__).resolve().parent / "results" / "branch.json"
+RESULTS = results_dir("branch") / "branch.json"
 STEPS = 6
 BRANCH_STEP = 5
 

@@ -43,9 +43,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.readme import update_docs, write_results
+from bench.readme import results_dir, update_docs, write_results
 
-RESULTS = Path(__file__).resolve().parent / "results" / "gpu_speed.json"
+RESULTS = results_dir("gpu_speed") / "gpu_speed.json"
 SHAPES: dict[str, dict[str, Any]] = {
     "qwen2-0.5b": dict(  # Qwen2.5-0.5B's config.json
         hidden_size=896,

@@ -22,14 +22,13 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from art_langgraph.runtime.allocator import allocator_in_use, reexec_with_tcmalloc
-from bench.readme import publish
+from bench.readme import publish, results_dir
 from bench.trainer_roofline import batch, cpu_flags
 
-RESULTS = Path(__file__).resolve().parent / "results" / "head_chunk.json"
+RESULTS = results_dir("head_chunk") / "head_chunk.json"
 
 
 def run_one(args: argparse.Namespace) -> dict[str, Any]:

@@ -16,11 +16,12 @@ its peak RSS and wall time are measured here.
 `--task`: the bundled capital/currency task (examples/mcp_server, the demo's), the book
 facts task (examples/mcp_books, never used to choose a default), the staff directory
 (examples/mcp_directory) or the two-hop org chart (examples/mcp_org, whose table breaks
-the rise down into one-hop and two-hop questions). Writes bench/results/learning_<task>[_<tag>].json,
+the rise down into one-hop and two-hop questions). Writes
+bench/results/learning/learning_<task>[_<tag>].json,
 docs/learning_band_<task>.png (train reward per step, the seeds' band against the
 control's) and the docs table between its markers. Runs may be made one at a time, each
 with its own `--tag` (a session's end then loses at most the run under way); `--combine`
-gathers every bench/results/learning_<task>_<tag>.json of the defaults into
+gathers every bench/results/learning/learning_<task>_<tag>.json of the defaults into
 learning_<task>.json, the plot and the docs table; `--combine --tag ci` gathers the runs
 tagged ci_* (made with the same `--extra`: the CI learning test's arguments) into
 learning_<task>_ci.json and its docs table, with the margin a test may require. Results
@@ -53,11 +54,13 @@ from pathlib import Path
 from typing import Any
 
 from art_mcp.evaluation import Evaluation
-from bench.engines import _tree_peak_rss_mib
-from bench.readme import update_docs, write_results
+from bench.memory import tree_peak_rss_mib
+from bench.readme import results_dir, update_docs, write_results
 from bench.trainer_roofline import cpu_flags
 
 ROOT = Path(__file__).resolve().parent.parent
+RESULTS = results_dir("learning")
+"""bench/results/learning/: every run's and every pooled table's JSON."""
 TASKS = {
     "capitals": ("examples.mcp_server.server", "examples/mcp_server", "examples.mcp_server.tasks"),
     "books": ("examples.mcp_books.server", "examples/mcp_books", "examples.mcp_books.tasks"),
@@ -149,7 +152,7 @@ def run_watched(name: str, cmd: list[str], log: Path) -> tuple[int, float]:
     peak = 0.0
     try:
         while (pid := child.pid) is not None and child.alive():
-            peak = max(peak, _tree_peak_rss_mib(pid, root=False))
+            peak = max(peak, tree_peak_rss_mib(pid, root=False))
             time.sleep(1.0)
         return int(child.returncode or 0), peak
     finally:  # the bench stopped (an error, Ctrl-C, SIGTERM): the run goes with it
@@ -488,12 +491,12 @@ def margin(rows: list[dict[str, Any]]) -> str:
 def combine(task: str, tag: str = "") -> list[dict[str, Any]]:
     """Every tagged result of a task, pooled per host class (`host_key`), one row per run
     name: seeds in order, then the controls. Without `tag`, the runs of the defaults
-    (bench/results/learning_<task>_*.json with no extra flags); with it, the runs tagged
+    (bench/results/learning/learning_<task>_*.json with no extra flags); with it, the runs tagged
     `<tag>_*`, which must share their flags. Within a class every run must come from one
     machine line."""
     parts: dict[str, list[dict[str, Any]]] = {}
     pattern = f"learning_{task}_{tag}_*.json" if tag else f"learning_{task}_*.json"
-    for path in sorted((ROOT / "bench" / "results").glob(pattern)):
+    for path in sorted(RESULTS.glob(pattern)):
         part = json.loads(path.read_text())
         if bool(part.get("extra")) != bool(tag):
             continue  # a run with other flags is not a run of the defaults
@@ -615,7 +618,7 @@ def main(argv: list[str] | None = None) -> None:
         for data in datasets:
             sfx = host_suffix(host_key(data["machine"]))
             name = f"learning_{args.task}{'_' + args.tag if args.tag else ''}{sfx}"
-            write_results(ROOT / "bench" / "results" / f"{name}.json", data)
+            write_results(RESULTS / f"{name}.json", data)
             if args.tag:  # runs with their own flags (the CI test's): no plot
                 text = "\n".join([summary(data, plot=False), "", margin(data["rows"])])
             else:
@@ -651,7 +654,7 @@ def main(argv: list[str] | None = None) -> None:
         "rows": rows,
     }
     suffix = f"_{args.tag}" if args.tag else ""
-    write_results(ROOT / "bench" / "results" / f"learning_{args.task}{suffix}.json", data)
+    write_results(RESULTS / f"learning_{args.task}{suffix}.json", data)
     if not args.tag:  # a tagged part waits for --combine
         sfx = host_suffix(host_key(data["machine"]))
         _band_plot(rows, args.task, sfx)

@@ -4,11 +4,13 @@ Each run is the example as a user runs it (its defaults, plus `--seed`; `--contr
 shuffled-reward arm), in a child process under the project's watchdog, one after another.
 Its `result.json` (BFCL's pass/fail per held-out item, greedy and sampled, before and after;
 the phases' wall time; its commit, code hash and arguments) is copied to
-bench/results/bfcl_<host>_<run>.json as it lands, so a session's end loses at most the run
-under way; a run already there with the code checked out now and the same flags is not run
-again. Seeds and controls alternate. `--combine` pools this host class's runs, which must be of the same code and
-arguments (it refuses a mix), into bench/results/bfcl_<host>.json and prints the table: per category, the
-seeds' mean before, after and rise with the seeds' spread, and the controls' rise.
+bench/results/learning_bfcl/bfcl_<host>_<run>.json as it lands, so a session's end loses at
+most the run under way; a run already there with the code checked out now and the same flags
+is not run again. Seeds and controls alternate. `--combine` pools this host class's runs,
+which must be of the same code and arguments (it refuses a mix), into
+bench/results/learning_bfcl/bfcl_<host>.json and prints the table: per category, the seeds'
+mean before, after and rise with the seeds' spread, and the controls' rise. Runs of older
+code the docs still cite are kept in its superseded/ folder, pooled with nothing.
 
     .venv/bin/python -m bench.learning_bfcl --seeds 0,1,2,3,4 --controls 1,2
     .venv/bin/python -m bench.learning_bfcl --combine
@@ -28,13 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.learning import MARGIN_SDS, host_key, run_watched
-from bench.readme import update_docs, write_results
+from bench.readme import results_dir, update_docs, write_results
 from bench.trainer_roofline import cpu_flags
 from examples.bfcl.app import CALLING, code_hash, parser
 from examples.bfcl.splits import EVAL_PER_CATEGORY
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+RESULTS = results_dir("learning_bfcl")
+"""bench/results/learning_bfcl/: every run's JSON (bfcl_<host>_<run>.json) and the pooled tables."""
 
 
 def _pooled(r: dict[str, Any]) -> tuple[str, str]:
@@ -97,7 +100,7 @@ def combine(host: str, tag: str = "") -> str:
         for p in sorted(RESULTS.glob(f"{prefix}{kind}[0-9]*.json"))
     ]
     if not runs:
-        raise SystemExit(f"no bench/results/{prefix}seed*.json yet")
+        raise SystemExit(f"no {RESULTS / prefix}seed*.json yet")
     if len(kinds := {_pooled(r) for r in runs}) > 1:
         raise SystemExit(
             f"bfcl_{host}_*.json hold runs of different code or arguments, never pooled: "
@@ -247,7 +250,7 @@ def _order(seeds: str, controls: str) -> list[tuple[int, bool]]:
 
 def run_whole(run: Path, host: str) -> Path:
     """BFCL's whole non-live categories for a run kept in `run` (`examples.bfcl.whole`),
-    kept in bench/results/bfcl_whole_<host>_<run's folder name>.json."""
+    kept in bench/results/learning_bfcl/bfcl_whole_<host>_<run's folder name>.json."""
     name = f"whole_{run.name}"
     cmd = [sys.executable, "-m", "examples.bfcl.whole", "--run", str(run)]
     rc, peak = run_watched(name, cmd, run / "whole.log")

@@ -1,26 +1,33 @@
-"""Put a benchmark's latest table into the docs, between its two marker comments.
+"""Where a benchmark saves its results, and how its latest table gets into the docs,
+between its two marker comments.
 
     <!-- bench:NAME:start --> ... <!-- bench:NAME:end -->
 
-Every benchmark calls `update_docs(NAME, text)` after saving its JSON, so the docs
-always show the last measured table; `publish` does the three steps a table-printing
-benchmark ends with (print the table, save the JSON with the date, host and arguments,
-update the docs). The markers live in `docs/benchmarks.md` and `docs/results.md` (and the
-config tables' markers, `kind="config"`, in `docs/configuration.md`, which
-`scripts/docs.py` fills); the first page that holds a block's markers gets the text.
-Left out: anything but the text between markers.
+A benchmark keeps its JSON under `results_dir(NAME)` (bench/results/NAME/, NAME being its
+module's name) and saves it with `write_results`, which stamps the commit checked out and
+whether the code had uncommitted changes. Every benchmark calls `update_docs(NAME, text)`
+after saving its JSON, so the docs always show the last measured table; `publish` does the
+three steps a table-printing benchmark ends with (print the table, save the JSON with the
+date, host and arguments, update the docs). The markers live in `docs/benchmarks.md` and
+`docs/results.md` (and the config tables' markers, `kind="config"`, in
+`docs/configuration.md`, which `scripts/docs.py` fills); the first page that holds a
+block's markers gets the text. Left out: anything but the text between markers, and which
+code a result came from beyond its commit (a dirty run's diff is not kept).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import platform
+import subprocess
 from pathlib import Path
 from typing import Any
 
-from art_langgraph.utils import atomic_write
+# art_langgraph (atomic_write) is imported where a file is written, so a child process that
+# measures its own memory imports `results_dir` for nothing
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -31,8 +38,48 @@ PAGES = (BENCHMARKS, CONFIGURATION, RESULTS, README)
 """Where marker blocks are looked for, in this order."""
 
 
+CODE = ("art_langgraph", "art_mcp", "bench", "examples", ":(exclude)bench/results")
+"""The paths whose uncommitted changes make a result `dirty`: the code, not its results."""
+
+
+def results_dir(name: str) -> Path:
+    """The folder of benchmark `name`'s results (its module's name: `learning_bfcl`, or
+    `engine_kv` for bench/probes/engine_kv.py): bench/results/NAME/."""
+    return ROOT / "bench" / "results" / name
+
+
+@functools.cache
+def code_state() -> tuple[str | None, bool | None]:
+    """The commit checked out in ROOT (full sha) and whether `CODE` has uncommitted changes,
+    read once a process, at its first save (a sweep's later saves keep it); (None, None)
+    without git or outside a checkout."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=30
+        )
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--", *CODE],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    if head.returncode or status.returncode:
+        return None, None
+    return head.stdout.strip(), bool(status.stdout.strip())
+
+
 def write_results(path: Path, data: dict) -> None:
-    """Save a benchmark's results as JSON, atomically (temp file in the same folder, then rename)."""
+    """Save a benchmark's results as JSON, atomically (temp file in the same folder, then
+    rename), opening with the run's `commit` and `dirty` (`code_state`) unless `data` has a
+    `commit` of its own (a BFCL run's result.json records the commit it ran)."""
+    from art_langgraph.utils import atomic_write
+
+    if "commit" not in data:
+        commit, dirty = code_state()
+        data = {"commit": commit, "dirty": dirty, **data}
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as f:
         json.dump(data, f, indent=2)
@@ -42,6 +89,8 @@ def write_results(path: Path, data: dict) -> None:
 def update_docs(name: str, text: str, page: Path | None = None, kind: str = "bench") -> bool:
     """Replace the block for `name` in `page` (None: the first of `PAGES` that has its
     markers); returns False when no page has markers for it."""
+    from art_langgraph.utils import atomic_write
+
     start, end = f"<!-- {kind}:{name}:start -->", f"<!-- {kind}:{name}:end -->"
     for candidate in (page,) if page is not None else PAGES:
         body = candidate.read_text() if candidate.exists() else ""

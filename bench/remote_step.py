@@ -40,10 +40,9 @@ import httpx
 
 import art_langgraph as art
 from art_langgraph.backend.api.wire import ModelSpec, TrainRequest, encode_body
-from bench.readme import update_docs, write_results
+from bench.readme import ROOT, results_dir, update_docs, write_results
 
-RESULTS = Path(__file__).resolve().parent / "results" / "remote_step.json"
-ROOT = Path(__file__).resolve().parent.parent
+RESULTS = results_dir("remote_step") / "remote_step.json"
 
 
 def _free_port() -> int:

@@ -20,7 +20,7 @@ Each path is warmed up once, then run `--repeats` times, round-robin across path
 that the noise of a shared machine falls on all of them alike; the table reports
 medians and the ratios of tokens/s to `sequential` and to `batched_generate`. Also
 reported: the process's peak RSS and, for the server paths, the engine's decode steps.
-Raw numbers, settings and the table go to `bench/results/serve_throughput.json`.
+Raw numbers, settings and the table go to `bench/results/serve_throughput/serve_throughput.json`.
 
 Left out: streaming (SSE), LoRA adapters, grammars, logprobs, prompt-heavy loads
 (prefill is small here), GPUs, and quality of the text (the tiny model is random).
@@ -52,9 +52,9 @@ from typing import Any
 
 import torch
 
-from bench.readme import update_docs, write_results
+from bench.readme import results_dir, update_docs, write_results
 
-RESULTS = Path(__file__).resolve().parent / "results" / "serve_throughput.json"
+RESULTS = results_dir("serve_throughput") / "serve_throughput.json"
 
 WORDS = (
     "the quick brown fox jumps over a lazy dog while seven wizards quietly judge "

@@ -36,11 +36,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.readme import update_docs, write_results
+from bench.readme import ROOT, results_dir, update_docs, write_results
 from bench.trainer_roofline import cpu_flags
 
-RESULTS = Path(__file__).resolve().parent / "results" / "train_run.json"
-ROOT = Path(__file__).resolve().parent.parent
+RESULTS = results_dir("train_run") / "train_run.json"
 _PEAK = (
     "import resource, subprocess, sys; rc = subprocess.run(sys.argv[1:]).returncode; "
     "print(f'MAXRSS_KB={resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}', "

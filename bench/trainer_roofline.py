@@ -43,13 +43,12 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from art_langgraph.runtime.allocator import allocator_in_use, reexec_with_tcmalloc
-from bench.readme import publish
+from bench.readme import publish, results_dir
 
-RESULTS = Path(__file__).resolve().parent / "results" / "trainer_roofline.json"
+RESULTS = results_dir("trainer_roofline") / "trainer_roofline.json"
 ARMS = ("ours", "plain", "matmul")
 BATCHES = ("agent", "short")
 

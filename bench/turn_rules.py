@@ -9,7 +9,7 @@ after another, each under the project's watchdog. Tasks: one lookup with recall 
 (the org chart). A run lands in `--out` as `<task>-<arm>-s<seed>.json` (its figures and
 commit) and is not run again. Then the table: per task and arm, the seeds' mean sampled
 rise on the validation slice (± sd), the success after, and the wall time; saved to
-bench/results/turn_rules_<host>.json.
+bench/results/turn_rules/turn_rules_<host>.json.
 
     .venv/bin/python -m bench.turn_rules --seeds 1,2 --out runs/turns
     .venv/bin/python -m bench.turn_rules --seeds 1,2 --out runs/turns --combine
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.learning import host_key, run_one, validation_file
-from bench.readme import write_results
+from bench.readme import results_dir, write_results
 from bench.trainer_roofline import cpu_flags
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,8 +93,9 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def combine(out: Path, tag: str) -> str:
-    """The table of every run in `out`, saved to bench/results/turn_rules_<host>[_tag].json;
-    refused when the runs' commits differ."""
+    """The table of every run in `out`, saved to
+    bench/results/turn_rules/turn_rules_<host>[_tag].json; refused when the runs' commits
+    differ."""
     rows = [json.loads(p.read_text()) for p in sorted(out.glob("*-s[0-9]*.json"))]
     if not rows:
         raise SystemExit(f"no runs in {out}")
@@ -110,7 +111,7 @@ def combine(out: Path, tag: str) -> str:
         "the arm's flags.\n\n" + table(rows)
     )
     name = f"turn_rules_{host_key(rows[0]['cpu_flags'])}{'_' + tag if tag else ''}"
-    write_results(ROOT / "bench" / "results" / f"{name}.json", {"table": text, "runs": rows})
+    write_results(results_dir("turn_rules") / f"{name}.json", {"table": text, "runs": rows})
     return text
 
 

@@ -7,7 +7,7 @@ every weight of the model, so that reorder is most of the step: on a 2-core AVX2
 weight reordered once for oneDNN (`torch.ops.mkldnn._reorder_linear_weight`) and
 multiplied by `torch.ops.mkldnn._linear_pointwise` (what inductor's freezing pass and
 vLLM's CPU backend do). One decode step of SmolLM2-135M, 8 rows of 700 tokens, went
-from 161 to 124 ms (bench/results/engine_packed.json).
+from 161 to 124 ms (bench/results/engine_packed/engine_packed.json).
 
 `pack_linears(model)` turns every plain `nn.Linear` of a module tree (not peft's LoRA
 factors, which adapter loads rewrite in place) into a `PackedLinear`: the same module,

@@ -30,8 +30,8 @@ class TorchEngineConfig:
     most `_KV_GROWTH` more). One request always runs. None: 1/16 of the device's memory, at
     most 512 MiB on the CPU: SmolLM2-135M in float32 holds 46 KB a token, so ~15 rows of an
     agent's 750-token turns, where a 2-core CPU's decode throughput has stopped growing
-    (109 tokens/s at 16 rows, 99 at 32: bench/results/engine_packed.json), and a real-model
-    `art-mcp train` run stays under 4 GiB (it took 7.4 GiB with 64 such rows, 4.1 GiB with
+    (109 tokens/s at 16 rows, 99 at 32: bench/results/engine_packed/engine_packed.json),
+    and a real-model `art-mcp train` run stays under 4 GiB (it took 7.4 GiB with 64 such rows, 4.1 GiB with
     1 GiB of KV); on CUDA 1/4 of its memory. 0: no budget."""
     scheduling: Literal["continuous", "dynamic"] = "continuous"
     """continuous: new requests join the running batch at the next step.
@@ -66,10 +66,11 @@ class TorchEngineConfig:
     prepack_weights: bool = True
     """On the CPU, multiply by weights reordered once for oneDNN instead of letting every
     call reorder them (`engine/packed_linear.py`): decode steps of 8-32 rows 1.25-1.66x
-    faster on SmolLM2-135M, one row no faster (bench/results/engine_packed.json), for one
-    packed copy of each linear weight in memory (the merged copy of `merge_latest` holds
-    those of its adapter's layers, the base the rest). float32, and bfloat16 where the CPU
-    multiplies it in hardware; ignored elsewhere."""
+    faster on SmolLM2-135M, one row no faster
+    (bench/results/engine_packed/engine_packed.json), for one packed copy of each linear
+    weight in memory (the merged copy of `merge_latest` holds those of its adapter's layers,
+    the base the rest). float32, and bfloat16 where the CPU multiplies it in hardware;
+    ignored elsewhere."""
     chat_template: str | None = None
     """A Jinja chat template (its text, or a file path) replacing the tokenizer's own, as
     vLLM's --chat-template. None: the tokenizer's template; one that ignores tools gets them

@@ -34,7 +34,7 @@ FLOAT32_MAX_PARAMS = 270_000_000
 (float32 weights of about 1 GiB). On such a host (2 AMX cores) SmolLM2-135M learned more in
 float32 than in bfloat16 on both bundled tasks, on all 10 seeds (sampled held-out success
 +0.68 and +0.49 on average against +0.47 and +0.21), at 1.2-1.8x the wall time and no more
-peak memory (bench/results/learning_*_amx*.json, docs/results.md); its float32 runs
+peak memory (bench/results/learning/learning_*_amx*.json, docs/results.md); its float32 runs
 peaked at 3.3-3.6 GiB, so a model over ~270M parameters (SmolLM2-360M: +0.9 GB of float32
 weights) would pass a training run's 4 GiB there, and its step time grows with its size:
 above this, bfloat16."""

@@ -9,7 +9,7 @@ under 3 GiB). Two remedies, both process-wide and idempotent:
 
 - `use_mmap_for_large_blocks()` fixes the threshold at 1 MiB (`mallopt`), so every
   block that large is its own mapping, returned the moment it is freed. The engine calls
-  it on the CPU. Measured (bench/engine_kv.py, 36 rows x 256 tokens on SmolLM2): peak
+  it on the CPU. Measured (bench/probes/engine_kv.py, 36 rows x 256 tokens on SmolLM2): peak
   RSS 2914 -> 2182 MiB for +4% wall time (64 KiB: 2147 MiB, +14%); on the untrained
   SmolLM2 evaluation (36 agent rollouts, 64 KiB): 5.6 -> 3.3 GiB. Not for the trainer:
   there fresh mappings for every activation doubled the step time (33 -> 64 s); it

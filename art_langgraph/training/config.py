@@ -17,8 +17,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SWEPT_LEARNING_RATE = 1e-3
-"""The learning rate bench.defaults_sweep chose on SmolLM2-135M-Instruct (bench/results/
-defaults_sweep.json: one seed per setting, the bundled capital/currency task)."""
+"""The learning rate bench.defaults_sweep chose on SmolLM2-135M-Instruct
+(bench/results/defaults_sweep/defaults_sweep.json: one seed per setting, the bundled
+capital/currency task)."""
 _SWEPT_WIDTH = 576
 """SmolLM2-135M's hidden size, where SWEPT_LEARNING_RATE was chosen."""
 _PRESET_WIDTHS = {"smollm2-135m": 576}

@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 import resource
 import statistics
-from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent.parent / "results" / "rl_step.json"
+from bench.readme import results_dir
+
+RESULTS = results_dir("rl_step") / "rl_step.json"
 
 WORDS = (
     "the quick brown fox jumps over a lazy dog while seven wizards quietly judge "

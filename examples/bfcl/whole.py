@@ -17,7 +17,7 @@ answer without any call.
 
 Writes `whole.json`, stamped with the commit, code and arguments, into the run's folder;
 `python -m bench.learning_bfcl --whole runs/bfcl-s0` runs this and keeps it in
-bench/results/bfcl_whole_<host>_<run>.json. Left out: the live, multi-turn, memory,
+bench/results/learning_bfcl/bfcl_whole_<host>_<run>.json. Left out: the live, multi-turn, memory,
 web-search and format-sensitivity categories (a transfer test nobody here tunes on).
 """
 

@@ -95,7 +95,7 @@ def lookup(person: Person, field: FieldName) -> str:
     # turn after the lookup: 19 of 64 answers right against 0 of 64). The hint after it
     # stops the untrained model from repeating the lookup until its turns run out (24
     # held-out scenarios: greedy success 0.04 -> 0.21, sampled 0.00 -> 0.06;
-    # bench/results/directory_probe.json).
+    # bench/results/misc/directory_probe.json).
     return f"{found['name']}'s {field}: {found[field]}. Now call complete_task with it."
 
 

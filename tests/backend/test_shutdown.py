@@ -1,7 +1,7 @@
 """A backend stops what it started however its script ends (art_langgraph/backend/shutdown.py).
 
-The slow tests run the exit soak's scripts (bench/exit_soak.py) as fresh processes on the
-real model: a script that never closes its backend and returns, raises, is stopped by
+The slow tests run the exit soak's scripts (bench/probes/exit_soak.py) as fresh processes
+on the real model: a script that never closes its backend and returns, raises, is stopped by
 SIGTERM or by SIGINT while calls are in flight, or logs to W&B offline. Each must exit as
 Python would without us, with no abort, its logger flushed, and no process left. Before
 the fix the SIGINT script aborted in 2 of 3 runs, and the SIGTERM one lost its logger's
@@ -21,7 +21,7 @@ import art_langgraph as art
 from art_langgraph.backend.shutdown import OwnedResources
 from art_langgraph.errors import UsageError
 from art_langgraph.trajectories.loggers import LoggerSet
-from bench.exit_soak import run_variant
+from bench.probes.exit_soak import run_variant
 
 
 class _Part:

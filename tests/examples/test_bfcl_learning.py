@@ -9,9 +9,9 @@ headline is the mean greedy rise over the two categories (`calling_mean_greedy_r
 Its margin comes from 5 seeds of exactly these arguments, none of them seed 0, and is
 checked against 2 shuffled-reward controls (`python -m bench.learning_bfcl --seeds
 1,2,3,4,5 --controls 0,1 --tag ci2 --extra "<CI_ARGS>"`, then `--combine --tag ci2`;
-bench/results/bfcl_amx_ci2.json, docs/results.md#the-ci-learning-test): the seeds' mean
-minus 2.33 spreads, the spread being the seeds' sd or, where larger, a run's own standard
-error (`bench.learning_bfcl.margin`). Seeds 1-5 rose +0.33, +0.27, +0.28, +0.37 and
+bench/results/learning_bfcl/bfcl_amx_ci2.json, docs/results.md#the-ci-learning-test): the
+seeds' mean minus 2.33 spreads, the spread being the seeds' sd or, where larger, a run's own
+standard error (`bench.learning_bfcl.margin`). Seeds 1-5 rose +0.33, +0.27, +0.28, +0.37 and
 +0.15 (mean +0.28 ± 0.08 sd; a run's s.e. 0.06), so MIN_RISE is +0.28 - 2.33 x 0.083 =
 +0.087, rounded down to +0.08; both controls rose -0.02, 0.10 below it. Measured at commit
 6273130 (code hash f9f2b80a968f) on an AMX host (CPU flags amx_bf16,
@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.readme import results_dir
+
 ROOT = Path(__file__).resolve().parents[2]
 CI_ARGS = [
     "--steps", "4", "--train-categories", "simple_python,multiple",
@@ -38,7 +40,7 @@ CI_ARGS = [
 """The arm's arguments, and its bench runs' (`bench.learning_bfcl --extra`)."""
 MIN_RISE = 0.08
 """The least mean greedy rise the arm accepts (the module docstring)."""
-RUNS = sorted((ROOT / "bench" / "results").glob("bfcl_amx_ci2_*[0-9].json"))
+RUNS = sorted(results_dir("learning_bfcl").glob("bfcl_amx_ci2_*[0-9].json"))
 """The runs that set MIN_RISE (seeds) and check it (controls)."""
 
 
