@@ -65,12 +65,7 @@ from art_langgraph.engine.request import Request, to_future, to_queue
 from art_langgraph.engine.sampling import raw_logprobs, sample_rows
 from art_langgraph.engine.torch_config import TorchEngineConfig
 from art_langgraph.errors import InfrastructureError, UsageError
-from art_langgraph.runtime.devices import (
-    parameter_count,
-    pick_device,
-    pick_engine_dtype,
-    torch_dtype,
-)
+from art_langgraph.runtime import devices
 from art_langgraph.runtime.heap import use_mmap_for_large_blocks
 
 log = logging.getLogger(__name__)
@@ -160,16 +155,16 @@ class TorchEngine:
 
         config = config or TorchEngineConfig()
         path = resolve_preset(base_model, cache_dir)
-        device = pick_device(config.device)
-        params = parameter_count(path) if config.dtype is None else None
-        dtype_name = pick_engine_dtype(config.dtype, device, params)
+        device = devices.pick_device(config.device)
+        params = devices.parameter_count(path) if config.dtype is None else None
+        dtype_name = devices.pick_engine_dtype(config.dtype, device, params)
         hf_logging.disable_progress_bar()
         tokenizer = AutoTokenizer.from_pretrained(path)
         if config.chat_template is not None:
             from art_langgraph.chat.templates import load_chat_template
 
             tokenizer.chat_template = load_chat_template(config.chat_template)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype_name))
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=devices.torch_dtype(dtype_name))
         model = model.to(device).eval()  # type: ignore[arg-type]
         engine = cls(model, tokenizer, config)
         engine.model_path = path
