@@ -175,8 +175,8 @@ def _calling_mean(run: dict[str, Any], field: str) -> float:
 
 
 def headline(host: str, seeds: list[dict[str, Any]], controls: list[dict[str, Any]]) -> str:
-    """The README's rows: the calling categories' greedy mean and irrelevance, untrained and
-    after, over the seeds (mean, and the rise's sd) and the controls, with a run's time,
+    """The README's rows: the calling categories' greedy mean and irrelevance (under the
+    training's "required", and under "auto" where evaluated), untrained and after, over the seeds (mean, and the rise's sd) and the controls, with a run's time,
     memory and the host's flags."""
 
     def row(label: str, runs: list[dict[str, Any]], mean: Any) -> str:
@@ -191,6 +191,9 @@ def headline(host: str, seeds: list[dict[str, Any]], controls: list[dict[str, An
     def irrelevance(r: dict[str, Any], field: str) -> float:
         return float(r["accuracy"]["irrelevance/greedy"][field])
 
+    def irrelevance_auto(r: dict[str, Any], field: str) -> float:
+        return float(r["accuracy"]["irrelevance/greedy_auto"][field])
+
     args = (seeds + controls)[0]["args"]
     items = args.get("eval_limit") or EVAL_PER_CATEGORY
     lines = [
@@ -203,7 +206,13 @@ def headline(host: str, seeds: list[dict[str, Any]], controls: list[dict[str, An
         lines.append(
             row("4 calling categories' mean, control (shuffled rewards)", controls, _calling_mean)
         )
-    lines.append(row("irrelevance (declining is the pass), RL", seeds, irrelevance))
+    lines.append(
+        row('irrelevance under "required" (declining is the pass), RL', seeds, irrelevance)
+    )
+    if all("irrelevance/greedy_auto" in r["accuracy"] for r in seeds):
+        lines.append(
+            row('irrelevance under "auto" (no call is the pass), RL', seeds, irrelevance_auto)
+        )
     runs = seeds + controls
     walls = [r["wall_s"] / 60 for r in runs]
     per_seed = ", ".join(f"{r['calling_mean_greedy_rise']:+.2f}" for r in seeds)

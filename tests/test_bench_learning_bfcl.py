@@ -15,6 +15,8 @@ CATS = ("simple_python/greedy", "multiple/greedy", "parallel/greedy", "parallel_
 
 def _run(seed: int, control: bool, rise: float, code: str = "abc") -> dict[str, object]:
     accuracy = {c: {"before": 0.0, "after": rise, "rise": rise, "se": 0.01} for c in CATS}
+    accuracy["irrelevance/greedy"] = {"before": 0.5, "after": 0.4, "rise": -0.1, "se": 0.05}
+    accuracy["irrelevance/greedy_auto"] = {"before": 0.9, "after": 1.0, "rise": 0.1, "se": 0.05}
     return {
         "commit": "c0ffee",
         "code": code,
@@ -52,3 +54,22 @@ def test_runs_of_other_code_are_refused(tmp_path: Path, monkeypatch: pytest.Monk
     _write(tmp_path, "control1", _run(1, True, 0.0, code="new"))
     with pytest.raises(SystemExit, match="different code or arguments"):
         learning_bfcl.combine("avx2", "t")
+
+
+def test_the_readme_rows_claim_the_seeds_and_show_irrelevance_under_both_choices() -> None:
+    seeds, controls = [_run(1, False, 0.2), _run(2, False, 0.1)], [_run(1, True, 0.0)]
+    rows = learning_bfcl.headline("avx2", seeds, controls).splitlines()
+    assert (
+        rows[2]
+        == "| 4 calling categories' mean, RL, 2 run(s) | 0.00 | 0.15 | **+0.15** ± 0.07 sd |"
+    )
+    assert rows[3].startswith(
+        "| 4 calling categories' mean, control (shuffled rewards), 1 run(s) |"
+    )
+    assert rows[4].startswith(
+        '| irrelevance under "required" (declining is the pass), RL, 2 run(s) | 0.50 | 0.40 |'
+    )
+    assert rows[5].startswith(
+        '| irrelevance under "auto" (no call is the pass), RL, 2 run(s) | 0.90 | 1.00 |'
+    )
+    assert "Per seed: +0.20, +0.10." in rows[7]
