@@ -18,6 +18,7 @@ from wandb.proto import wandb_internal_pb2
 
 import art_langgraph as art
 from art_langgraph.integrations.wandb import WandbLogger
+from art_langgraph.trajectories.logger_protocol import RunInfo
 from tests.backend.rollouts import rollout
 
 
@@ -86,9 +87,7 @@ async def test_steps_rewards_and_trajectories_reach_an_offline_run(
 
     (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
     run, rows = _history(run_dir)
-    assert run.run_id == WandbLogger.run_id(
-        art.loggers.RunInfo(name="wb", project="lg", base_model="tiny")
-    )
+    assert run.run_id == WandbLogger.run_id(RunInfo(name="wb", project="lg", base_model="tiny"))
     assert run.display_name == "wb" and run.project == "lg"
     train = [
         r for r in rows if "train/reward_std" in r
@@ -110,7 +109,7 @@ async def test_steps_rewards_and_trajectories_reach_an_offline_run(
 
     # the same model again (a resumed training) continues the same run id
     again = WandbLogger(dir=tmp_path)
-    info = art.loggers.RunInfo(name="wb", project="lg", base_model="tiny")
+    info = RunInfo(name="wb", project="lg", base_model="tiny")
     again.log_metrics(info, result.step + 1, "train", {"loss": 0.5})
     again.close()
     ids = {_history(d)[0].run_id for d in (tmp_path / "wandb").glob("offline-run-*")}
@@ -129,7 +128,7 @@ def test_close_leaves_a_run_of_the_users_open(
     monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
     users = wandb.init(project="mine", dir=str(tmp_path), reinit="create_new")
     logger = WandbLogger(dir=tmp_path / "ours")
-    info = art.loggers.RunInfo(name="wb2", project="lg", base_model="tiny")
+    info = RunInfo(name="wb2", project="lg", base_model="tiny")
     logger.log_metrics(info, 1, "train", {"loss": 0.25})
     logger.close()
     users.log({"still": 1.0})  # would raise on a finished run
