@@ -166,7 +166,15 @@ def run_variant(
                     time.sleep(1.0)  # into the next batch of calls
                     proc.send_signal(v.signal)
                     break
-        _, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=HANG_S)
+    except subprocess.TimeoutExpired:  # a hang: where each thread stood, then kill it
+        stacks = _stacks(proc.pid, python)
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+        why = (
+            f"still running {HANG_S} s after its end; its threads: {stacks}; stderr: {err[-1500:]}"
+        )
+        return Outcome(name, proc.returncode, False, why, round(time.monotonic() - start, 1))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -174,6 +182,26 @@ def run_variant(
     seconds = time.monotonic() - start
     why = _judge(v, proc.returncode, err, folder, proc.pid)
     return Outcome(name, proc.returncode, not why, why, round(seconds, 1))
+
+
+HANG_S = 180
+"""A script still running this long after it started is hung (one takes 15-20 s alone on 2
+cores, about twice that beside a busy core)."""
+
+
+def _stacks(pid: int, python: str) -> str:
+    """Every thread's Python stack of process `pid`, by py-spy from `python`'s environment
+    (a dependency of the test environment), or why there are none."""
+    spy = Path(python).parent / "py-spy"
+    if not spy.is_file():
+        return "(no py-spy beside the interpreter)"
+    try:
+        out = subprocess.run(
+            [str(spy), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"(py-spy failed: {exc})"
+    return (out.stdout or out.stderr)[-6000:]
 
 
 def _judge(v: Variant, rc: int, stderr: str, folder: Path, pgid: int) -> str:

@@ -110,3 +110,20 @@ def test_a_script_that_never_closes_its_backend_exits_as_python_would(
 ) -> None:
     outcomes = [run_variant(variant, tmp_path / str(i)) for i in range(runs)]
     assert all(o.ok for o in outcomes), [o.why for o in outcomes if not o.ok]
+
+
+def test_a_hung_script_is_reported_with_its_threads_and_leaves_no_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The soak's hang guard: a script still running past HANG_S fails its run with where
+    each of its threads stood (py-spy), and its process group is killed."""
+    from bench.probes import exit_soak
+
+    monkeypatch.setattr(
+        exit_soak, "_SCRIPT", "import time\nprint('ready', flush=True)\ntime.sleep(600)\n"
+    )
+    monkeypatch.setattr(exit_soak, "HANG_S", 5)
+    outcome = exit_soak.run_variant("plain", tmp_path)
+    assert not outcome.ok and outcome.why.startswith("still running 5 s after its end")
+    assert "<module> (script.py:3)" in outcome.why, outcome.why  # the frame, from py-spy
+    assert outcome.seconds < 120
