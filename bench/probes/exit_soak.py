@@ -157,6 +157,7 @@ def run_variant(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_as_from_a_terminal,
     )
     try:
         if v.signal is not None:
@@ -182,6 +183,14 @@ def run_variant(
     seconds = time.monotonic() - start
     why = _judge(v, proc.returncode, err, folder, proc.pid)
     return Outcome(name, proc.returncode, not why, why, round(seconds, 1))
+
+
+def _as_from_a_terminal() -> None:
+    """In the script's process, before it starts: Ctrl-C's default action, as a script
+    started from a terminal has. A soak started in the background by a shell (`cmd &`)
+    inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler: the
+    `sigint` script ran on past its signal until the hang guard killed it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 HANG_S = 180

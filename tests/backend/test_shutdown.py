@@ -127,3 +127,18 @@ def test_a_hung_script_is_reported_with_its_threads_and_leaves_no_process(
     assert not outcome.ok and outcome.why.startswith("still running 5 s after its end")
     assert "<module> (script.py:3)" in outcome.why, outcome.why  # the frame, from py-spy
     assert outcome.seconds < 120
+
+
+@pytest.mark.slow
+def test_ctrl_c_reaches_a_script_whose_parent_ignores_it(tmp_path: Path) -> None:
+    """A shell's background job (`./scripts/test.sh &`) runs with SIGINT ignored, and its
+    children inherit that; the soak gives its script Ctrl-C's default as a terminal does, so
+    the `sigint` script still stops (before, it ran on until the hang guard)."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        outcome = run_variant("sigint", tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert outcome.ok, outcome.why
