@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from art_langgraph.backend.base import Backend, TrainResult
 from art_langgraph.errors import UsageError
+from art_langgraph.runtime.http_pool import with_json_body
 from art_langgraph.runtime.names import LATEST, check_path_name, inference_name
 from art_langgraph.training.config import ModelConfig, TrainConfig
 
@@ -229,14 +230,7 @@ class _AtLatest(httpx.AsyncBaseTransport):
                 body = None
             if isinstance(body, dict) and body.get("model") == self.name:
                 body["model"] = inference_name(self.name, LATEST)
-                headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
-                request = httpx.Request(
-                    request.method,
-                    request.url,
-                    headers=headers,
-                    content=json.dumps(body).encode(),
-                    extensions=request.extensions,
-                )
+                request = with_json_body(request, body)
         return await self.inner.handle_async_request(request)
 
     async def aclose(self) -> None:

@@ -11,6 +11,7 @@ Left out: retries and timeouts (each client sets its own).
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
@@ -144,3 +145,16 @@ def sync_http_client() -> httpx.Client:
         if _SYNC_CLIENT is None or _SYNC_CLIENT.is_closed:
             _SYNC_CLIENT = httpx.Client(limits=_LIMITS, timeout=None)
         return _SYNC_CLIENT
+
+
+def with_json_body(request: httpx.Request, body: dict[str, Any]) -> httpx.Request:
+    """`request` with `body` as its JSON content: its method, URL, headers (but its old
+    Content-Length) and extensions kept; for a transport that rewrites a request on its way."""
+    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
+    return httpx.Request(
+        request.method,
+        request.url,
+        headers=headers,
+        content=json.dumps(body).encode(),
+        extensions=request.extensions,
+    )

@@ -50,6 +50,7 @@ from typing import Any, Literal
 
 import httpx
 
+from art_langgraph.runtime.http_pool import with_json_body
 from art_langgraph.serving.responses_protocol import (
     as_chat_completion,
     chat_messages,
@@ -116,14 +117,7 @@ class _Exchange:
         if "return_token_ids" not in body or "return_token_logprobs" not in body:
             body.setdefault("return_token_ids", True)
             body.setdefault("return_token_logprobs", True)
-            headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
-            request = httpx.Request(
-                request.method,
-                request.url,
-                headers=headers,
-                content=json.dumps(body).encode(),
-                extensions=request.extensions,
-            )
+            request = with_json_body(request, body)
         return cls(request, body, api, sink, handler)
 
     def record(self, completion: bytes | dict[str, Any]) -> None:
