@@ -10,7 +10,7 @@ sampled at temperature 1 and greedy, from the untrained model to the last step.
 
 Rows are added to bench/results/defaults_sweep/defaults_sweep.json as each run ends (a cut
 sweep keeps what finished; a setting run again replaces its row; each row records the commit
-it ran, the file the last session's), and the table goes to docs/benchmarks.md.
+its run started on, the file that of the last sweep), and the table goes to docs/benchmarks.md.
 
 Left out: more than one seed per setting (a sweep picks; the seeds then measure), and a
 grid over every field (the fields swept are named in the table; the rest keep the values
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.learning import run_one, task_args
-from bench.readme import code_state, results_dir, update_docs, write_results
+from bench.readme import results_dir, update_docs, write_results
 from bench.trainer_roofline import cpu_flags
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +80,6 @@ def main(argv: list[str] | None = None) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             row = run_one("capitals", 0, False, flags, Path(tmp), name=name)
         row["flags"] = flags
-        row["commit"], row["dirty"] = code_state()
         print(
             f"{name}: sampled {row['sampled_before']:.2f} -> {row['sampled_after']:.2f}, greedy "
             f"{row['greedy_before']:.2f} -> {row['greedy_after']:.2f}, "
@@ -88,8 +87,8 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
         data["rows"] = [r for r in data["rows"] if r["run"] != name] + [row]
-        for key in ("commit", "dirty"):  # the file's are this session's: write_results's
-            data.pop(key, None)
+        for key in ("commit", "dirty"):  # the file's stamp is this sweep's (write_results);
+            data.pop(key, None)  # each row keeps the commit its run read at its start
         data.update(
             date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             machine=f"{platform.machine()}, {os.cpu_count()} cores, CPU flags: {cpu_flags()}",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import functools
 import json
 import platform
 import subprocess
@@ -48,11 +47,7 @@ def results_dir(name: str) -> Path:
     return ROOT / "bench" / "results" / name
 
 
-@functools.cache
-def code_state() -> tuple[str | None, bool | None]:
-    """The commit checked out in ROOT (full sha) and whether `CODE` has uncommitted changes,
-    read once a process, at its first save (a sweep's later saves keep it); (None, None)
-    without git or outside a checkout."""
+def _read_code_state() -> tuple[str | None, bool | None]:
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=30
@@ -69,6 +64,17 @@ def code_state() -> tuple[str | None, bool | None]:
     if head.returncode or status.returncode:
         return None, None
     return head.stdout.strip(), bool(status.stdout.strip())
+
+
+_AT_START = _read_code_state()  # when the benchmark's process imports this module
+
+
+def code_state() -> tuple[str | None, bool | None]:
+    """The commit checked out in ROOT (full sha) and whether `CODE` had uncommitted
+    changes when this process started its benchmark (imported this module): the code it
+    runs, even when a save comes hours later, after a commit or an edit; (None, None)
+    without git or outside a checkout."""
+    return _AT_START
 
 
 def write_results(path: Path, data: dict) -> None:
