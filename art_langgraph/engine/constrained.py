@@ -6,11 +6,15 @@ makes a fresh `LLMatcher` per request. Whitespace in JSON is not flexible: a ran
 or weak model given the freedom pads forever.
 
 The engine asks each matcher for the allowed-token bitmask before it samples, and
-feeds it the sampled token after. Left out: speculative/fast-forward tokens.
+feeds it the sampled token after. `forced_run` reads ahead the tokens a grammar allows
+alone (a tool call's `{"name": "`, the rest of a function name once its prefix is unique),
+which the engine then feeds in one forward instead of one step each (`TorchEngineConfig.
+fast_forward`). Left out: speculative tokens the grammar does not force.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -124,6 +128,33 @@ class GrammarCompiler:
 
         return llguidance.torch.allocate_token_bitmask(rows, self.vocab_size)
 
+    def forced_run(self, matcher: Any, limit: int, refuse: frozenset[int]) -> list[int]:
+        """The tokens `matcher` allows one at a time, each the only token its mask allows,
+        consumed as they are read; at most `limit`, and none in `refuse` (the end of text:
+        the engine samples those, as it would anyway). Sampling each of them one step at a
+        time would draw the same token: what a fast-forward skips is the step, not a choice."""
+        import llguidance.torch
+
+        run: list[int] = []
+        if limit <= 0 or matcher.is_stopped():
+            return run
+        bitmask = self._one_row
+        while len(run) < limit:
+            llguidance.torch.fill_next_token_bitmask(matcher, bitmask, 0)
+            token = only_token(bitmask[0])
+            if token is None or token in refuse or token >= self.vocab_size:
+                break
+            if not matcher.consume_token(token):  # never expected: it was the only one allowed
+                break
+            run.append(token)
+            if matcher.is_stopped():
+                break
+        return run
+
+    @functools.cached_property
+    def _one_row(self) -> torch.Tensor:
+        return self.allocate_bitmask(1)
+
     @staticmethod
     def mask_logits(
         logits: torch.Tensor, matchers: list[tuple[int, Any]], bitmask: torch.Tensor
@@ -150,6 +181,18 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     k, words = bitmask.shape
     bits = (bitmask.unsqueeze(-1) >> _BITS) & 1  # (k, W, 32)
     return bits.bool().reshape(k, words * 32)[:, :vocab_size]
+
+
+def only_token(words: torch.Tensor) -> int | None:
+    """The token of a packed mask row (ceil(V/32),) int32 when it allows exactly one, else None."""
+    nonzero = words.nonzero()
+    if nonzero.numel() != 1:
+        return None
+    w = int(nonzero[0, 0])
+    bits = int(words[w]) & 0xFFFFFFFF
+    if bits & (bits - 1):
+        return None
+    return 32 * w + bits.bit_length() - 1
 
 
 def _validate(llguidance: Any, tokenizer: Any, grammar: str) -> tuple[bool, bool, list[str]]:

@@ -53,6 +53,10 @@ class Request:
     """Its grammar's matcher (`engine/constrained.py`), or None."""
     completion: list[int] = field(default_factory=list)
     """Tokens sampled so far."""
+    forced: list[int] = field(default_factory=list)
+    """Tokens its grammar forces after its last one, read ahead (`GrammarCompiler.
+    forced_run`) and already consumed by its matcher: the engine feeds them with the next
+    forward and records them, with their logprobs, from its logits."""
     logprobs: list[float] = field(default_factory=list)
     """The logprob of each sampled token."""
     top: list[list[tuple[int, float]]] | None = None
@@ -95,24 +99,37 @@ class Request:
             for x in s.stop:
                 if x in tail:
                     return "stop", x
-        if self.matcher is not None and self.matcher.is_stopped():
-            return "stop", None
+        if self.matcher is not None and not self.forced and self.matcher.is_stopped():
+            return "stop", None  # (a run read ahead may have stopped it: recorded first)
         if len(self.completion) >= s.max_tokens:
             return "length", None
         if len(self.prompt_ids) + len(self.completion) >= context_length:
             return "length", None
         return None
 
-    def record(self, token: int, logprob: float, top: list[tuple[int, float]] | None) -> None:
+    def record(
+        self,
+        token: int,
+        logprob: float,
+        top: list[tuple[int, float]] | None,
+        *,
+        consumed: bool = False,
+    ) -> None:
         """Add a sampled token: its logprob (and top pairs, when asked for), the grammar's
-        step, and, when streaming, the token to the caller."""
+        step (unless the matcher `consumed` it already: a forced token read ahead), and,
+        when streaming, the token to the caller."""
         self.completion.append(token)
         self.logprobs.append(logprob)
         if top is not None:
             self.top = self.top if self.top is not None else []
             self.top.append(top)
         matcher = self.matcher
-        if matcher is not None and not matcher.is_stopped() and not matcher.consume_token(token):
+        if (
+            matcher is not None
+            and not consumed
+            and not matcher.is_stopped()
+            and not matcher.consume_token(token)
+        ):
             log.warning("grammar rejected token %d: %s", token, matcher.get_error())
         if self.stream:
             self.emit(TokenEvent(token, logprob, top))

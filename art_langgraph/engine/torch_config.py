@@ -71,6 +71,12 @@ class TorchEngineConfig:
     weight in memory (the merged copy of `merge_latest` holds those of its adapter's layers,
     the base the rest). float32, and bfloat16 where the CPU multiplies it in hardware;
     ignored elsewhere."""
+    fast_forward: bool = True
+    """Feed the tokens a request's grammar forces (a forced tool call's `{"name": "`, the
+    rest of a function name once its prefix is unique) in the forward that follows, a
+    run per row, instead of one decode step each: the same tokens and logprobs, fewer
+    steps (`GrammarCompiler.forced_run`; SGLang's jump-forward decoding). Requests
+    without a grammar, or with stop strings, decode one token a step either way."""
     chat_template: str | None = None
     """A Jinja chat template (its text, or a file path) replacing the tokenizer's own, as
     vLLM's --chat-template. None: the tokenizer's template; one that ignores tools gets them

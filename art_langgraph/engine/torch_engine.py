@@ -4,7 +4,9 @@ One worker thread owns the model. Requests from any event loop are queued; at ev
 step the worker admits new requests (a batched, left-padded prefill whose KV cache is
 merged into the running batch), then runs one decode forward for every active
 sequence, samples a token per row (each row with its own temperature, top-p, seed,
-grammar and adapter), and retires the rows that finished. Rows of one batch may use
+grammar and adapter), and retires the rows that finished. Tokens a row's grammar forces
+are read ahead and fed together in the next forward, each recorded with its logprob from
+that forward's logits (`_decode_forced`, `TorchEngineConfig.fast_forward`). Rows of one batch may use
 different LoRA adapters (peft's mixed-adapter batches). `scheduling="dynamic"` admits
 new requests only when the batch has drained, for comparison (see bench/).
 
@@ -120,6 +122,9 @@ class TorchEngine:
         """Decode steps run so far (for tests and metrics)."""
         self.shared_prefix_tokens = 0
         """Prompt tokens not prefilled because a batch shared them (for tests and metrics)."""
+        self.forced_tokens = 0
+        """Completion tokens a grammar forced, fed without a decode step of their own
+        (`TorchEngineConfig.fast_forward`; for tests and metrics)."""
         self._kv_token_bytes = kv_token_bytes(model.config, next(model.parameters()).dtype)
         self._kv_budget = kv_budget(self.config.max_kv_bytes, self.device)
         self._prefix = PrefixCache(
@@ -391,7 +396,8 @@ class TorchEngine:
                 deadline = time.perf_counter() + self.config.admit_wait_s
         return new
 
-    def _forward(self, input_ids, mask, pos, cache, keys: list[str]) -> torch.Tensor:
+    def _forward(self, input_ids, mask, pos, cache, keys: list[str], keep: int = 1) -> torch.Tensor:
+        """The logits of each row's last token (B, V), or of its last `keep` (B, keep, V)."""
         kwargs: dict[str, Any] = {}
         scope: Any = contextlib.nullcontext()
         model = self.model
@@ -420,10 +426,10 @@ class TorchEngine:
                 **{self._cache_kw: cache},
                 cache_position=torch.arange(t, t + q, device=self.device),
                 use_cache=True,
-                logits_to_keep=1,
+                logits_to_keep=keep,
                 **kwargs,
             )
-        return out.logits[:, -1, :]  # (B, V)
+        return out.logits[:, -1, :] if keep == 1 else out.logits
 
     def _prefill(self, new: list[Request]) -> None:
         """Prefill the new rows. Each row starts from the longest prefix of its prompt that
@@ -519,6 +525,10 @@ class TorchEngine:
         return cache, mask, pos, logits
 
     def _decode(self) -> None:
+        runs = [len(r.forced) if r is not None else 0 for r in self._batch.rows]
+        if any(runs):
+            self._decode_forced(runs)
+            return
         batch = self._batch
         assert batch.mask is not None and batch.next is not None and batch.pos is not None
         b = len(batch.rows)
@@ -545,6 +555,70 @@ class TorchEngine:
             batch.next = self._sample(rows, logits).to(self.device)
         batch.pos = batch.pos + 1
         self.steps += 1
+        self._retire_finished()
+
+    def _decode_forced(self, runs: list[int]) -> None:
+        """One decode forward in which rows feed, after their next token, tokens their
+        grammar forces (`Request.forced`): up to `q - 1` each, right-aligned in the step's
+        `q` new columns, pads masked out. Each fed forced token is recorded with its
+        logprob from the logits of the column before it. A row whose run is used up samples
+        its next token from its last column, as any decode does; one with forced tokens
+        left records the first of them from there and feeds it next."""
+        batch = self._batch
+        assert batch.mask is not None and batch.next is not None and batch.pos is not None
+        b = len(batch.rows)
+        q = 1 + forced_width(runs)
+        fed = [min(n, q - 1) for n in runs]
+        nxt = batch.next.tolist()
+        ids = torch.full((b, q), self.pad_token_id, dtype=torch.long)
+        new_mask = torch.zeros((b, q), dtype=torch.long)
+        offsets = torch.zeros((b, q), dtype=torch.long)
+        for i, r in enumerate(batch.rows):
+            n = 1 + fed[i]
+            ids[i, q - n :] = torch.tensor([nxt[i], *(r.forced[: fed[i]] if r else [])])
+            new_mask[i, q - n :] = 1
+            offsets[i, q - n :] = torch.arange(n)
+        dev = self.device
+        batch.mask = torch.cat([batch.mask, new_mask.to(dev)], 1)
+        pos = batch.pos.unsqueeze(1) + offsets.to(dev)  # pads repeat a real position, masked out
+        live = [i for i, r in enumerate(batch.rows) if r is not None]
+        fill = batch.rows[live[0]].adapter_key  # type: ignore[union-attr]
+        keys = [r.adapter_key if r is not None else fill for r in batch.rows]
+        logits = self._forward(ids.to(dev), batch.mask, pos, batch.cache, keys, keep=q)
+        logits = logits.unsqueeze(1) if q == 1 else logits  # (B, q, V)
+        self.steps += 1
+        self.forced_tokens += sum(fed)
+        to_sample: list[int] = []
+        for i in live:
+            r = batch.rows[i]
+            assert r is not None
+            cols = list(range(q - 1 - fed[i], q))  # the columns whose logits predict
+            wanted = r.forced[: fed[i]] + r.forced[fed[i] : fed[i] + 1]
+            if len(wanted) > fed[i]:
+                self.forced_tokens += 1  # recorded here, fed with the next step
+            lp = raw_logprobs(logits[i, cols[: len(wanted)]])  # (n, V)
+            k = r.sampling.top_logprobs
+            top_v = top_i = None
+            if k:
+                top_v, top_i = (t.cpu() for t in lp.topk(k, dim=-1))
+            chosen = lp.gather(1, torch.tensor(wanted, device=lp.device).unsqueeze(1))
+            for j, (tok, value) in enumerate(zip(wanted, chosen.squeeze(1).tolist(), strict=True)):
+                top = None
+                if top_v is not None and top_i is not None:
+                    top = list(zip(top_i[j].tolist(), top_v[j].tolist(), strict=True))
+                r.record(tok, value, top, consumed=True)
+            r.forced = r.forced[len(wanted) :]
+            if len(wanted) > fed[i]:
+                nxt[i] = wanted[-1]
+            elif not (r.matcher is not None and r.matcher.is_stopped()):
+                to_sample.append(i)  # else it ends here: its grammar is done
+        if to_sample:
+            idx = torch.tensor(to_sample)
+            tokens = self._sample([batch.rows[i] for i in to_sample], logits[idx, -1])  # type: ignore[misc]
+            for i, t in zip(to_sample, tokens.tolist(), strict=True):
+                nxt[i] = t
+        batch.next = torch.tensor(nxt, dtype=torch.long, device=dev)
+        batch.pos = batch.pos + torch.tensor([1 + f for f in fed], device=dev)
         self._retire_finished()
 
     def _sample(self, rows: list[Request], logits: torch.Tensor) -> torch.Tensor:
@@ -577,6 +651,18 @@ class TorchEngine:
             r.record(tok_list[i], lp_list[i], top)
         return tokens
 
+    def _read_ahead(self, r: Request) -> list[int]:
+        """The tokens `r`'s grammar forces next (`GrammarCompiler.forced_run`), leaving room
+        for one sampled token within its max_tokens and the context. None for a request
+        with stop strings: a forced token could complete one, and the step would run past it."""
+        s = r.sampling
+        if s.stop:
+            return []
+        done = len(r.prompt_ids) + len(r.completion)
+        limit = min(s.max_tokens - len(r.completion), self.context_length - done) - 1
+        refuse = self.eos_token_ids | frozenset(s.stop_token_ids)
+        return self.grammars.forced_run(r.matcher, limit, refuse)
+
     def _retire_finished(self) -> None:
         """Emit the rows that finished and free their slots. A freed slot keeps its place
         (its mask row zeroed) for the next admitted row, so retiring copies nothing; the
@@ -589,6 +675,8 @@ class TorchEngine:
                 continue
             done = r.finish_reason(self.eos_token_ids, self.tokenizer, self.context_length)
             if done is None:
+                if r.matcher is not None and not r.forced and self.config.fast_forward:
+                    r.forced = self._read_ahead(r)
                 continue
             if self._prefix.enabled and len(r.completion) > 1:
                 seen = r.prompt_ids + r.completion[:-1]
@@ -598,3 +686,17 @@ class TorchEngine:
             retired = True
         if retired:
             batch.shrink()
+
+
+def forced_width(runs: list[int]) -> int:
+    """How many forced tokens a decode step feeds per row, given each row's run (0 for
+    none): the longest run such that the step's real tokens are at least its padding.
+    Every row gets the step's columns, so a width only one row fills would grow the whole
+    batch's KV by pads; this bounds that growth to the real tokens it carries."""
+    best = 0
+    b = len(runs)
+    for k in sorted(set(runs)):
+        real = sum(1 + min(n, k) for n in runs)
+        if 2 * real >= b * (1 + k):
+            best = k
+    return best
