@@ -41,6 +41,23 @@ CODE = ("art_langgraph", "art_mcp", "bench", "examples", ":(exclude)bench/result
 """The paths whose uncommitted changes make a result `dirty`: the code, not its results."""
 
 
+def alternate_arms(
+    module: str, arms: list[str], repeats: int, flags: list[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """Run `python -m module --only ARM *flags` for each arm in turn, `repeats` rounds (the
+    arms alternating, so drift hits them alike), each in a process of its own; each child
+    prints its result as JSON on its last line. Returns every arm's results in order."""
+    import sys
+
+    runs: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
+    for _ in range(repeats):
+        for arm in arms:
+            cmd = [sys.executable, "-m", module, "--only", arm, *flags]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            runs[arm].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return runs
+
+
 def results_dir(name: str) -> Path:
     """The folder of benchmark `name`'s results (its module's name: `learning_bfcl`, or
     `engine_kv` for bench/probes/engine_kv.py): bench/results/NAME/."""

@@ -21,14 +21,12 @@ import asyncio
 import json
 import resource
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from art_langgraph.runtime.devices import matmul_flags
-from bench.readme import publish, results_dir
+from bench.readme import alternate_arms, publish, results_dir
 
 RESULTS = results_dir("prefill_groups") / "prefill_groups.json"
 ARMS = ["all_rows_only", "grouped"]
@@ -114,14 +112,11 @@ def main() -> None:
     if args.only:
         print(json.dumps(child(args.only, args)))
         return
-    runs: dict[str, list[dict[str, Any]]] = {a: [] for a in ARMS}
-    for _ in range(args.repeats):
-        for arm in ARMS:  # alternating: drift hits both arms alike
-            cmd = [sys.executable, "-m", "bench.probes.prefill_groups", "--only", arm]
-            for flag in ("groups", "group_size", "tools_tokens", "tokens"):
-                cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    flags = [
+        f"--{flag.replace('_', '-')}={getattr(args, flag)}"
+        for flag in ("groups", "group_size", "tools_tokens", "tokens")
+    ]
+    runs = alternate_arms("bench.probes.prefill_groups", ARMS, args.repeats, flags)
     same = all(r["tokens"] == runs[ARMS[0]][0]["tokens"] for rs in runs.values() for r in rs)
     med = {
         a: {k: statistics.median(r[k] for r in rs) for k in ("prefill_s", "wall_s", "peak_rss_mib")}
