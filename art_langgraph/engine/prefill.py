@@ -4,8 +4,9 @@ rows share a head.
 A row starts from the KV the prefix cache holds of its prompt (`PrefillStart.hit`), or
 from a head its batch shares (`PrefillStart.head`): `prefix_clusters` picks the groups of
 prompts whose common prefix is worth one forward (a GRPO group's prompt, an agent's
-system prompt and tools), and `fill_starts` lays every row's start into the KV cache the
-prefill forward extends, right-aligned under left padding.
+system prompt and tools), `fill_starts` lays every row's start into the KV cache the
+prefill forward extends, right-aligned under left padding, and `prefill_inputs` lays out
+the rest: each prompt's suffix after its start, its mask and positions.
 
 Left out: running the forward and merging its rows into the batch (`torch_engine.py`,
 `batch.py`), and the cache across requests (`prefix_cache.py`).
@@ -116,3 +117,35 @@ def fill_starts(
                 buf_k[i, :, lo:width].view(h, k, bs, d).copy_(kv[:, 0].transpose(0, 1))
                 buf_v[i, :, lo:width].view(h, k, bs, d).copy_(kv[:, 1].transpose(0, 1))
         preset_layer(layer, buf_k, buf_v, width)
+
+
+def prefill_inputs(
+    cache: Any,
+    prompts: list[list[int]],
+    starts: list[PrefillStart],
+    pad: int,
+    block_size: int,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The prefill forward's inputs: every row's start laid into `cache` (`fill_starts`),
+    then the (B, S) ids of each prompt's suffix after its start, left-padded; the (B, T)
+    mask over starts and suffixes (`[pads | start | pads | suffix]`); the (B, S) positions,
+    continuing each row's start."""
+    b = len(prompts)
+    width = max(s.tokens for s in starts)
+    mask_start = torch.zeros((b, width), dtype=torch.long)
+    suffix = max(len(p) - s.tokens for p, s in zip(prompts, starts, strict=True))
+    if width:
+        fill_starts(cache, starts, width, suffix, block_size, device)
+        for i, st in enumerate(starts):
+            mask_start[i, width - st.tokens :] = 1
+    ids = torch.full((b, suffix), pad, dtype=torch.long)
+    mask = torch.zeros((b, suffix), dtype=torch.long)
+    for i, (p, st) in enumerate(zip(prompts, starts, strict=True)):
+        n = len(p) - st.tokens
+        ids[i, suffix - n :] = torch.tensor(p[st.tokens :])
+        mask[i, suffix - n :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    offset = torch.tensor([s.tokens for s in starts], device=device)[:, None]
+    pos = offset + (mask.cumsum(-1) - 1).clamp(min=0)  # (B, S)
+    return ids, torch.cat([mask_start.to(device), mask], 1), pos

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from art_langgraph.engine.base import GenerateResult, SamplingParams, TokenEvent
+from art_langgraph.errors import ContextLengthError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,19 @@ class Request:
                 "decode_s": max(0.0, now - self.t_first),
             },
         )
+
+
+def checked_prompt(prompt_ids: Any, vocab_size: int, context_length: int) -> list[int]:
+    """The prompt as a list of ints, refused (`UsageError`, `ContextLengthError`) when it
+    is empty, holds an id outside the vocabulary, or leaves no room in the context."""
+    prompt = [int(i) for i in prompt_ids]
+    if not prompt:
+        raise UsageError("the prompt is empty")
+    if max(prompt) >= vocab_size or min(prompt) < 0:
+        raise UsageError(f"prompt token ids must be in [0, {vocab_size})")
+    if len(prompt) >= context_length:
+        raise ContextLengthError(len(prompt), None, context_length)
+    return prompt
 
 
 Emit = Callable[[TokenEvent | GenerateResult | BaseException], None]

@@ -19,6 +19,19 @@ def raw_logprobs(logits: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.float(), dim=-1)
 
 
+def top_pairs(lp: torch.Tensor, counts: list[int]) -> list[list[tuple[int, float]] | None]:
+    """Per row of logprobs (B, V), its `counts[i]` most likely (id, logprob) pairs, or None
+    where it asks for none (the OpenAI API's `top_logprobs`)."""
+    k = max(counts, default=0)
+    if not k:
+        return [None] * len(counts)
+    values, ids = (t.cpu() for t in lp.topk(k, dim=-1))
+    return [
+        list(zip(ids[i, :n].tolist(), values[i, :n].tolist(), strict=True)) if n else None
+        for i, n in enumerate(counts)
+    ]
+
+
 def apply_top_p(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Zero out the tail of each row beyond its nucleus and renormalise.
 

@@ -5,8 +5,7 @@ step the worker admits new requests (a batched, left-padded prefill whose KV cac
 merged into the running batch), then runs one decode forward for every active
 sequence, samples a token per row (each row with its own temperature, top-p, seed,
 grammar and adapter), and retires the rows that finished. Tokens a row's grammar forces
-are read ahead and fed together in the next forward, each recorded with its logprob from
-that forward's logits (`_decode_forced`, `TorchEngineConfig.fast_forward`). Rows of one batch may use
+are fed together in the next forward (`engine/fast_forward.py`). Rows of one batch may use
 different LoRA adapters (peft's mixed-adapter batches). `scheduling="dynamic"` admits
 new requests only when the batch has drained, for comparison (see bench/).
 
@@ -35,7 +34,6 @@ Left out: paged attention and chunked prefill; vLLM is the engine for those.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
@@ -59,12 +57,13 @@ from art_langgraph.engine.base import (
 from art_langgraph.engine.batch import RunningBatch
 from art_langgraph.engine.budgets import kv_budget, kv_token_bytes, prefix_budget
 from art_langgraph.engine.constrained import GrammarCompiler
+from art_langgraph.engine.fast_forward import forced_width, read_ahead, record_fed, step_inputs
 from art_langgraph.engine.kv_cache import cache_keyword, growing_cache
 from art_langgraph.engine.packed_linear import pack_linears
-from art_langgraph.engine.prefill import PrefillStart, fill_starts, prefix_clusters
+from art_langgraph.engine.prefill import PrefillStart, prefill_inputs, prefix_clusters
 from art_langgraph.engine.prefix_cache import PrefixCache, full_attention_only
-from art_langgraph.engine.request import Request, to_future, to_queue
-from art_langgraph.engine.sampling import raw_logprobs, sample_rows
+from art_langgraph.engine.request import Request, checked_prompt, to_future, to_queue
+from art_langgraph.engine.sampling import raw_logprobs, sample_rows, top_pairs
 from art_langgraph.engine.torch_config import TorchEngineConfig
 from art_langgraph.errors import InfrastructureError, UsageError
 from art_langgraph.runtime import devices
@@ -285,15 +284,7 @@ class TorchEngine:
     def _submit(self, prompt_ids, sampling, adapter, emit, *, stream) -> Request:
         if self._closing:
             raise InfrastructureError("the engine is closed")
-        prompt = [int(i) for i in prompt_ids]
-        if not prompt:
-            raise UsageError("the prompt is empty")
-        if max(prompt) >= self.vocab_size or min(prompt) < 0:
-            raise UsageError(f"prompt token ids must be in [0, {self.vocab_size})")
-        if len(prompt) >= self.context_length:
-            from art_langgraph.errors import ContextLengthError
-
-            raise ContextLengthError(len(prompt), None, self.context_length)
+        prompt = checked_prompt(prompt_ids, self.vocab_size, self.context_length)
         key = BASE_KEY
         if adapter is not None:
             if adapter not in self._slots.adapters:
@@ -398,24 +389,7 @@ class TorchEngine:
 
     def _forward(self, input_ids, mask, pos, cache, keys: list[str], keep: int = 1) -> torch.Tensor:
         """The logits of each row's last token (B, V), or of its last `keep` (B, keep, V)."""
-        kwargs: dict[str, Any] = {}
-        scope: Any = contextlib.nullcontext()
-        model = self.model
-        if self.model is not self.base_model:
-            unique = set(keys)
-            merged_key = self._slots.merged_key
-            if merged_key is not None and unique == {merged_key}:
-                model = self._slots.merged
-            elif unique == {BASE_KEY}:
-                scope = self.model.disable_adapter()
-            elif len(unique) == 1:
-                # One adapter for the whole batch: peft's plain path is ~1.7x faster than its
-                # mixed-batch path (measured on the tiny preset, 32 rows).
-                (key,) = unique
-                if self.model.active_adapter != key:
-                    self.model.set_adapter(key)
-            else:
-                kwargs["adapter_names"] = keys
+        model, scope, kwargs = self._slots.route(keys)
         t = cache.get_seq_length()
         q = input_ids.shape[1]
         with scope:
@@ -499,25 +473,10 @@ class TorchEngine:
         """One prefill forward of `prompts`, each row after its start's KV; every full block
         of each prompt goes into the prefix cache. Returns the cache, the (B, T) mask, the
         (B, S) positions of the suffix and the (B, V) logits of each row's last token."""
-        b = len(prompts)
-        width = max(s.tokens for s in starts)
         cache = growing_cache(self.model.config)
-        mask_start = torch.zeros((b, width), dtype=torch.long)
-        suffix = max(len(p) - s.tokens for p, s in zip(prompts, starts, strict=True))
-        if width:
-            fill_starts(cache, starts, width, suffix, self._prefix.block_size, self.device)
-            for i, st in enumerate(starts):
-                mask_start[i, width - st.tokens :] = 1
-        ids = torch.full((b, suffix), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((b, suffix), dtype=torch.long)
-        for i, (p, st) in enumerate(zip(prompts, starts, strict=True)):
-            n = len(p) - st.tokens
-            ids[i, suffix - n :] = torch.tensor(p[st.tokens :])
-            mask[i, suffix - n :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        offset = torch.tensor([s.tokens for s in starts], device=self.device)[:, None]
-        pos = offset + (mask.cumsum(-1) - 1).clamp(min=0)  # (B, S)
-        mask = torch.cat([mask_start.to(self.device), mask], 1)  # (B, T)
+        ids, mask, pos = prefill_inputs(
+            cache, prompts, starts, self.pad_token_id, self._prefix.block_size, self.device
+        )
         logits = self._forward(ids, mask, pos, cache, [r.adapter_key for r in rows])
         if self._prefix.enabled:
             for i, (p, r) in enumerate(zip(prompts, rows, strict=True)):
@@ -558,63 +517,35 @@ class TorchEngine:
         self._retire_finished()
 
     def _decode_forced(self, runs: list[int]) -> None:
-        """One decode forward in which rows feed, after their next token, tokens their
-        grammar forces (`Request.forced`): up to `q - 1` each, right-aligned in the step's
-        `q` new columns, pads masked out. Each fed forced token is recorded with its
-        logprob from the logits of the column before it. A row whose run is used up samples
-        its next token from its last column, as any decode does; one with forced tokens
-        left records the first of them from there and feeds it next."""
+        """One decode forward in which rows feed, after their next token, up to
+        `forced_width` tokens of their grammar's forced run, each recorded from this
+        forward's logits; rows whose run is used up sample as any decode does
+        (`engine/fast_forward.py`)."""
         batch = self._batch
         assert batch.mask is not None and batch.next is not None and batch.pos is not None
-        b = len(batch.rows)
-        q = 1 + forced_width(runs)
-        fed = [min(n, q - 1) for n in runs]
+        width = forced_width(runs)
+        fed = [min(n, width) for n in runs]
         nxt = batch.next.tolist()
-        ids = torch.full((b, q), self.pad_token_id, dtype=torch.long)
-        new_mask = torch.zeros((b, q), dtype=torch.long)
-        offsets = torch.zeros((b, q), dtype=torch.long)
-        for i, r in enumerate(batch.rows):
-            n = 1 + fed[i]
-            ids[i, q - n :] = torch.tensor([nxt[i], *(r.forced[: fed[i]] if r else [])])
-            new_mask[i, q - n :] = 1
-            offsets[i, q - n :] = torch.arange(n)
-        dev = self.device
+        ids, new_mask, offsets = step_inputs(batch.rows, nxt, fed, self.pad_token_id)
+        dev, q = self.device, ids.shape[1]
         batch.mask = torch.cat([batch.mask, new_mask.to(dev)], 1)
-        pos = batch.pos.unsqueeze(1) + offsets.to(dev)  # pads repeat a real position, masked out
-        live = [i for i, r in enumerate(batch.rows) if r is not None]
-        fill = batch.rows[live[0]].adapter_key  # type: ignore[union-attr]
-        keys = [r.adapter_key if r is not None else fill for r in batch.rows]
-        logits = self._forward(ids.to(dev), batch.mask, pos, batch.cache, keys, keep=q)
+        fill = next(r for r in batch.rows if r is not None).adapter_key
+        logits = self._forward(
+            ids.to(dev),
+            batch.mask,
+            batch.pos.unsqueeze(1) + offsets.to(dev),
+            batch.cache,
+            [r.adapter_key if r is not None else fill for r in batch.rows],
+            keep=q,
+        )
         logits = logits.unsqueeze(1) if q == 1 else logits  # (B, q, V)
         self.steps += 1
-        self.forced_tokens += sum(fed)
-        to_sample: list[int] = []
-        for i in live:
-            r = batch.rows[i]
-            assert r is not None
-            cols = list(range(q - 1 - fed[i], q))  # the columns whose logits predict
-            wanted = r.forced[: fed[i]] + r.forced[fed[i] : fed[i] + 1]
-            if len(wanted) > fed[i]:
-                self.forced_tokens += 1  # recorded here, fed with the next step
-            lp = raw_logprobs(logits[i, cols[: len(wanted)]])  # (n, V)
-            k = r.sampling.top_logprobs
-            top_v = top_i = None
-            if k:
-                top_v, top_i = (t.cpu() for t in lp.topk(k, dim=-1))
-            chosen = lp.gather(1, torch.tensor(wanted, device=lp.device).unsqueeze(1))
-            for j, (tok, value) in enumerate(zip(wanted, chosen.squeeze(1).tolist(), strict=True)):
-                top = None
-                if top_v is not None and top_i is not None:
-                    top = list(zip(top_i[j].tolist(), top_v[j].tolist(), strict=True))
-                r.record(tok, value, top, consumed=True)
-            r.forced = r.forced[len(wanted) :]
-            if len(wanted) > fed[i]:
-                nxt[i] = wanted[-1]
-            elif not (r.matcher is not None and r.matcher.is_stopped()):
-                to_sample.append(i)  # else it ends here: its grammar is done
+        to_sample, recorded = record_fed(batch.rows, logits, fed, nxt)
+        self.forced_tokens += recorded
+        self._counts.generation_tokens += recorded
         if to_sample:
-            idx = torch.tensor(to_sample)
-            tokens = self._sample([batch.rows[i] for i in to_sample], logits[idx, -1])  # type: ignore[misc]
+            rows = [r for i in to_sample if (r := batch.rows[i]) is not None]
+            tokens = self._sample(rows, logits[torch.tensor(to_sample), -1])
             for i, t in zip(to_sample, tokens.tolist(), strict=True):
                 nxt[i] = t
         batch.next = torch.tensor(nxt, dtype=torch.long, device=dev)
@@ -639,29 +570,10 @@ class TorchEngine:
         tokens = tokens.cpu()
         tok_list, lp_list = tokens.tolist(), chosen.tolist()
         self._counts.generation_tokens += len(tok_list)
-        k = max(r.sampling.top_logprobs for r in rows)
-        top_v = top_i = None
-        if k:
-            top_v, top_i = (t.cpu() for t in lp.topk(k, dim=-1))
+        tops = top_pairs(lp, [r.sampling.top_logprobs for r in rows])
         for i, r in enumerate(rows):
-            top = None
-            if r.sampling.top_logprobs and top_v is not None and top_i is not None:
-                n = r.sampling.top_logprobs
-                top = list(zip(top_i[i, :n].tolist(), top_v[i, :n].tolist(), strict=True))
-            r.record(tok_list[i], lp_list[i], top)
+            r.record(tok_list[i], lp_list[i], tops[i])
         return tokens
-
-    def _read_ahead(self, r: Request) -> list[int]:
-        """The tokens `r`'s grammar forces next (`GrammarCompiler.forced_run`), leaving room
-        for one sampled token within its max_tokens and the context. None for a request
-        with stop strings: a forced token could complete one, and the step would run past it."""
-        s = r.sampling
-        if s.stop:
-            return []
-        done = len(r.prompt_ids) + len(r.completion)
-        limit = min(s.max_tokens - len(r.completion), self.context_length - done) - 1
-        refuse = self.eos_token_ids | frozenset(s.stop_token_ids)
-        return self.grammars.forced_run(r.matcher, limit, refuse)
 
     def _retire_finished(self) -> None:
         """Emit the rows that finished and free their slots. A freed slot keeps its place
@@ -676,7 +588,7 @@ class TorchEngine:
             done = r.finish_reason(self.eos_token_ids, self.tokenizer, self.context_length)
             if done is None:
                 if r.matcher is not None and not r.forced and self.config.fast_forward:
-                    r.forced = self._read_ahead(r)
+                    r.forced = read_ahead(r, self.grammars, self.eos_token_ids, self.context_length)
                 continue
             if self._prefix.enabled and len(r.completion) > 1:
                 seen = r.prompt_ids + r.completion[:-1]
@@ -686,17 +598,3 @@ class TorchEngine:
             retired = True
         if retired:
             batch.shrink()
-
-
-def forced_width(runs: list[int]) -> int:
-    """How many forced tokens a decode step feeds per row, given each row's run (0 for
-    none): the longest run such that the step's real tokens are at least its padding.
-    Every row gets the step's columns, so a width only one row fills would grow the whole
-    batch's KV by pads; this bounds that growth to the real tokens it carries."""
-    best = 0
-    b = len(runs)
-    for k in sorted(set(runs)):
-        real = sum(1 + min(n, k) for n in runs)
-        if 2 * real >= b * (1 + k):
-            best = k
-    return best

@@ -13,7 +13,8 @@ import torch
 
 from art_langgraph.engine import SamplingParams, TorchEngineConfig
 from art_langgraph.engine.constrained import only_token, unpack_bitmask
-from art_langgraph.engine.torch_engine import TorchEngine, forced_width
+from art_langgraph.engine.fast_forward import forced_width
+from art_langgraph.engine.torch_engine import TorchEngine
 from art_langgraph.errors import UsageError
 
 TOOLS = [
