@@ -5,7 +5,8 @@ its KV masked out until a new row fills it or the batch is compacted), the rows'
 (`kv_cache.py`), the (B, T) attention mask, and each row's next token and its position.
 New rows join by `merge` (into free slots in place when they fit, else by rebuilding the
 buffers with them appended); `free` retires a row without a copy, and `shrink` then
-compacts the batch, drops the columns no live row uses, or empties it.
+compacts the batch, drops the columns no live row uses, or empties it; `squeeze_pads`
+drops the masked columns fast-forward steps leave between a row's tokens.
 
 Left out: what the rows compute (`torch_engine.py`: prefill, decode, sampling, retiring)
 and which rows are admitted (its admission, under `TorchEngineConfig`'s budgets).
@@ -17,7 +18,7 @@ from typing import Any
 
 import torch
 
-from art_langgraph.engine.kv_cache import drop_left, fill_rows, merge_rows
+from art_langgraph.engine.kv_cache import drop_left, fill_rows, merge_rows, squeeze_columns
 from art_langgraph.engine.request import Request
 from art_langgraph.runtime.heap import release_free_memory
 
@@ -35,6 +36,8 @@ class RunningBatch:
         self.pos: torch.Tensor | None = None  # (B,) its position
         self.admitted_in_place = 0
         """Rows admitted into free slots (no copy of the others)."""
+        self.squeezed = 0
+        """Times the batch was rebuilt without pads (`squeeze_pads`)."""
 
     @property
     def active(self) -> int:
@@ -115,6 +118,18 @@ class RunningBatch:
         if lead:
             self.mask = self.mask[:, lead:]
             drop_left(self.cache, lead)
+
+    def squeeze_pads(self) -> bool:
+        """Rebuild the batch without the masked columns between rows' tokens once they make
+        it a quarter (and 64 columns) wider than its longest row (`kv_cache.squeeze_columns`:
+        one copy of every row's KV). Returns whether it did."""
+        assert self.mask is not None
+        longest = int(self.mask.sum(-1).max())
+        if self.mask.shape[1] <= longest + max(64, longest // 4):
+            return False
+        self.mask = squeeze_columns(self.cache, self.mask)
+        self.squeezed += 1
+        return True
 
     def reset(self) -> None:
         """Empty the batch; its KV cache's blocks go back to the OS (heap.py)."""

@@ -143,6 +143,41 @@ def merge_rows(old: DynamicCache, new: DynamicCache, width: int) -> None:
         new_l.reset()  # frees this layer of `new` now, not after the whole merge
 
 
+def squeeze_columns(cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:
+    """Rebuild every layer with each row's real columns (where `mask` (B, T) is 1) only,
+    right-aligned, into buffers as wide as the longest row (with spare room): the masked
+    columns between a row's tokens (a fast-forward step's pads, the stale columns of a
+    slot filled in place) go. Keys keep the positions they were computed at, and attention
+    does not depend on where a column sits, so the outputs are the same. Returns the new
+    (B, width) mask."""
+    lengths = mask.sum(-1)  # (B,)
+    width = int(lengths.max())
+    rows, cols = mask.nonzero(as_tuple=True)  # each real column, row by row, in order
+    starts = (width - lengths).repeat_interleave(lengths)  # each row's first new column
+    order = torch.arange(len(rows), device=mask.device) - (
+        lengths.cumsum(0) - lengths
+    ).repeat_interleave(lengths)
+    dest = starts + order
+    layer: Any
+    for layer in cache.layers:
+        k, v = layer.keys, layer.values
+        b, h, _, d = k.shape
+        room = max(_MIN_ROOM, width // 4)
+        buf_k = k.new_zeros((b, h, width + room, d))
+        buf_v = v.new_zeros((b, h, width + room, d))
+        buf_k[rows, :, dest] = k[rows, :, cols]
+        buf_v[rows, :, dest] = v[rows, :, cols]
+        if isinstance(layer, GrowingLayer):
+            layer._buf_k, layer._buf_v = buf_k, buf_v
+            layer._view(width)
+        else:
+            layer.keys, layer.values = buf_k[:, :, :width], buf_v[:, :, :width]
+        del k, v
+    new = torch.zeros((mask.shape[0], width), dtype=mask.dtype, device=mask.device)
+    new[rows, dest] = 1
+    return new
+
+
 def fill_rows(old: DynamicCache, new: DynamicCache, slots: list[int], width: int) -> bool:
     """Write `new`'s rows into rows `slots[:len(new rows)]` of `old`, right-aligned at
     `width` (the batch's current length): admitting rows into free slots copies only the

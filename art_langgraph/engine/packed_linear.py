@@ -62,6 +62,30 @@ def packed_weight(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _BATCH_HINT)
 
 
+PACKED_ROWS = 64
+"""Most rows one packed multiply takes. oneDNN builds and keeps a kernel, with its own
+buffers, for every row count it meets: fed every count from 1 to 400 (a prefill's, or a
+fast-forward step's rows), two of SmolLM2's linear layers grew the process by ~900 MiB
+and ran 2.5x slower than `F.linear`, against no growth at one count
+(bench/results/packed_shapes/packed_shapes.json). So a packed multiply takes at most this
+many rows, rounded up to `ROW_BUCKET` with zero rows: a handful of counts. More rows (a
+prefill) go to `F.linear`, where one reorder of the weight is spread over them, or, for a
+layer held only packed, through the packed multiply in chunks."""
+ROW_BUCKET = 8
+"""A packed multiply's rows are rounded up to a multiple of this."""
+
+
+def packed_rows(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`x` (M, in) times the packed weight, M rounded up to `ROW_BUCKET` with zero rows (one
+    of few row counts oneDNN keeps a kernel for); returns (M, out)."""
+    m = len(x)
+    rows = -(-m // ROW_BUCKET) * ROW_BUCKET
+    if rows != m:
+        x = F.pad(x, (0, 0, 0, rows - m))
+    y = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    return y if rows == m else y[:m]
+
+
 class PackedLinear(torch.nn.Linear):
     """An `nn.Linear` that multiplies by a oneDNN-packed copy of its weight when no
     gradient is wanted (see the module's docstring)."""
@@ -98,7 +122,13 @@ class PackedLinear(torch.nn.Linear):
                 )
             return F.linear(x, self.weight, self.bias)
         flat = x.reshape(-1, x.shape[-1])
-        y = torch.ops.mkldnn._linear_pointwise(flat, packed, self.bias, "none", [], "")
+        if len(flat) > PACKED_ROWS and not self._packed_only:
+            return F.linear(x, self.weight, self.bias)
+        parts = [
+            packed_rows(flat[i : i + PACKED_ROWS], packed, self.bias)
+            for i in range(0, len(flat), PACKED_ROWS)
+        ]
+        y = parts[0] if len(parts) == 1 else torch.cat(parts)
         return y.view(*x.shape[:-1], self.out_features)
 
     def __getstate__(self) -> dict[str, Any]:

@@ -122,8 +122,7 @@ class TorchEngine:
         self.shared_prefix_tokens = 0
         """Prompt tokens not prefilled because a batch shared them (for tests and metrics)."""
         self.forced_tokens = 0
-        """Completion tokens a grammar forced, fed without a decode step of their own
-        (`TorchEngineConfig.fast_forward`; for tests and metrics)."""
+        """Completion tokens a grammar forced (`fast_forward`; for tests and metrics)."""
         self._kv_token_bytes = kv_token_bytes(model.config, next(model.parameters()).dtype)
         self._kv_budget = kv_budget(self.config.max_kv_bytes, self.device)
         self._prefix = PrefixCache(
@@ -137,7 +136,7 @@ class TorchEngine:
             model,
             shared_base=self.shared_base,
             prefix=self._prefix,
-            in_use=lambda: {r.adapter_key for r in self._live()},
+            in_use=lambda: {r.adapter_key for r in self._batch.live()},
             merge_latest=self.config.merge_latest,
             prepack_weights=self.config.prepack_weights,
         )
@@ -277,9 +276,6 @@ class TorchEngine:
         """Rows admitted into free slots of a running batch (no copy of the others)."""
         return self._batch.admitted_in_place
 
-    def _live(self) -> list[Request]:
-        return self._batch.live()
-
     # ------------------------------------------------------------- internals
     def _submit(self, prompt_ids, sampling, adapter, emit, *, stream) -> Request:
         if self._closing:
@@ -323,11 +319,11 @@ class TorchEngine:
                 self._slots.free_retired()
             except Exception as exc:  # a bug or an OOM: fail the batch, keep serving
                 log.exception("engine step failed")
-                failed = {id(r): r for r in [*self._live(), *new]}
+                failed = {id(r): r for r in [*self._batch.live(), *new]}
                 for r in failed.values():
                     r.emit(InfrastructureError(f"engine step failed: {exc!r}"))
                 self._batch.reset()
-        for r in [*self._live(), *([self._held] if self._held else [])]:
+        for r in [*self._batch.live(), *([self._held] if self._held else [])]:
             r.emit(r.result("abort"))
         while not self._inbox.empty():
             item = self._inbox.get_nowait()
@@ -339,7 +335,7 @@ class TorchEngine:
         room = self.config.max_batch_size - self.active
         if self.config.scheduling == "dynamic" and self.active:
             room = 0
-        running = self._live()
+        running = self._batch.live()
         width = max((r.kv_width() for r in running), default=0)
         deadline = None
         while True:
@@ -551,6 +547,8 @@ class TorchEngine:
         batch.next = torch.tensor(nxt, dtype=torch.long, device=dev)
         batch.pos = batch.pos + torch.tensor([1 + f for f in fed], device=dev)
         self._retire_finished()
+        if batch.rows:
+            batch.squeeze_pads()
 
     def _sample(self, rows: list[Request], logits: torch.Tensor) -> torch.Tensor:
         """Pick one token per row, record it and its logprob; returns (B,) ids on the CPU."""

@@ -8,7 +8,13 @@ import copy
 import pytest
 import torch
 
-from art_langgraph.engine.packed_linear import PackedLinear, can_pack, pack_linears
+from art_langgraph.engine.packed_linear import (
+    PACKED_ROWS,
+    PackedLinear,
+    can_pack,
+    pack_linears,
+    packed_weight,
+)
 
 pytestmark = pytest.mark.skipif(
     not can_pack(torch.device("cpu"), torch.float32), reason="no oneDNN in this torch build"
@@ -35,6 +41,22 @@ def test_packed_matches_linear_and_keeps_shapes() -> None:
         # a non-contiguous input (a decode step's slice)
         xs = torch.randn(5, 3, 64).transpose(0, 1)
         torch.testing.assert_close(net(xs), net(xs.contiguous()), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 8, PACKED_ROWS, PACKED_ROWS + 1, 3 * PACKED_ROWS + 7])
+def test_any_row_count_matches_linear_packed_or_packed_only(rows: int) -> None:
+    """Rows rounded up to a bucket, more than PACKED_ROWS through F.linear, and a layer held
+    only packed (the merged copy's) in chunks: the same product at every row count."""
+    net = _net()
+    x = torch.randn(rows, 64)
+    with torch.no_grad():
+        want = net(x)
+        pack_linears(net)
+        torch.testing.assert_close(net(x), want, rtol=1e-5, atol=1e-5)
+        only = copy.deepcopy(net)
+        only[0].set_packed(packed_weight(net[0].weight))
+        only[0].weight.data.zero_()  # a packed-only layer never reads its weight
+        torch.testing.assert_close(only(x), want, rtol=1e-5, atol=1e-5)
 
 
 def test_gradients_and_other_dtypes_fall_back_to_linear() -> None:

@@ -1,0 +1,100 @@
+"""oneDNN's packed multiply fed many row counts: time and memory of two of SmolLM2-135M's
+linear shapes (576 -> 1536 -> 576, float32) called with every row count from 1 to
+`--max-rows`, `--rounds` times, in three arms, each in a process of its own:
+
+- `plain`: `F.linear` (MKL; reorders the weight at every call);
+- `packed_every_count`: `torch.ops.mkldnn._linear_pointwise` on the packed weight at
+  each call's own row count (the engine's rule before: oneDNN builds and keeps a kernel,
+  with its buffers, for every count it meets);
+- `packed`: `PackedLinear` as the engine runs it now (at most `PACKED_ROWS` rows a packed
+  multiply, rounded up to `ROW_BUCKET`; more rows through `F.linear`).
+
+A prefill's rows (batch x new tokens) and a fast-forward step's take a new count almost
+every time. Reported: seconds of each round, and the process's RSS growth over the arm.
+
+    .venv/bin/python -m bench.probes.packed_shapes [--max-rows 400 --rounds 3]
+
+Left out: bfloat16 weights, the decode-size speed of packing (bench.probes.engine_packed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.readme import alternate_arms, publish, results_dir
+
+RESULTS = results_dir("packed_shapes") / "packed_shapes.json"
+ARMS = ["plain", "packed_every_count", "packed"]
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS"))
+
+
+def child(arm: str, args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from art_langgraph.engine.packed_linear import pack_linears
+
+    torch.manual_seed(0)
+    torch.set_grad_enabled(False)
+    layers = [torch.nn.Linear(576, 1536, bias=False), torch.nn.Linear(1536, 576, bias=False)]
+    if arm != "plain":
+        for layer in layers:
+            pack_linears(layer)
+
+    def run(x: Any) -> Any:
+        for layer in layers:
+            if arm == "packed_every_count":
+                x = torch.ops.mkldnn._linear_pointwise(x, layer._packed, None, "none", [], "")
+            else:
+                x = layer(x)
+        return x
+
+    start = _rss_mib()
+    rounds = []
+    for _ in range(args.rounds):
+        t = time.perf_counter()
+        for m in range(1, args.max_rows + 1):
+            run(torch.randn(m, 576))
+        rounds.append(time.perf_counter() - t)
+    return {"arm": arm, "rounds_s": rounds, "rss_growth_mib": _rss_mib() - start}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--max-rows", type=int, default=400)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", choices=ARMS, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args()
+    if args.only:
+        print(json.dumps(child(args.only, args)))
+        return
+    flags = ["--max-rows", str(args.max_rows), "--rounds", str(args.rounds)]
+    runs = alternate_arms("bench.probes.packed_shapes", ARMS, 1, flags)
+    base = min(runs["plain"][0]["rounds_s"][1:] or runs["plain"][0]["rounds_s"])
+    lines = [
+        f"Two of SmolLM2-135M's linear shapes (576 -> 1536 -> 576), float32, every row count "
+        f"from 1 to {args.max_rows}, {args.rounds} rounds; each arm in its own process",
+        "",
+        "| multiply | first round s | later rounds s (best) | x plain | RSS growth MiB |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for a in ARMS:
+        r = runs[a][0]
+        later = min(r["rounds_s"][1:] or r["rounds_s"])
+        lines.append(
+            f"| {a} | {r['rounds_s'][0]:.2f} | {later:.2f} | {later / base:.2f} | "
+            f"{r['rss_growth_mib']:.0f} |"
+        )
+    publish("packed_shapes", Path(args.out), lines, args, runs=runs)
+
+
+if __name__ == "__main__":
+    main()
