@@ -70,16 +70,18 @@ and ran 2.5x slower than `F.linear`, against no growth at one count
 (bench/results/packed_shapes/packed_shapes.json). So a packed multiply takes at most this
 many rows, rounded up to `ROW_BUCKET` with zero rows: a handful of counts. More rows (a
 prefill) go to `F.linear`, where one reorder of the weight is spread over them, or, for a
-layer held only packed, through the packed multiply in chunks."""
+layer held only packed (the merged copy's, whose dense weight is the base's), through one
+packed multiply of all of them, at their own count: chunks of 64 rows made such a prefill
+~7x slower, and bounding these counts is left open."""
 ROW_BUCKET = 8
-"""A packed multiply's rows are rounded up to a multiple of this."""
+"""A packed multiply of up to PACKED_ROWS rows is rounded up to a multiple of this."""
 
 
 def packed_rows(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """`x` (M, in) times the packed weight, M rounded up to `ROW_BUCKET` with zero rows (one
-    of few row counts oneDNN keeps a kernel for); returns (M, out)."""
+    """`x` (M, in) times the packed weight, M up to PACKED_ROWS rounded up to `ROW_BUCKET`
+    with zero rows (one of few row counts oneDNN keeps a kernel for); returns (M, out)."""
     m = len(x)
-    rows = -(-m // ROW_BUCKET) * ROW_BUCKET
+    rows = -(-m // ROW_BUCKET) * ROW_BUCKET if m <= PACKED_ROWS else m
     if rows != m:
         x = F.pad(x, (0, 0, 0, rows - m))
     y = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
@@ -124,11 +126,7 @@ class PackedLinear(torch.nn.Linear):
         flat = x.reshape(-1, x.shape[-1])
         if len(flat) > PACKED_ROWS and not self._packed_only:
             return F.linear(x, self.weight, self.bias)
-        parts = [
-            packed_rows(flat[i : i + PACKED_ROWS], packed, self.bias)
-            for i in range(0, len(flat), PACKED_ROWS)
-        ]
-        y = parts[0] if len(parts) == 1 else torch.cat(parts)
+        y = packed_rows(flat, packed, self.bias)
         return y.view(*x.shape[:-1], self.out_features)
 
     def __getstate__(self) -> dict[str, Any]:
