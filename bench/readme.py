@@ -41,6 +41,21 @@ CODE = ("art_langgraph", "art_mcp", "bench", "examples", ":(exclude)bench/result
 """The paths whose uncommitted changes make a result `dirty`: the code, not its results."""
 
 
+def child_or_args(
+    ap: argparse.ArgumentParser, arms: list[str], results: Path, child: Any
+) -> argparse.Namespace | None:
+    """A probe's command line, with the two flags every arms-in-child-processes probe has:
+    `--only ARM` (the child: runs `child(ARM, args)` and prints its result as JSON, then
+    None is returned) and `--out` (where the results go, `results` by default)."""
+    ap.add_argument("--only", choices=arms, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=str(results))
+    args = ap.parse_args()
+    if args.only:
+        print(json.dumps(child(args.only, args)))
+        return None
+    return args
+
+
 def alternate_arms(
     module: str, arms: list[str], repeats: int, flags: list[str]
 ) -> dict[str, list[dict[str, Any]]]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import resource
 import statistics
 import tempfile
@@ -29,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.readme import alternate_arms, publish, results_dir
+from bench.readme import alternate_arms, child_or_args, publish, results_dir
 
 RESULTS = results_dir("fast_forward") / "fast_forward.json"
 ARMS = ["stepwise", "fast_forward"]
@@ -83,11 +82,8 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=10, help="validation items a category")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--base-model", default="smollm2-135m")
-    ap.add_argument("--only", choices=ARMS, help=argparse.SUPPRESS)
-    ap.add_argument("--out", default=str(RESULTS))
-    args = ap.parse_args()
-    if args.only:
-        print(json.dumps(child(args.only, args)))
+    args = child_or_args(ap, ARMS, RESULTS, child)
+    if args is None:
         return
     flags = ["--items", str(args.items), "--base-model", args.base_model]
     runs = alternate_arms("bench.probes.fast_forward", ARMS, args.repeats, flags)

@@ -20,12 +20,11 @@ Left out: bfloat16 weights, the decode-size speed of packing (bench.probes.engin
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.readme import alternate_arms, publish, results_dir
+from bench.readme import alternate_arms, child_or_args, publish, results_dir
 
 RESULTS = results_dir("packed_shapes") / "packed_shapes.json"
 ARMS = ["plain", "packed_every_count", "packed"]
@@ -70,11 +69,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--max-rows", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", choices=ARMS, help=argparse.SUPPRESS)
-    ap.add_argument("--out", default=str(RESULTS))
-    args = ap.parse_args()
-    if args.only:
-        print(json.dumps(child(args.only, args)))
+    args = child_or_args(ap, ARMS, RESULTS, child)
+    if args is None:
         return
     flags = ["--max-rows", str(args.max_rows), "--rounds", str(args.rounds)]
     runs = alternate_arms("bench.probes.packed_shapes", ARMS, 1, flags)

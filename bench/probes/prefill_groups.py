@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import resource
 import statistics
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from art_langgraph.runtime.devices import matmul_flags
-from bench.readme import alternate_arms, publish, results_dir
+from bench.readme import alternate_arms, child_or_args, publish, results_dir
 
 RESULTS = results_dir("prefill_groups") / "prefill_groups.json"
 ARMS = ["all_rows_only", "grouped"]
@@ -106,11 +105,8 @@ def main() -> None:
     ap.add_argument("--tools-tokens", type=int, default=450)
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", choices=ARMS, help=argparse.SUPPRESS)
-    ap.add_argument("--out", default=str(RESULTS))
-    args = ap.parse_args()
-    if args.only:
-        print(json.dumps(child(args.only, args)))
+    args = child_or_args(ap, ARMS, RESULTS, child)
+    if args is None:
         return
     flags = [
         f"--{flag.replace('_', '-')}={getattr(args, flag)}"
