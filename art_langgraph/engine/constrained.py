@@ -128,28 +128,33 @@ class GrammarCompiler:
 
         return llguidance.torch.allocate_token_bitmask(rows, self.vocab_size)
 
-    def forced_run(self, matcher: Any, limit: int, refuse: frozenset[int]) -> list[int]:
+    def forced_run(
+        self, matcher: Any, limit: int, refuse: frozenset[int]
+    ) -> tuple[list[int], torch.Tensor | None]:
         """The tokens `matcher` allows one at a time, each the only token its mask allows,
         consumed as they are read; at most `limit`, and none in `refuse` (the end of text:
         the engine samples those, as it would anyway). Sampling each of them one step at a
-        time would draw the same token: what a fast-forward skips is the step, not a choice."""
+        time would draw the same token: what a fast-forward skips is the step, not a choice.
+        Also returns the packed mask (1, W) of the matcher's state after the run, where the
+        read computed it (the run ended on a token it does not force), so the sampler that
+        picks the next token reuses it instead of computing it again (`mask_logits`)."""
         import llguidance.torch
 
         run: list[int] = []
         if limit <= 0 or matcher.is_stopped():
-            return run
+            return run, None
         bitmask = self._one_row
         while len(run) < limit:
             llguidance.torch.fill_next_token_bitmask(matcher, bitmask, 0)
             token = only_token(bitmask[0])
             if token is None or token in refuse or token >= self.vocab_size:
-                break
+                return run, bitmask.clone()
             if not matcher.consume_token(token):  # never expected: it was the only one allowed
                 break
             run.append(token)
             if matcher.is_stopped():
                 break
-        return run
+        return run, None
 
     @functools.cached_property
     def _one_row(self) -> torch.Tensor:
@@ -157,19 +162,25 @@ class GrammarCompiler:
 
     @staticmethod
     def mask_logits(
-        logits: torch.Tensor, matchers: list[tuple[int, Any]], bitmask: torch.Tensor
+        logits: torch.Tensor,
+        matchers: list[tuple[int, Any, torch.Tensor | None]],
+        bitmask: torch.Tensor,
     ) -> None:
-        """In place: forbid, in each listed row of logits (B, V), the tokens its matcher rejects."""
+        """In place: forbid, in each listed row of logits (B, V), the tokens its matcher
+        rejects: (row, matcher, its packed mask where already computed for its state now)."""
         import llguidance.torch
 
-        for j, (_row, m) in enumerate(matchers):
-            llguidance.torch.fill_next_token_bitmask(m, bitmask, j)
+        for j, (_row, m, ready) in enumerate(matchers):
+            if ready is not None:
+                bitmask[j] = ready[0]
+            else:
+                llguidance.torch.fill_next_token_bitmask(m, bitmask, j)
         # Not llguidance's apply_token_bitmask_inplace: it is torch.compile'd, which costs
         # seconds on first use and recompiles for every new number of rows.
         allowed = unpack_bitmask(bitmask[: len(matchers)], logits.shape[-1]).to(
             logits.device
         )  # (k, V)
-        rows = torch.tensor([r for r, _ in matchers], device=logits.device)
+        rows = torch.tensor([r for r, _, _ in matchers], device=logits.device)
         logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
 
 

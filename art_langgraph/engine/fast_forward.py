@@ -28,16 +28,17 @@ from art_langgraph.engine.sampling import raw_logprobs, top_pairs
 
 def read_ahead(r: Request, grammars: Any, eos_token_ids: frozenset[int], context: int) -> list[int]:
     """The tokens `r`'s grammar forces next, consumed by its matcher, leaving room for one
-    sampled token within its max_tokens and the context (`context` tokens). None for a
-    request with stop strings: a forced token could complete one, and the step would run
-    past it."""
+    sampled token within its max_tokens and the context (`context` tokens); the mask it
+    computed for the state after them goes to `r.ready_mask`. Nothing for a request with
+    stop strings: a forced token could complete one, and the step would run past it."""
     s = r.sampling
     if s.stop or r.matcher is None:
         return []
     done = len(r.prompt_ids) + len(r.completion)
     limit = min(s.max_tokens - len(r.completion), context - done) - 1
     refuse = eos_token_ids | frozenset(s.stop_token_ids)
-    return list(grammars.forced_run(r.matcher, limit, refuse))
+    run, r.ready_mask = grammars.forced_run(r.matcher, limit, refuse)
+    return run
 
 
 def forced_width(runs: list[int]) -> int:

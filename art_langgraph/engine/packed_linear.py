@@ -66,7 +66,7 @@ PACKED_ROWS = 64
 """Most rows one packed multiply takes. oneDNN builds and keeps a kernel, with its own
 buffers, for every row count it meets: fed every count from 1 to 400 (a prefill's, or a
 fast-forward step's rows), two of SmolLM2's linear layers grew the process by ~900 MiB
-and ran 2.5x slower than `F.linear`, against no growth at one count
+and ran 2.1-2.3x slower than `F.linear`, against no growth at one count
 (bench/results/packed_shapes/packed_shapes.json). So a packed multiply takes at most this
 many rows, rounded up to `ROW_BUCKET` with zero rows: a handful of counts. More rows (a
 prefill) go to `F.linear`, where one reorder of the weight is spread over them, or, for a

@@ -58,6 +58,10 @@ class Request:
     """Tokens its grammar forces after its last one, read ahead (`GrammarCompiler.
     forced_run`) and already consumed by its matcher: the engine feeds them with the next
     forward and records them, with their logprobs, from its logits."""
+    ready_mask: torch.Tensor | None = None
+    """Its grammar's packed mask (1, W) for the matcher's state now, where the read-ahead
+    computed it: the sampler uses it instead of computing it again. A consumed token
+    clears it."""
     logprobs: list[float] = field(default_factory=list)
     """The logprob of each sampled token."""
     top: list[list[tuple[int, float]]] | None = None
@@ -125,6 +129,8 @@ class Request:
             self.top = self.top if self.top is not None else []
             self.top.append(top)
         matcher = self.matcher
+        if not consumed:
+            self.ready_mask = None  # the matcher moves on past it
         if (
             matcher is not None
             and not consumed

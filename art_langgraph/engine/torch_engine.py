@@ -554,7 +554,9 @@ class TorchEngine:
         """Pick one token per row, record it and its logprob; returns (B,) ids on the CPU."""
         logits = logits.float()
         lp = raw_logprobs(logits)  # (B, V), before grammar masks
-        constrained = [(i, r.matcher) for i, r in enumerate(rows) if r.matcher is not None]
+        constrained = [
+            (i, r.matcher, r.ready_mask) for i, r in enumerate(rows) if r.matcher is not None
+        ]
         no_eos = [i for i, r in enumerate(rows) if r.sampling.ignore_eos]
         if no_eos:
             logits[torch.tensor(no_eos).unsqueeze(1), self._eos_index] = float("-inf")

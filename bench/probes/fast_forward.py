@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from art_langgraph.runtime.devices import matmul_flags
 from bench.readme import alternate_arms, child_or_args, publish, results_dir
 
 RESULTS = results_dir("fast_forward") / "fast_forward.json"
@@ -97,6 +98,7 @@ def main() -> None:
     med = {a: {k: statistics.median(r[k] for r in rs) for k in keys} for a, rs in runs.items()}
     base = med["stepwise"]
     lines = [
+        f"host CPU flags: {matmul_flags()}; "
         f"SmolLM2-135M-Instruct, the engine's default dtype on the CPU; the BFCL app's untrained "
         f"evaluation (greedy and T=1 under tool_choice=required, irrelevance also greedy "
         f"under auto) on {args.items} validation items a category; median of {args.repeats} "

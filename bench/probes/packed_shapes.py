@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from art_langgraph.runtime.devices import matmul_flags
 from bench.readme import alternate_arms, child_or_args, publish, results_dir
 
 RESULTS = results_dir("packed_shapes") / "packed_shapes.json"
@@ -76,6 +77,7 @@ def main() -> None:
     runs = alternate_arms("bench.probes.packed_shapes", ARMS, 1, flags)
     base = min(runs["plain"][0]["rounds_s"][1:] or runs["plain"][0]["rounds_s"])
     lines = [
+        f"host CPU flags: {matmul_flags()}; "
         f"Two of SmolLM2-135M's linear shapes (576 -> 1536 -> 576), float32, every row count "
         f"from 1 to {args.max_rows}, {args.rounds} rounds; each arm in its own process",
         "",

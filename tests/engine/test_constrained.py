@@ -162,3 +162,17 @@ async def test_fast_forward_sampling_is_seeded_and_valid(engine: TorchEngine) ->
     text = engine.tokenizer.decode(a.completion_token_ids, skip_special_tokens=True)
     if a.finish_reason == "stop":
         assert text.startswith("<tool_call>") and text.rstrip().endswith("</tool_call>")
+
+
+def test_forced_run_hands_the_sampler_the_mask_after_it(engine: TorchEngine) -> None:
+    """The read-ahead's last mask is the matcher's mask now: the sampler reuses it instead
+    of computing it again."""
+    g = engine.grammars.tool_calls(TOOLS)
+    m = engine.grammars.matcher(g)
+    run, ready = engine.grammars.forced_run(m, 100, engine.eos_token_ids)
+    assert run and ready is not None  # `<tool_call>\n{"name": "` is forced, the name is not
+    fresh = engine.grammars.allocate_bitmask(1)
+    llguidance.torch.fill_next_token_bitmask(m, fresh, 0)
+    assert torch.equal(ready, fresh)
+    _, none = engine.grammars.forced_run(engine.grammars.matcher(g), 1, engine.eos_token_ids)
+    assert none is None  # stopped by the limit: no mask of the state after it
