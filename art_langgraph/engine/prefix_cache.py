@@ -121,11 +121,15 @@ class PrefixCache:
         self, identity: str, tokens: Sequence[int], cache: Any, row: int, mask: torch.Tensor
     ) -> int:
         """`insert` the full blocks of `tokens` from row `row` of a batch's KV `cache`, its
-        real columns those where `mask` (T,) is 1. Returns the blocks added."""
+        real columns those where `mask` (T,) is 1. `tokens` are the row's prompt and
+        completion: its KV holds all of them, or all but the last when that one was sampled
+        and never fed (a row that ends on a forced token fed them all). Returns the blocks
+        added."""
         columns = mask.nonzero().squeeze(1)
-        if len(columns) != len(tokens):  # never expected; a wrong key would be worse
+        if not 0 <= len(tokens) - len(columns) <= 1:  # never expected; a wrong key is worse
             log.warning("prefix cache: %d columns for %d tokens", len(columns), len(tokens))
             return 0
+        tokens = tokens[: len(columns)]
         layers = [(layer.keys[row], layer.values[row]) for layer in cache.layers]
         return self.insert(identity, tokens, layers, columns)
 

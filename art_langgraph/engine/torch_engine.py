@@ -591,7 +591,7 @@ class TorchEngine:
                     r.forced = read_ahead(r, self.grammars, self.eos_token_ids, self.context_length)
                 continue
             if self._prefix.enabled and len(r.completion) > 1:
-                seen = r.prompt_ids + r.completion[:-1]
+                seen = r.prompt_ids + r.completion  # the last one fed or not: insert_row
                 self._prefix.insert_row(r.identity, seen, batch.cache, i, batch.mask[i])
             r.emit(r.result(done[0], done[1]))
             batch.free(i)

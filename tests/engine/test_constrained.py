@@ -153,6 +153,28 @@ async def test_fast_forward_keeps_the_prefix_cache_right(
         assert again.completion_token_ids == fresh.completion_token_ids
 
 
+async def test_a_row_ending_on_a_forced_token_caches_its_whole_completion(
+    engine: TorchEngine, stepwise: TorchEngine
+) -> None:
+    """A single call's grammar stops on its forced closing tag, fed with the rest of the run:
+    the row's KV then holds every token, and the next turn reuses its completion too (it
+    reused only the prompt when retirement assumed the last token unfed)."""
+    unit = TOOLS[0]["function"]["parameters"]["properties"]["unit"]
+    pick = {"name": "pick", "parameters": {"type": "object", "properties": {"unit": unit}}}
+    g = engine.grammars.tool_calls([{"type": "function", "function": pick}], parallel=False)
+    greedy = SamplingParams(max_tokens=60, temperature=0, grammar=g)
+    bs = engine.prefix_cache.block_size
+    follow = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    for i in range(3):
+        r = await engine.generate(engine.tokenizer.encode(f"weather {i} " * (3 + i)), greedy)
+        assert r.finish_reason == "stop"
+        seen = r.prompt_token_ids + r.completion_token_ids
+        again = await engine.generate(seen + engine.tokenizer.encode(" next"), follow)
+        assert again.cached_tokens >= (len(seen) - 1) // bs * bs > len(r.prompt_token_ids)
+        fresh = await stepwise.generate(seen + engine.tokenizer.encode(" next"), follow)
+        assert again.completion_token_ids == fresh.completion_token_ids
+
+
 async def test_fast_forward_sampling_is_seeded_and_valid(engine: TorchEngine) -> None:
     g = engine.grammars.tool_calls(TOOLS, parallel=False)
     sampled = SamplingParams(max_tokens=80, temperature=1.0, seed=3, grammar=g)
