@@ -43,11 +43,15 @@ def test_bundled_scenarios_are_current_and_score_as_documented() -> None:
 
     def traj(answer: str, *calls: tuple[str, dict, str | None]) -> art.Trajectory:
         t = art.Trajectory(metadata={"answer": answer})
-        t.tool_events = [art.ToolEvent(name=n, args=a, error=e) for n, a, e in calls]
+        t.tool_events = [
+            art.ToolEvent(name=n, args=a, error=e, result=None if e else s.answer)
+            for n, a, e in calls
+        ]
         return t
 
     right = ("currency", s.metadata["args"], None)
-    assert tasks.score(traj(f"It is the {s.answer}."), s) == 1.0
+    assert tasks.score(traj(f"It is the {s.answer}.", right), s) == 1.0
+    assert tasks.score(traj(f"It is the {s.answer}."), s) == 0.0  # known, not looked up
     assert tasks.score(traj("no idea", right), s) == 0.5
     assert tasks.score(traj("", ("currency", {"country": "Mars"}, "unknown")), s) == 0.25
     assert tasks.score(traj("", ("capital", s.metadata["args"], None)), s) == 0.0
@@ -73,7 +77,8 @@ def test_eval_sample_is_a_fixed_subset_in_order() -> None:
 
 @pytest.mark.parametrize("package", ["examples.mcp_server", "examples.mcp_books"])
 def test_bundled_tasks_hold_out_entities_and_phrasings(package: str) -> None:
-    """No held-out scenario is ever trained on, nor its entity, nor its phrasing."""
+    """No held-out entity is ever trained on, in any wording; a held-out phrasing is never
+    trained on either, and the held-out scenarios say which of them ask in one."""
     import importlib
 
     task = importlib.import_module(f"{package}.tasks")
@@ -82,7 +87,7 @@ def test_bundled_tasks_hold_out_entities_and_phrasings(package: str) -> None:
     assert [s.model_dump() for s in on_disk] == [s.model_dump() for s in task.build()]
     train = [s for s in on_disk if s.split == "train"]
     val = [s for s in on_disk if s.split == "val"]
-    assert len(train) == len(val) == 144 and len(train) + len(val) == len(on_disk)
+    assert (len(train), len(val)) == (128, 96)
 
     def entity(s: Scenario) -> str:
         return str(next(iter(s.metadata["args"].values())))
@@ -90,10 +95,32 @@ def test_bundled_tasks_hold_out_entities_and_phrasings(package: str) -> None:
     def phrasing(s: Scenario) -> int:
         return int(s.id.rsplit("-", 1)[1])
 
-    assert not {entity(s) for s in train} & {entity(s) for s in val if phrasing(s) not in
-                                              task.HELD_OUT_PHRASINGS}  # fmt: skip
+    assert not {entity(s) for s in train} & {entity(s) for s in val}
+    assert {s.metadata["entity"] for s in val} == {entity(s) for s in val}
     assert not {phrasing(s) for s in train} & set(task.HELD_OUT_PHRASINGS)
+    for s in val:
+        unseen = phrasing(s) in task.HELD_OUT_PHRASINGS
+        assert s.metadata["slice"] == ("wording unseen" if unseen else "wording seen")
     assert {s.task for s in train}.isdisjoint(s.task for s in val)
-    s = next(x for x in val if x.answer)
-    t = art.Trajectory(metadata={"answer": f"It is {s.answer}."})
-    assert task.score(t, s) == 1.0
+
+
+@pytest.mark.parametrize("package", ["examples.mcp_server", "examples.mcp_books"])
+def test_bundled_rewards_pay_only_an_answer_a_lookup_returned(package: str) -> None:
+    """A right answer is a success only when a lookup of the episode returned it; one
+    naming another candidate is not; the lookup alone keeps its partial credit."""
+    import importlib
+
+    task = importlib.import_module(f"{package}.tasks")
+    s = next(x for x in task.build() if x.split == "val")
+    tool, args = s.metadata["tool"], s.metadata["args"]
+    other = next(c for c in task.candidates(s) if c.lower() != str(s.answer).lower())
+    lookup = art.ToolEvent(name=tool, args=args, result=f"{s.answer}")
+
+    def traj(answer: str, events: list[art.ToolEvent]) -> art.Trajectory:
+        return art.Trajectory(metadata={"answer": answer}, tool_events=events)
+
+    assert task.score(traj(f"It is {s.answer}.", [lookup]), s) == 1.0
+    knew = traj(f"It is {s.answer}.", [])
+    assert task.score(knew, s) == 0.0 and knew.metrics["right_without_lookup"]
+    assert task.score(traj(f"{s.answer} or {other}", [lookup]), s) == 0.5
+    assert task.score(traj("no idea", [lookup]), s) == 0.5
