@@ -48,7 +48,16 @@ PHRASINGS = [
     ("year", "{}: when was it published?"),
     ("year", "I need the publication year of {}."),
 ]
-HELD_OUT_BOOKS = ("Candide", "Dune", "Heidi", "Lolita", "Nostromo", "Siddhartha", "Ulysses", "Walden")
+HELD_OUT_BOOKS = (
+    "Candide",
+    "Dune",
+    "Heidi",
+    "Lolita",
+    "Nostromo",
+    "Siddhartha",
+    "Ulysses",
+    "Walden",
+)
 """Books never trained on (a third of the 24)."""
 HELD_OUT_PHRASINGS = (1, 4, 7, 10)
 """Indexes into PHRASINGS never trained on: two per tool."""

@@ -118,7 +118,9 @@ def build(seed: int = 0) -> list[Scenario]:
 
 def candidates(scenario: Scenario) -> list[str]:
     """The values the asked tool returns across the countries."""
-    return sorted(set((CAPITALS if scenario.metadata["tool"] == "capital" else CURRENCIES).values()))
+    return sorted(
+        set((CAPITALS if scenario.metadata["tool"] == "capital" else CURRENCIES).values())
+    )
 
 
 def score(traj: art.Trajectory, scenario: Scenario) -> float:
