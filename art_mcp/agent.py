@@ -41,33 +41,47 @@ def complete_task_tool() -> Any:
 
 
 def force_tool_calls(
-    max_turns: int | None = None, *, required: bool = True, answer_after_repeat: bool = False
+    max_turns: int | None = None, *, required: bool = True, after_repeat: str = "allow"
 ) -> Any:
     """Agent middleware that sets each model turn's `tool_choice`. `required`: every turn is
     exactly one tool call (the server constrains it to the tools' schemas). `max_turns`:
     the last turn may only call `complete_task`, so a rollout that runs out of turns still
     ends with an answer (LangChain's `early_stopping_method="generate"`); None: no such
-    turn. `answer_after_repeat`: after a turn whose call repeats an earlier call of the
-    rollout (name and arguments), the next turn may only call `complete_task`: what it
-    looked up it has, so a generous budget is not spent on the same lookup."""
+    turn. `after_repeat` (`HarnessConfig.after_repeat`): after a turn whose calls all repeat
+    earlier calls of the rollout (name and arguments), "answer" lets the next turn call only
+    `complete_task`, "switch" any tool but the repeated ones, "allow" any."""
     from langchain.agents.middleware import wrap_model_call
     from langchain_core.messages import AIMessage
 
     @wrap_model_call  # type: ignore[arg-type]
     async def force(request: Any, handler: Any) -> Any:
         turns = [m for m in request.messages if isinstance(m, AIMessage)]
+        repeated = after_repeat != "allow" and repeated_last_call(turns)
+        tools = request.tools
         if (max_turns is not None and len(turns) >= max_turns - 1) or (
-            answer_after_repeat and repeated_last_call(turns)
+            repeated and after_repeat == "answer"
         ):
             choice: Any = "complete_task"
-        elif required:
+        elif required or repeated:
             choice = "required"
+            if repeated:  # "switch": the repeated calls' tools are left out of this turn
+                again = {c["name"] for c in turns[-1].tool_calls}
+                tools = [t for t in tools if _tool_name(t) not in again]
         else:
             return await handler(request)
         settings = {**request.model_settings, "parallel_tool_calls": False}
-        return await handler(request.override(tool_choice=choice, model_settings=settings))
+        return await handler(
+            request.override(tools=tools, tool_choice=choice, model_settings=settings)
+        )
 
     return force
+
+
+def _tool_name(tool: Any) -> str:
+    """A LangChain tool's name, or an OpenAI tool dict's."""
+    if isinstance(tool, dict):
+        return str(tool.get("function", tool).get("name", ""))
+    return str(tool.name)
 
 
 def repeated_last_call(turns: list[Any]) -> bool:

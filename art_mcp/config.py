@@ -99,12 +99,15 @@ class HarnessConfig(BaseModel):
             "without an answer."
         ),
     )
-    answer_after_repeat: bool = Field(
-        False,
+    after_repeat: Literal["allow", "answer", "switch"] = Field(
+        "allow",
         description=(
-            "After a turn whose tool call repeats an earlier call of the rollout (name and "
-            "arguments), the next turn may only call complete_task: a stop rule against "
-            "repeated lookups that leaves a task of several different lookups its turns."
+            "What the turn after one whose tool calls all repeat earlier calls of the rollout "
+            "(name and arguments) may call: allow: any tool; answer: only complete_task (what "
+            "it looked up it has); switch: any tool but the repeated ones (another lookup, or "
+            "the answer), so an agent stuck re-making one call moves on, and a task of several "
+            "different lookups keeps its turns. Assumes repeating a call returns what it did: "
+            "a polling tool wants allow."
         ),
     )
     eval_samples: int = Field(

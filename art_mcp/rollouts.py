@@ -46,7 +46,7 @@ class Rollouts:
         self._turns = force_tool_calls(
             cfg.max_turns if cfg.final_answer_turn else None,
             required=cfg.tool_choice == "required",
-            answer_after_repeat=cfg.answer_after_repeat,
+            after_repeat=cfg.after_repeat,
         )
 
     def agent(self, temperature: float) -> Any:

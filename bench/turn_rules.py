@@ -1,7 +1,7 @@
 """The MCP harness's turn rules, chosen across task shapes on validation slices only.
 
 An arm is a set of `art-mcp train` turn flags (`--max-turns`, `--final-answer-turn`,
-`--answer-after-repeat`); every other flag stays at its default. Each run trains one task
+`--after-repeat`); every other flag stays at its default. Each run trains one task
 with one arm and one seed on the task's validation slice (`bench.learning.validation_file`:
 a quarter of its training entities held out, its own held-out scenarios never seen), one
 after another, each under the project's watchdog. Tasks: one lookup with recall possible
@@ -35,13 +35,15 @@ from bench.trainer_roofline import cpu_flags
 
 ROOT = Path(__file__).resolve().parent.parent
 ARMS = {
-    "now": ["--max-turns", "3", "--final-answer-turn", "true", "--answer-after-repeat", "false"],
-    "turns6": ["--max-turns", "6", "--final-answer-turn", "true", "--answer-after-repeat", "false"],
-    "turns6-stop": ["--max-turns", "6", "--final-answer-turn", "true", "--answer-after-repeat", "true"],
-    "turns4-stop": ["--max-turns", "4", "--final-answer-turn", "true", "--answer-after-repeat", "true"],
+    "now": ["--max-turns", "3", "--final-answer-turn", "true", "--after-repeat", "allow"],
+    "turns6": ["--max-turns", "6", "--final-answer-turn", "true", "--after-repeat", "allow"],
+    "turns6-answer": ["--max-turns", "6", "--final-answer-turn", "true", "--after-repeat", "answer"],
+    "turns6-switch": ["--max-turns", "6", "--final-answer-turn", "true", "--after-repeat", "switch"],
+    "turns4-switch": ["--max-turns", "4", "--final-answer-turn", "true", "--after-repeat", "switch"],
 }  # fmt: skip
-"""Arm -> its turn flags: today's defaults, a generous budget, and the budget with the stop
-rule against a repeated call (the answer turn then comes early)."""
+"""Arm -> its turn flags: today's defaults, a generous budget, and the budget with each rule
+against a repeated call: answer (the answer turn comes early) or switch (the next turn may
+call anything but the repeated tool)."""
 TASKS = ("capitals", "directory", "org")
 
 

@@ -13,7 +13,7 @@ def test_every_arm_is_flags_art_mcp_train_takes() -> None:
         args = _parser().parse_args([*base, *flags])
         cfg = HarnessConfig(**{k: getattr(args, k) for k in HarnessConfig.model_fields})
         assert cfg.max_turns == int(flags[1]) and cfg.final_answer_turn, arm
-        assert cfg.answer_after_repeat == (flags[-1] == "true"), arm
+        assert cfg.after_repeat == flags[-1], arm
 
 
 def test_the_table_pools_seeds_per_task_and_arm() -> None:

@@ -1,5 +1,5 @@
-"""The two-hop task: held-out entities and wordings, a server whose manager field chains,
-and a reward that pays only an answer a lookup returned."""
+"""The two-hop task: held-out entities and wordings, a server whose project lead chains into
+a lookup, and a reward that pays only an answer a lookup returned."""
 
 from __future__ import annotations
 
@@ -8,44 +8,53 @@ import sys
 import art_langgraph as art
 from art_mcp import MCPToolset
 from art_mcp.scenarios import Scenario, split_scenarios
-from examples.mcp_org.server import org
+from examples.mcp_org.server import org, projects
 from examples.mcp_org.tasks import build, score
 
 
 def test_held_out_scenarios_share_no_entity_or_phrasing_with_training() -> None:
     train, val = split_scenarios(build())
-    assert (len(train), len(val)) == (600, 280)
-    assert sum(s.metadata["hops"] == 2 for s in val) == 120
-    seen = {w for s in train for look in s.metadata["lookups"] for w in look["person"].split()}
-    for s in val:  # neither the person asked about nor their manager, by any name part
-        assert not any(w in seen for look in s.metadata["lookups"] for w in look["person"].split())
+    assert (len(train), len(val)) == (516, 248)
+    assert sum(s.metadata["hops"] == 2 for s in val) == 96
+
+    def names(s: Scenario) -> set[str]:
+        """Every name part of the entities its calls name: project, lead, person."""
+        args = [c["args"] for c in s.metadata["calls"]]
+        return {w for a in args for k in ("project", "person") for w in a.get(k, "").split()}
+
+    seen = {w for s in train for w in names(s)}
+    for s in val:  # neither the project, nor its lead, nor the person, by any name part
+        assert not names(s) & seen, s.id
 
     def wording(s: Scenario) -> str:
-        return s.task.replace(s.metadata["lookups"][0]["person"], "{}")
+        return s.task.replace(s.metadata["entity"], "{}")
 
     assert not {wording(s) for s in val} & {wording(s) for s in train}
     assert build() == build()  # the same in every process
 
 
-async def test_a_manager_is_looked_up_and_then_looked_up_in_turn() -> None:
-    person = next(p for p in org().values() if p["split"] == "val")
-    manager = org()[person["manager"].lower()]
-    assert manager["split"] == "val"
+async def test_a_project_lead_is_looked_up_and_then_looked_up_in_turn() -> None:
+    project = next(p for p in projects().values() if p["split"] == "val")
+    lead = org()[project["lead"].lower()]
+    assert lead["split"] == "val"
     async with MCPToolset(f"{sys.executable} -m examples.mcp_org.server") as tools:
-        assert [t.name for t in tools.tools] == ["lookup"]
-        first = await tools.call("lookup", {"person": person["name"], "field": "manager"})
-        assert first.text == f"{person['name']}'s manager: {manager['name']}."
-        second = await tools.call("lookup", {"person": manager["name"], "field": "office"})
-        assert second.text == f"{manager['name']}'s office: {manager['office']}."
+        assert sorted(t.name for t in tools.tools) == ["lookup", "project_lead"]
+        first = await tools.call("project_lead", {"project": project["name"]})
+        assert first.text.startswith(f"Project {project['name']} is led by {lead['name']}.")
+        second = await tools.call("lookup", {"person": lead["name"], "field": "office"})
+        assert second.text == f"{lead['name']}'s office: {lead['office']}."
         bad = await tools.call("lookup", {"person": "Nobody Here", "field": "team"})
         assert bad.is_error and "no one named" in bad.text
+        bad = await tools.call("project_lead", {"project": "Nothing"})
+        assert bad.is_error and "no project" in bad.text
 
 
 def test_the_reward_pays_an_answer_only_when_a_lookup_returned_it() -> None:
     s = next(s for s in build() if s.split == "val" and s.metadata["hops"] == 2)
-    first, second = s.metadata["lookups"]
-    hop1 = art.ToolEvent(name="lookup", args=first, result=f"x's manager: {second['person']}.")
-    hop2 = art.ToolEvent(name="lookup", args=second, result=f"y's {second['field']}: {s.answer}.")
+    first, second = s.metadata["calls"]
+    lead = second["args"]["person"]
+    hop1 = art.ToolEvent(name=first["tool"], args=first["args"], result=f"led by {lead}.")
+    hop2 = art.ToolEvent(name="lookup", args=second["args"], result=f"x: {s.answer}.")
 
     def traj(answer: str, *events: art.ToolEvent) -> art.Trajectory:
         t = art.Trajectory(metadata={"answer": answer})
@@ -56,10 +65,11 @@ def test_the_reward_pays_an_answer_only_when_a_lookup_returned_it() -> None:
     assert score(solved, s) == 1.0 and solved.metrics == {"right_without_lookup": False, "hops": 2}
     guessed = traj(s.answer, hop1)  # right, but no lookup returned it
     assert score(guessed, s) == 0.1 and guessed.metrics["right_without_lookup"] is True
-    other = next(p for p in org().values() if p[second["field"]] != s.answer)[second["field"]]
+    field = second["args"]["field"]
+    other = next(p for p in org().values() if p[field] != s.answer)[field]
     assert score(traj(f"{s.answer} or {other}", hop1, hop2), s) == 0.2  # hedged: not right
-    # a one-hop manager question: the answer may repeat the person asked about
-    m = next(s for s in build() if s.metadata["field"] == "manager")
-    (look,) = m.metadata["lookups"]
-    got = art.ToolEvent(name="lookup", args=look, result=f"{look['person']}'s manager: {m.answer}.")
-    assert score(traj(f"{look['person']}'s manager is {m.answer}.", got), m) == 1.0
+    # a one-hop lead question: the answer is a person
+    m = next(s for s in build() if s.metadata["field"] == "lead")
+    (look,) = m.metadata["calls"]
+    got = art.ToolEvent(name=look["tool"], args=look["args"], result=f"led by {m.answer}.")
+    assert score(traj(f"{m.answer} leads it.", got), m) == 1.0

@@ -90,35 +90,41 @@ async def test_the_harness_rollouts_extend_on_the_real_preset(
     assert assert_turns_extend(trajs, engine.tokenizer) >= 4
 
 
-async def test_after_a_repeated_call_the_next_turn_may_only_answer(
-    fresh_model: art.TrainableModel, lg_backend: art.LocalBackend, toolset: MCPToolset
+@pytest.mark.parametrize("rule", ["answer", "switch"])
+async def test_after_a_repeated_call_the_next_turn_answers_or_moves_on(
+    rule: str, fresh_model: art.TrainableModel, lg_backend: art.LocalBackend, toolset: MCPToolset
 ) -> None:
-    """`answer_after_repeat`: the turn after one that repeats an earlier call (name and
-    arguments) is forced to complete_task; every other turn is any tool call. Greedy on the
-    tiny preset, which repeats its lookups."""
+    """`after_repeat`: the turn after one whose calls all repeat earlier calls (name and
+    arguments) may only call complete_task ("answer"), or any tool but the repeated ones
+    ("switch"); every other turn may call any tool. Greedy on the tiny preset, which
+    repeats its lookups."""
     agent: Any = create_agent(
         fresh_model.chat_model(max_tokens=48, temperature=0),
         tools=[*toolset.langchain_tools(), complete_task_tool()],
         system_prompt=SYSTEM,
-        middleware=[force_tool_calls(None, answer_after_repeat=True)],
+        middleware=[force_tool_calls(None, after_repeat=rule)],
     )
+    every = {t.name for t in toolset.langchain_tools()} | {"complete_task"}
     forced = 0
     for s in _scenarios(6):
         with art.capture() as traj, contextlib.suppress(Exception):  # out of graph steps
             await agent.ainvoke({"messages": [("user", s.task)]}, {"recursion_limit": 13})
         seen: set[str] = set()
-        repeat = False
+        repeated: set[str] = set()  # the tools of the turn before, when it only repeated
         for call in traj.calls:
+            offered = {t["function"]["name"] for t in call.tools or []}
             choice = call.tool_choice
             named = isinstance(choice, dict) and choice["function"]["name"] == "complete_task"
-            assert named == repeat, (call.tool_choice, repeat)
-            forced += named
+            if rule == "answer":
+                assert named == bool(repeated), (call.tool_choice, repeated)
+            else:
+                assert choice == "required" and offered == every - repeated, (offered, repeated)
+            forced += bool(repeated)
             made = [
-                json.dumps(
-                    [c["function"]["name"], json.loads(c["function"]["arguments"])], sort_keys=True
-                )
+                (c["function"]["name"], json.loads(c["function"]["arguments"]))
                 for c in call.response_message.get("tool_calls") or []
             ]
-            repeat = bool(made) and all(m in seen for m in made)
-            seen.update(made)
+            keys = [json.dumps(m, sort_keys=True) for m in made]
+            repeated = {m[0] for m in made} if made and all(k in seen for k in keys) else set()
+            seen.update(keys)
     assert forced >= 1  # the rule was exercised
