@@ -106,10 +106,7 @@ def project_lead(project: Project) -> str:
     found = projects().get(project.strip().lower())
     if found is None:
         raise ToolError(f"no project named {project!r}")
-    return (
-        f"Project {found['name']} is led by {found['lead']}. For {found['lead']}'s "
-        "extension, office or team, call lookup."
-    )
+    return lead_result(found["name"], found["lead"])
 
 
 @server.tool()
@@ -121,7 +118,19 @@ def lookup(person: Person, field: FieldName) -> str:
         raise ToolError(f"no one named {person!r} in the company")
     if field not in FIELDS:
         raise ToolError(f"unknown field {field!r}: one of {', '.join(FIELDS)}")
-    return f"{found['name']}'s {field}: {found[field]}."
+    return fact_result(found["name"], field, found[field])
+
+
+def lead_result(project: str, lead: str) -> str:
+    """What `project_lead` returns."""
+    return (
+        f"Project {project} is led by {lead}. For {lead}'s extension, office or team, call lookup."
+    )
+
+
+def fact_result(person: str, field: str, value: str) -> str:
+    """What `lookup` returns."""
+    return f"{person}'s {field}: {value}."
 
 
 if __name__ == "__main__":

@@ -13,12 +13,13 @@ many lookups a question needs:
 
 Held-out scenarios (`split="val"`) name held-out projects (whose leads are held-out
 people) and held-out people, in phrasings training never uses: every entity and every
-wording of a held-out question is new. Per project and fact: four train phrasings of a
+wording of a held-out question is new. Training scenarios carry a worked demonstration
+(each call, its result, the answer) for the optional SFT warm start (`--sft-epochs`). Per project and fact: four train phrasings of a
 two-hop question and two held-out ones; per project, two one-hop lead questions (of four
 train or four held-out phrasings, in turn); per person and fact, two of the staff
 directory's four train (or held-out) phrasings. That is 24 x 3 x 4 = 288 two-hop and
 24 x 2 + 30 x 3 x 2 = 228 one-hop train scenarios, and 16 x 3 x 2 = 96 two-hop and
-16 x 2 + 20 x 3 x 2 = 152 one-hop held-out ones. No demonstrations: RL alone.
+16 x 2 + 20 x 3 x 2 = 152 one-hop held-out ones.
 
 `score(trajectory, scenario)`: 1.0 when the answer is right *and* a lookup of the episode
 returned it (`art_langgraph.rewards.check_answer`: an answer naming other candidates of
@@ -29,14 +30,16 @@ for each call the question needs (tool and arguments) that the episode made. It 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import art_langgraph as art
 from art_langgraph.rewards import check_answer
 from art_mcp.scenarios import Scenario, save_scenarios
 from examples.mcp_directory.tasks import N_TRAIN_PHRASINGS
 from examples.mcp_directory.tasks import PHRASINGS as PERSON_PHRASINGS
-from examples.mcp_org.server import org, projects
+from examples.mcp_org.server import fact_result, lead_result, org, projects
 
 HERE = Path(__file__).resolve().parent
 LEAD_PHRASINGS = [
@@ -120,14 +123,41 @@ def build() -> list[Scenario]:
     return out
 
 
+def _result(call: dict[str, Any]) -> str:
+    """What the server returns for `call` (one of a scenario's `calls`)."""
+    args = call["args"]
+    if call["tool"] == "project_lead":
+        return lead_result(args["project"], projects()[args["project"].lower()]["lead"])
+    person = org()[args["person"].lower()]
+    return fact_result(person["name"], args["field"], person[args["field"]])
+
+
+def demonstration(task: str, calls: list[dict[str, Any]], answer: str) -> list[dict[str, Any]]:
+    """A worked conversation for the optional SFT warm start: each call the question needs,
+    its result, then `complete_task` with the answer."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
+    for i, call in enumerate([*calls, {"tool": "complete_task", "args": {"answer": answer}}]):
+        tool_call = {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": call["tool"], "arguments": json.dumps(call["args"])},
+        }
+        messages.append({"role": "assistant", "content": "", "tool_calls": [tool_call]})
+        if call["tool"] != "complete_task":
+            messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": _result(call)})
+    return messages
+
+
 def _scenario(
     kind: str, entity: str, p: int, phrasing: str, answer: str, split: str, calls: list[dict]
 ) -> Scenario:
+    task = phrasing.format(entity)
     return Scenario(
         id=f"{kind}-{entity.lower().replace(' ', '-')}-{p}",
-        task=phrasing.format(entity),
+        task=task,
         difficulty=len(calls),
         answer=answer,
+        demonstration=demonstration(task, calls, answer) if split == "train" else None,
         split=split,  # type: ignore[arg-type]
         metadata={
             "hops": len(calls),

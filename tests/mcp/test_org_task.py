@@ -3,6 +3,7 @@ a lookup, and a reward that pays only an answer a lookup returned."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import art_langgraph as art
@@ -47,6 +48,16 @@ async def test_a_project_lead_is_looked_up_and_then_looked_up_in_turn() -> None:
         assert bad.is_error and "no one named" in bad.text
         bad = await tools.call("project_lead", {"project": "Nothing"})
         assert bad.is_error and "no project" in bad.text
+        # a training scenario's demonstration (the SFT warm start's) replays the server
+        demo = next(s for s in build() if s.split == "train" and s.metadata["hops"] == 2)
+        assert demo.demonstration is not None
+        calls = [m["tool_calls"][0]["function"] for m in demo.demonstration if "tool_calls" in m]
+        results = [m["content"] for m in demo.demonstration if m["role"] == "tool"]
+        for call, result in zip(calls, results, strict=False):
+            got = await tools.call(call["name"], json.loads(call["arguments"]))
+            assert got.text == result
+        assert calls[-1]["name"] == "complete_task" and demo.answer in calls[-1]["arguments"]
+    assert all(s.demonstration is None for s in build() if s.split == "val")
 
 
 def test_the_reward_pays_an_answer_only_when_a_lookup_returned_it() -> None:
