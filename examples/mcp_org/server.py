@@ -14,10 +14,10 @@ is the first tool, so the order is the task's, not a guess. The people, projects
 facts are generated from a fixed seed (`org()`, `projects()`), so no model knows them. An
 unknown person, project or field is a tool error that says so. Results are plain labelled
 facts; a lead's result adds that `lookup` knows that person's extension, office and team,
-as a server written for agents would (without it the untrained SmolLM2-135M re-made the
-`project_lead` call instead of a second hop in 133 of 144 validation episodes; with it,
-10 of 144 went on to `lookup`). Which fact, and whether a question needs it, is the
-agent's to decide.
+as a server written for agents would. Untrained, on the validation slice's 144 two-hop
+episodes (bench/results/turn_rules/org_probe_avx512bf16.json): without that sentence, 130
+re-made `project_lead` as their second call and none went on to `lookup`; with it, 123
+and 12. Which fact, and whether a question needs it, is the agent's to decide.
 
 People and projects are split in two: held-out people take both names from name halves
 training never uses (as in the staff directory, `examples/mcp_directory`), held-out

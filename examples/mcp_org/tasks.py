@@ -14,8 +14,8 @@ many lookups a question needs:
 Held-out scenarios (`split="val"`) name held-out projects (whose leads are held-out
 people) and held-out people, in phrasings training never uses: every entity and every
 wording of a held-out question is new. Training scenarios carry a worked demonstration
-(each call, its result, the answer) for the optional SFT warm start (`--sft-epochs`). Per project and fact: four train phrasings of a
-two-hop question and two held-out ones; per project, two one-hop lead questions (of four
+(each call, its result, the answer) for the optional SFT warm start (`--sft-epochs`). Per
+project and fact: four train phrasings of a two-hop question and two held-out ones; per project, two one-hop lead questions (of four
 train or four held-out phrasings, in turn); per person and fact, two of the staff
 directory's four train (or held-out) phrasings. That is 24 x 3 x 4 = 288 two-hop and
 24 x 2 + 30 x 3 x 2 = 228 one-hop train scenarios, and 16 x 3 x 2 = 96 two-hop and
