@@ -3,8 +3,10 @@
 An `Evaluation` is one pass over the held-out scenarios at one checkpoint: one greedy
 episode (temperature 0) and `samples` episodes at temperature 1 per scenario. It keeps
 every episode's reward by scenario id, so two evaluations compare *paired*, scenario by
-scenario (`paired_rise`), and a short transcript of each greedy episode, so a report can
-show what changed in the agent's behaviour (`changed_examples`).
+scenario (`paired_rise`), a short transcript of each greedy episode, so a report can
+show what changed in the agent's behaviour (`changed_examples`), and each episode's count
+of server calls and repeated calls, so it can say whether the agent solves with fewer
+(`Evaluation.calls_per_solved`).
 
 Success is a reward at or above `success_reward` (a fully correct episode); *format* is
 the share of episodes whose first tool call named the right tool (the scenario's
@@ -34,8 +36,34 @@ from pydantic import BaseModel, Field
 
 import art_langgraph as art
 from art_langgraph.runtime.names import inference_name
+from art_mcp.agent import call_key
 from art_mcp.config import HarnessConfig
 from art_mcp.scenarios import Scenario
+
+
+class EpisodeCalls(BaseModel):
+    """What one held-out episode called, `complete_task` aside."""
+
+    calls: int
+    """Tool calls to the server."""
+    repeated: int
+    """Of those, calls that repeat an earlier one of the episode, name and arguments alike."""
+    solved: bool
+    """Whether the episode's reward reached the success reward."""
+
+
+def episode_calls(traj: art.Trajectory, success_reward: float) -> EpisodeCalls:
+    """The episode's server calls and repeats (`EpisodeCalls`)."""
+    seen: set[str] = set()
+    calls = repeated = 0
+    for ev in traj.tool_events:
+        if ev.name == "complete_task":
+            continue
+        key = call_key(ev.name, ev.args)
+        calls += 1
+        repeated += key in seen
+        seen.add(key)
+    return EpisodeCalls(calls=calls, repeated=repeated, solved=traj.reward >= success_reward)
 
 
 class Evaluation(BaseModel):
@@ -58,6 +86,9 @@ class Evaluation(BaseModel):
     """Scenario id -> the greedy episode in one line (calls, results, answer)."""
     success_reward: float = 1.0
     """The reward at or above which an episode counts as solved."""
+    calls: dict[str, list[EpisodeCalls]] = Field(default_factory=dict)
+    """Scenario id -> each of its episodes' calls, greedy and sampled alike; empty
+    in evaluations saved before it was recorded."""
 
     def _mean(self, values: list[float]) -> float:
         return sum(values) / len(values) if values else float("nan")
@@ -95,6 +126,20 @@ class Evaluation(BaseModel):
             "sampled_reward": self.sampled_reward,
             "greedy_format": self.greedy_format_rate,
             "sampled_format": float("nan") if self.sampled_format is None else self.sampled_format,
+        }
+
+    def calls_per_solved(self, ids: Collection[str] | None = None) -> dict[str, float]:
+        """Over the solved episodes, greedy and sampled (of the scenarios `ids`, when
+        given): {"calls": mean server calls, "repeated": mean repeated calls, "solved":
+        how many}; NaN means where none was solved or no calls were recorded."""
+        done = [
+            c for k, eps in self.calls.items() if ids is None or k in ids for c in eps if c.solved
+        ]
+        n = len(done)
+        return {
+            "calls": sum(c.calls for c in done) / n if n else float("nan"),
+            "repeated": sum(c.repeated for c in done) / n if n else float("nan"),
+            "solved": float(n),
         }
 
     def per_scenario_success(self, kind: str) -> dict[str, float]:

@@ -47,6 +47,7 @@ from art_mcp.config import HarnessConfig, default_learning_rate
 from art_mcp.evaluation import (
     Evaluation,
     check_langfuse_dataset,
+    episode_calls,
     episode_format,
     eval_sample,
     evaluation_label,
@@ -501,10 +502,12 @@ def _evaluation(
     trajs: list[art.Trajectory],
 ) -> Evaluation:
     """An evaluation's record from its episodes: greedy rewards, formats and transcripts
-    per scenario, sampled rewards per scenario, the sampled episodes' format rate."""
+    per scenario, sampled rewards per scenario, the sampled episodes' format rate, every
+    episode's calls."""
     ev = Evaluation(step=step, rl_step=rl_step, success_reward=cfg.success_reward)
     formats = []
     for (s, greedy), t in zip(jobs, trajs, strict=True):
+        ev.calls.setdefault(s.id, []).append(episode_calls(t, cfg.success_reward))
         if greedy:
             ev.greedy[s.id] = t.reward
             ev.greedy_format[s.id] = episode_format(t, s)

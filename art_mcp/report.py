@@ -69,11 +69,21 @@ class Report(BaseModel):
     evaluations: list[Evaluation] = Field(default_factory=list)
     """Every held-out evaluation, the untrained model's first."""
     paired: dict[str, dict[str, float]] = Field(default_factory=dict)
-    """"greedy"/"sampled" -> the paired per-scenario rise in success from the untrained
-    model to the last evaluation: {"rise", "se", "n", "before", "after"}."""
+    """"greedy"/"sampled" -> RL's paired per-scenario rise in success, from the evaluation
+    before RL (the untrained model's, or the one after an SFT warm start) to the last:
+    {"rise", "se", "n", "before", "after"}; the error is clustered by entity when the
+    scenarios name one (`paired_rise`)."""
     slices: dict[str, dict[str, dict[str, float]]] = Field(default_factory=dict)
     """Scenario slice (`metadata["slice"]`: "wording unseen", "two-hop", ...) -> the same
     paired figures over that slice's held-out scenarios alone."""
+    warm_start: dict[str, dict[str, dict[str, float]]] = Field(default_factory=dict)
+    """After an SFT warm start: "all" and each slice -> "greedy"/"sampled" -> the paired
+    rise from the untrained model to the evaluation before RL, the warm start's own share,
+    reported apart from RL's; empty without a warm start."""
+    calls: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """"all" and each slice -> calls per solved held-out episode (greedy and sampled),
+    before RL and at the last evaluation: {"before", "after", "repeated_before",
+    "repeated_after", "solved_before", "solved_after"} (`Evaluation.calls_per_solved`)."""
     examples: list[dict[str, Any]] = Field(default_factory=list)
     """A few held-out scenarios whose greedy episode changed, before and after."""
     seconds: float = 0.0
@@ -196,15 +206,30 @@ def build_report(
         text = (folder / "review_calibration.json").read_text(encoding="utf-8")
         report.judge_calibration = JudgeCalibration.model_validate_json(text)
     rl_evals = [e for e in evs if e.rl_step > 0]
-    if evs and rl_evals:
-        first, last = evs[0], rl_evals[-1]
-        clusters = entity_clusters(scenarios)
-        report.paired = {k: paired_rise(first, last, k, clusters) for k in ("greedy", "sampled")}
-        report.slices = {
-            label: {k: paired_rise(first, last, k, clusters, ids) for k in ("greedy", "sampled")}
-            for label, ids in sorted(slices(scenarios).items())
-        }
-        report.examples = changed_examples(first, last, scenarios)
+    clusters = entity_clusters(scenarios)
+    labelled = {"all": None, **dict(sorted(slices(scenarios).items()))}
+
+    def rise(a: Evaluation, b: Evaluation, ids: set[str] | None) -> dict[str, dict[str, float]]:
+        return {k: paired_rise(a, b, k, clusters, ids) for k in ("greedy", "sampled")}
+
+    if untrained is not None and before is not None and before.step != 0:
+        report.warm_start = {label: rise(untrained, before, ids) for label, ids in labelled.items()}
+    if before is not None and rl_evals:
+        last = rl_evals[-1]
+        report.paired = rise(before, last, None)
+        report.slices = {label: rise(before, last, ids) for label, ids in labelled.items() if ids}
+        for label, ids in labelled.items():
+            a, b = before.calls_per_solved(ids), last.calls_per_solved(ids)
+            if a["solved"] or b["solved"]:
+                report.calls[label] = {
+                    "before": a["calls"],
+                    "after": b["calls"],
+                    "repeated_before": a["repeated"],
+                    "repeated_after": b["repeated"],
+                    "solved_before": a["solved"],
+                    "solved_after": b["solved"],
+                }
+        report.examples = changed_examples(evs[0], last, scenarios)
     return report
 
 
@@ -252,23 +277,23 @@ def summary_lines(report: Report) -> list[str]:
             )
         )
         out.append(f"- {label}: {eval_line(ev)}")
+    start = "before RL" if report.warm_start else "untrained"
     for kind in ("sampled", "greedy"):
         p = report.paired.get(kind)
         if p and _ok(p.get("rise")):
             out.append(
-                f"- paired rise in {kind} success, untrained -> last: {p['rise']:+.2f} "
+                f"- paired rise in {kind} success, {start} -> last: {p['rise']:+.2f} "
                 f"(± {_fmt(p['se'])} s.e., {int(p['n'])} scenarios)"
             )
-    for label, by_kind in report.slices.items():
-        parts = [
-            f"{kind} {_fmt(p.get('before'))} -> {_fmt(p.get('after'))} "
-            f"({p['rise']:+.2f} ± {_fmt(p['se'])})"
-            for kind in ("sampled", "greedy")
-            if (p := by_kind.get(kind)) and _ok(p.get("rise"))
-        ]
-        if parts:
-            n = int(next(iter(by_kind.values()))["n"])
-            out.append(f"- {label} ({n} scenarios): " + "; ".join(parts))
+    out += _slice_lines(report.slices, "")
+    out += _slice_lines(report.warm_start, "the SFT warm start, untrained -> before RL, ")
+    for label, c in report.calls.items():
+        out.append(
+            f"- calls per solved episode ({label}), {start} -> last: {_fmt(c['before'])} -> "
+            f"{_fmt(c['after'])}, of which repeated {_fmt(c['repeated_before'])} -> "
+            f"{_fmt(c['repeated_after'])} ({int(c['solved_before'])} and "
+            f"{int(c['solved_after'])} solved episodes)"
+        )
     rl = [e for e in evs if e.rl_step > 0]
     before = [e for e in evs if e.rl_step == 0]
     if rl and before:
@@ -286,6 +311,22 @@ def summary_lines(report: Report) -> list[str]:
         if cal.warning:
             out.append(f"- WARNING: {cal.warning}")
     out.append(f"- wall time: {report.seconds:.0f} s")
+    return out
+
+
+def _slice_lines(by_label: dict[str, dict[str, dict[str, float]]], prefix: str) -> list[str]:
+    """One line per slice: sampled and greedy success before -> after, with the rise."""
+    out = []
+    for label, by_kind in by_label.items():
+        parts = [
+            f"{kind} {_fmt(p.get('before'))} -> {_fmt(p.get('after'))} "
+            f"({p['rise']:+.2f} ± {_fmt(p['se'])})"
+            for kind in ("sampled", "greedy")
+            if (p := by_kind.get(kind)) and _ok(p.get("rise"))
+        ]
+        if parts:
+            n = int(next(iter(by_kind.values()))["n"])
+            out.append(f"- {prefix}{label} ({n} scenarios): " + "; ".join(parts))
     return out
 
 

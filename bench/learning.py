@@ -4,9 +4,11 @@ Each run is `art-mcp train` as a user runs it (the library's defaults, plus only
 task's server, scenarios and reward, and `--seed`), in a child process of its own, one
 after another: `--seeds` seeds, then the control runs (`--shuffle-rewards true`: the same run
 with each step's rewards permuted across its rollouts, so whatever it gains is not
-learning from the reward). Each run's report gives the held-out success of the untrained
-model and after the last step, greedy and sampled at temperature 1, paired per scenario;
-its peak RSS and wall time are measured here.
+learning from the reward). Each run's report gives the held-out success before RL (the
+untrained model's, or after the SFT warm start when the scenarios carry demonstrations)
+and after the last step, greedy and sampled at temperature 1, paired per scenario, with
+the warm start's own rise and the calls per solved episode apart; its peak RSS and wall
+time are measured here.
 
     .venv/bin/python -m bench.learning [--task capitals|books|directory|org] [--seeds 1,2,3,4,5]
         [--controls 1,2,3] [--extra "--learning-rate 1e-4"] [--tag NAME]
@@ -186,9 +188,9 @@ def run_one(
     if returncode != 0:
         raise RuntimeError(f"{name} failed ({returncode}):\n{tail}")
     report = json.loads((folder / "mcp" / "models" / name / "report.json").read_text())
-    first, last = (
-        Evaluation.model_validate(e) for e in (report["evaluations"][0], report["evaluations"][-1])
-    )
+    evs = [Evaluation.model_validate(e) for e in report["evaluations"]]
+    # RL's baseline is the evaluation before RL: the untrained model's, or after a warm start
+    untrained, first, last = evs[0], [e for e in evs if e.rl_step == 0][-1], evs[-1]
     return {
         "run": name,
         "commit": commit,
@@ -204,8 +206,12 @@ def run_one(
         "sampled_after": last.sampled_success,
         "format_before": first.sampled_format,
         "format_after": last.sampled_format,
+        "untrained_greedy": untrained.greedy_success,
+        "untrained_sampled": untrained.sampled_success,
         "paired": report.get("paired", {}),
         "slices": report.get("slices", {}),
+        "warm_start": report.get("warm_start", {}),
+        "calls": report.get("calls", {}),
         "success_curve": [
             [r["rl_step"], r["val_sampled_success"]]
             for r in report["rows"]

@@ -169,3 +169,60 @@ def test_a_report_breaks_the_rise_down_by_slice(tmp_path) -> None:
     write_report(report, tmp_path)  # the curve carries held-out success beside the rewards
     assert (tmp_path / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert "wording unseen" in (tmp_path / "report.md").read_text()
+
+
+def test_episode_calls_count_server_calls_and_repeats() -> None:
+    from art_mcp.evaluation import episode_calls
+
+    t = _traj(
+        art.ToolEvent(name="project_lead", args={"project": "Amber"}),
+        art.ToolEvent(name="project_lead", args={"project": "Amber"}),
+        art.ToolEvent(name="lookup", args={"person": "Ann", "field": "office"}),
+        art.ToolEvent(name="complete_task", args={"answer": "B2"}),
+    )
+    t.reward = 1.0
+    c = episode_calls(t, 1.0)
+    assert (c.calls, c.repeated, c.solved) == (3, 1, True)
+    t.reward = 0.2
+    assert not episode_calls(t, 1.0).solved
+
+
+def test_a_warm_started_run_reports_rl_s_rise_apart_from_the_warm_start_s(tmp_path) -> None:
+    """With an SFT warm start, the paired rise is RL's own (before RL -> last), the warm
+    start's (untrained -> before RL) is reported apart, and the calls per solved episode
+    are compared over the same two evaluations."""
+    from art_mcp.evaluation import EpisodeCalls
+    from art_mcp.report import append_journal, build_report, summary_lines
+
+    ids = ["a", "b", "c", "d"]
+    scenarios = [Scenario(id=i, task="t", metadata={"slice": "two-hop"}) for i in ids]
+    untrained = _ev(dict.fromkeys(ids, 0.0), {})
+    warm = Evaluation(step=1, rl_step=0, greedy={"a": 1.0, "b": 0.0, "c": 0.0, "d": 0.0})
+    last = Evaluation(step=3, rl_step=2, greedy=dict.fromkeys(ids, 1.0))
+    warm.calls = {"a": [EpisodeCalls(calls=4, repeated=2, solved=True)]}
+    last.calls = {i: [EpisodeCalls(calls=2, repeated=0, solved=True)] for i in ids}
+    for ev in (untrained, warm, last):
+        append_journal(tmp_path, "evaluation", ev.model_dump())
+    for step in (2, 3):
+        append_journal(tmp_path, "step", {"step": step, "reward": 0.5})
+    report = build_report(
+        model="m", server="s", steps=2, folder=tmp_path, scored_by="reward", seconds=1.0,
+        scenarios=scenarios,
+    )  # fmt: skip
+    assert report.paired["greedy"]["rise"] == 0.75 and report.paired["greedy"]["before"] == 0.25
+    assert report.warm_start["all"]["greedy"]["rise"] == 0.25
+    assert report.warm_start["two-hop"]["greedy"]["n"] == 4
+    assert report.calls["two-hop"] == {
+        "before": 4.0,
+        "after": 2.0,
+        "repeated_before": 2.0,
+        "repeated_after": 0.0,
+        "solved_before": 1.0,
+        "solved_after": 4.0,
+    }
+    lines = "\n".join(summary_lines(report))
+    assert "paired rise in greedy success, before RL -> last: +0.75" in lines
+    assert (
+        "- the SFT warm start, untrained -> before RL, two-hop (4 scenarios): greedy 0.00" in lines
+    )
+    assert "calls per solved episode (all), before RL -> last: 4.00 -> 2.00" in lines
