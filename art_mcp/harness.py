@@ -269,12 +269,13 @@ class _Run:
                         f"{cfg.steps} steps and the evaluations (refined after step 1)"
                     )
             demos = demonstrations(sft, self.train_set, self.rollouts.tools)
-            if demos and cfg.sft_epochs > 0:
+            epochs = cfg.sft_epochs if cfg.sft_epochs is not None else int(bool(demos))
+            if demos and epochs > 0:
                 self.phase = "the SFT warm start"
                 res = await model.train_sft(
                     demos,
                     art.TrainConfig(learning_rate=cfg.sft_learning_rate),
-                    epochs=cfg.sft_epochs,
+                    epochs=epochs,
                     batch_size=8,
                 )
                 log(

@@ -188,16 +188,24 @@ def run_one(
     if returncode != 0:
         raise RuntimeError(f"{name} failed ({returncode}):\n{tail}")
     report = json.loads((folder / "mcp" / "models" / name / "report.json").read_text())
+    row = {"run": name, "commit": commit, "seed": seed, "control": control}
+    return {
+        **row,
+        "wall_s": wall,
+        "peak_rss_mib": peak,
+        **report_row(report),
+        "log_tail": tail[-1500:],
+    }
+
+
+def report_row(report: dict[str, Any]) -> dict[str, Any]:
+    """A run's figures from its report.json: held-out success before RL (after any warm
+    start) and at the last evaluation, the untrained model's, the paired rises, slices,
+    warm start and calls, the curves and the changed examples."""
     evs = [Evaluation.model_validate(e) for e in report["evaluations"]]
     # RL's baseline is the evaluation before RL: the untrained model's, or after a warm start
     untrained, first, last = evs[0], [e for e in evs if e.rl_step == 0][-1], evs[-1]
     return {
-        "run": name,
-        "commit": commit,
-        "seed": seed,
-        "control": control,
-        "wall_s": wall,
-        "peak_rss_mib": peak,
         "evaluated": len(first.greedy),
         "samples": max((len(v) for v in first.sampled.values()), default=0),
         "greedy_before": first.greedy_success,
@@ -221,7 +229,6 @@ def run_one(
         "train_reward": [r.get("train_reward") for r in report["rows"][1:]],
         "zero_variance_groups": [r.get("zero_variance_groups") for r in report["rows"][1:]],
         "examples": report.get("examples", []),
-        "log_tail": tail[-1500:],
     }
 
 

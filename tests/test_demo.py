@@ -1,13 +1,13 @@
 """The main job (`./scripts/demo.sh`) on the real model, run as a user runs it, cut short.
 
 What a user sees is checked: the script sets up, prints the machine, the estimate and the
-first step's pre-flight, evaluates before and after, names the evaluations by RL step,
-prints its report, and the report holds both evaluations and the paired rises. The cut
-(2 steps of 4 x 4 rollouts, 8 held-out scenarios x 2 episodes) keeps it to a few minutes.
+first step's pre-flight, evaluates the untrained model, warm-starts on the two-hop task's
+demonstrations (the default when scenarios carry them), evaluates before RL and after,
+names the evaluations by RL step, prints its report, and the report holds the three
+evaluations, RL's paired rise and the warm start's apart. The cut (2 steps of 4 x 4
+rollouts, 8 held-out scenarios x 2 episodes) keeps it to a few minutes.
 
-Whether RL learns is not this test's claim: the bundled tasks changed (issue 54: held-out
-entities, rewards that need the lookup), so the 5-seed margins this test used to apply
-no longer describe them. The CI learning test is the BFCL arm
+Whether RL learns is not this test's claim: the CI learning test is the BFCL arm
 (`tests/examples/test_bfcl_learning.py`), whose margin sits above its controls.
 """
 
@@ -47,6 +47,8 @@ def test_the_main_job_runs_as_a_user_sees_it(tmp_path: Path) -> None:
     assert any(line.startswith(f"held-out evaluation after RL step {steps}: ") for line in lines)
     assert "# " in out.stdout  # the report is printed at the end
     report = json.loads((tmp_path / "mcp/models/demo/report.json").read_text())
-    assert [e["rl_step"] for e in report["evaluations"]] == [0, steps]
+    assert any(line.startswith("SFT warm start on 64 demonstrations: ") for line in lines)
+    assert [e["rl_step"] for e in report["evaluations"]] == [0, 0, steps]
     for kind in ("greedy", "sampled"):
         assert report["paired"][kind]["n"] == 8
+        assert report["warm_start"]["all"][kind]["n"] == 8

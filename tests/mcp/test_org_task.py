@@ -10,7 +10,7 @@ import art_langgraph as art
 from art_mcp import MCPToolset
 from art_mcp.scenarios import Scenario, split_scenarios
 from examples.mcp_org.server import org, projects
-from examples.mcp_org.tasks import build, score
+from examples.mcp_org.tasks import N_DEMONSTRATIONS, build, score
 
 
 def test_held_out_scenarios_share_no_entity_or_phrasing_with_training() -> None:
@@ -58,6 +58,9 @@ async def test_a_project_lead_is_looked_up_and_then_looked_up_in_turn() -> None:
             assert got.text == result
         assert calls[-1]["name"] == "complete_task" and demo.answer in calls[-1]["arguments"]
     assert all(s.demonstration is None for s in build() if s.split == "val")
+    # the default warm start's demonstrations: 64 training scenarios, half of each slice
+    shown = [s.metadata["slice"] for s in build() if s.demonstration is not None]
+    assert len(shown) == N_DEMONSTRATIONS and shown.count("two-hop") == N_DEMONSTRATIONS // 2
 
 
 def test_the_reward_pays_an_answer_only_when_a_lookup_returned_it() -> None:
