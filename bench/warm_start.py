@@ -15,7 +15,8 @@ reward to compare.
     .venv/bin/python -m bench.warm_start --out runs/warm --combine
 
 Each run lands in `--out` as `<arm>-s<seed>.json` and is not run again; `--combine`
-tabulates them into bench/results/warm_start/warm_start_<host>.json. The turn rules are
+tabulates them into bench/results/warm_start/warm_start_<host>.json and the docs
+(docs/benchmarks.md#warm-start). The turn rules are
 pinned in the arms (3 turns, repeats allowed: the defaults when the table was made), so a
 later change of the turn defaults does not change what an arm measures.
 
@@ -35,7 +36,7 @@ from typing import Any
 
 from art_mcp.scenarios import Scenario, load_scenarios, save_scenarios
 from bench.learning import host_key, run_one, validation_file
-from bench.readme import results_dir, write_results
+from bench.readme import results_dir, update_docs, write_results
 from bench.trainer_roofline import cpu_flags
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,12 +146,13 @@ def combine(out: Path) -> str:
     host = hosts.pop()
     text = (
         f"SFT warm start on the org task's validation slice (untrained -> after one epoch, "
-        f"before RL; 48 held-out scenarios, greedy and 2 samples at T=1); commit {commits[0]}; "
+        f"before RL; 48 of the slice's validation scenarios, greedy and 2 samples at T=1); commit {commits[0]}; "
         f"host {host} (CPU flags: {rows[0]['cpu_flags']}).\n\n" + table(rows)
     )
     write_results(
         results_dir("warm_start") / f"warm_start_{host}.json", {"table": text, "runs": rows}
     )
+    update_docs("warm_start", text)
     return text
 
 
