@@ -23,7 +23,8 @@ bench/results/learning/learning_<task>[_<tag>].json,
 docs/learning_band_<task>.png (train reward per step, the seeds' band against the
 control's) and the docs table between its markers. Runs may be made one at a time, each
 with its own `--tag` (a session's end then loses at most the run under way); `--combine`
-gathers every bench/results/learning/learning_<task>_<tag>.json of the defaults into
+gathers every bench/results/learning/learning_<task>_<tag>.json of the defaults (no
+flags, or only the task's evaluation flags, `TASK_EVAL`) into
 learning_<task>.json, the plot and the docs table; `--combine --tag ci` gathers the runs
 tagged ci_* (made with the same `--extra`: the CI learning test's arguments) into
 learning_<task>_ci.json and its docs table, with the margin a test may require. Results
@@ -74,6 +75,17 @@ TASKS = {
     "org": ("examples.mcp_org.server", "examples/mcp_org", "examples.mcp_org.tasks"),
 }
 """Task name -> its server module, folder (scenarios.jsonl) and reward module."""
+TASK_EVAL = {"org": ["--eval-scenarios", "48", "--eval-every", "3"]}
+"""Evaluation flags a task's runs of the defaults take (`--extra` when none is given): they
+change what is measured, never what is trained. The org chart evaluates 48 held-out
+scenarios, not the default 24 (its two-hop slice, about 40% of them, needs more), and once
+mid-run, for the success curve."""
+
+
+def of_the_defaults(task: str, extra: list[str]) -> bool:
+    """Whether runs made with `extra` are runs of the defaults: no flags, or only the
+    task's evaluation flags (`TASK_EVAL`)."""
+    return not extra or extra == TASK_EVAL.get(task)
 
 
 def task_args(task: str, scenarios: Path | None = None) -> list[str]:
@@ -380,7 +392,14 @@ def summary(data: dict[str, Any], plot: bool = True) -> str:
     )
     parts = [head, "", table(rows)]
     if by_slice := slice_table(rows):
-        parts += ["", "By held-out slice:", "", by_slice]
+        parts += [
+            "",
+            "By held-out slice (RL's paired rise, from the evaluation before RL):",
+            "",
+            by_slice,
+        ]
+    if warm := warm_table(rows):
+        parts += ["", warm]
     if plot:
         band = f"learning_band_{data['task']}{host_suffix(host_key(data['machine']))}.png"
         parts += ["", f"![train reward per step]({band})"]
@@ -399,12 +418,115 @@ def summary(data: dict[str, Any], plot: bool = True) -> str:
     return "\n".join(parts)
 
 
+def warm_table(rows: list[dict[str, Any]]) -> str:
+    """For warm-started runs: per run and slice, held-out sampled success untrained -> after
+    the warm start -> after RL, and the calls per solved episode (of which repeated) before
+    RL -> after; empty when no run warm-started."""
+    if not any(r.get("warm_start") for r in rows):
+        return ""
+    labels = [k for k in rows[0]["warm_start"] if k != "all"] + ["all"]
+    lines = [
+        'The SFT warm start apart ("before" above is after it): held-out sampled success '
+        "untrained -> after the warm start -> after RL, and calls per solved episode (repeated) "
+        "before RL -> after:",
+        "",
+        "| run | "
+        + " | ".join(f"{label}: success" for label in labels)
+        + " | "
+        + " | ".join(f"{label}: calls per solved" for label in labels)
+        + " |",
+        "|---|" + "---:|" * (2 * len(labels)),
+    ]
+    for r in rows:
+        cells = []
+        for label in labels:
+            w = r["warm_start"].get(label, {}).get("sampled")
+            a = (
+                r["paired"]["sampled"]
+                if label == "all"
+                else r["slices"].get(label, {}).get("sampled")
+            )
+            cells.append(
+                f"{w['before']:.2f} -> {w['after']:.2f} -> {a['after']:.2f}" if w and a else "-"
+            )
+        for label in labels:
+            c = r.get("calls", {}).get(label)
+            cells.append(
+                f"{c['before']:.2f} ({c['repeated_before']:.2f}) -> {c['after']:.2f} "
+                f"({c['repeated_after']:.2f})"
+                if c
+                else "-"
+            )
+        lines.append(f"| {r['run']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _warm_cells(rows: list[dict[str, Any]], label: str, kind: str) -> str:
+    """Mean untrained | after the warm start | after RL | RL's rise (± sd over the runs) of
+    a slice ("all": every evaluated scenario), for the warm-started table."""
+
+    def got(r: dict[str, Any], part: str) -> dict[str, float]:
+        if label == "all":
+            return dict(r["warm_start"]["all"][kind]) if part == "warm" else r["paired"][kind]
+        return dict(r["warm_start" if part == "warm" else "slices"][label][kind])
+
+    warm = [got(r, "warm") for r in rows]
+    rl = [got(r, "rl") for r in rows]
+    rises = [x["rise"] for x in rl]
+    sd = f" ± {statistics.stdev(rises):.2f} sd" if len(rises) > 1 else " (one run)"
+    return (
+        f"{statistics.fmean(x['before'] for x in warm):.2f} | "
+        f"{statistics.fmean(x['before'] for x in rl):.2f} | "
+        f"{statistics.fmean(x['after'] for x in rl):.2f} | "
+        f"**{statistics.fmean(rises):+.2f}**{sd}"
+    )
+
+
+def warm_headline(datasets: list[dict[str, Any]]) -> list[str]:
+    """The headline's table rows for warm-started runs: per host class and slice, held-out
+    success untrained, after the warm start and after RL, with RL's paired rise (the
+    warm start's own is the difference of the first two columns); seeds, then controls."""
+    lines: list[str] = []
+    for data in datasets:
+        if host_key(data["machine"]) == "avx2cap":
+            continue
+        host = HOST_LABEL[host_key(data["machine"])]
+        labels = ["two-hop", "all"] if "two-hop" in data["rows"][0]["slices"] else ["all"]
+        for control in (False, True):
+            rows = [r for r in data["rows"] if r["control"] == control]
+            if not rows:
+                lines.append(f"| {host} | control (shuffled rewards): no run yet | | | | |")
+                continue
+            arm = (
+                f"control (shuffled rewards), {len(rows)} run(s)"
+                if control
+                else f"RL, {len(rows)} seed(s)"
+            )
+            for label in labels:
+                for kind in ("sampled", "greedy") if not control else ("sampled",):
+                    what = f"{label}, {'sampled at T=1' if kind == 'sampled' else kind}"
+                    lines.append(f"| {host} | {what}, {arm} | {_warm_cells(rows, label, kind)} |")
+    if not lines:
+        return []
+    steps = len(datasets[0]["rows"][0]["train_reward"])
+    return [
+        "| host | held-out success (never trained on) | untrained | after the warm start | "
+        f"after {steps} RL steps | RL's rise |",
+        "|---|---|---:|---:|---:|---:|",
+        *lines,
+    ]
+
+
 def headline(datasets: list[dict[str, Any]]) -> str:
     """The README's first-screen lines: per host class, mean before -> after over the seeds
     and the control's rise, then each class's wall time, peak RSS and machine. A capped
-    host ("avx2cap") stands in for a class, and is left to docs/results.md."""
+    host ("avx2cap") stands in for a class, and is left to docs/results.md. Warm-started
+    runs get their own table (`warm_headline`)."""
     lines: list[str] = []
     notes: list[str] = []
+    warm = all(r.get("warm_start") for data in datasets for r in data["rows"])
+    if warm and datasets:
+        lines = warm_headline(datasets)
     for data in datasets:
         rl = [r for r in data["rows"] if not r["control"]]
         ctl = [r for r in data["rows"] if r["control"]]
@@ -419,29 +541,30 @@ def headline(datasets: list[dict[str, Any]]) -> str:
             rises = [_rise(r) for r in rows]
             return f" ± {statistics.stdev(rises):.2f} sd" if len(rises) > 1 else " (one run)"
 
-        if not lines:
-            steps = len(rl[0]["train_reward"])
-            lines = [
-                "| host | held-out success (never trained on) | untrained | "
-                f"after {steps} RL steps | rise |",
-                "|---|---|---:|---:|---:|",
+        if not warm:
+            if not lines:
+                steps = len(rl[0]["train_reward"])
+                lines = [
+                    "| host | held-out success (never trained on) | untrained | "
+                    f"after {steps} RL steps | rise |",
+                    "|---|---|---:|---:|---:|",
+                ]
+            lines += [
+                f"| {host} | sampled at T=1, RL, {len(rl)} seed(s) | {mean(rl, 'sampled_before'):.2f} | "
+                f"{mean(rl, 'sampled_after'):.2f} | **{statistics.fmean(map(_rise, rl)):+.2f}**"
+                f"{spread(rl)} |",
+                f"| {host} | greedy, RL, {len(rl)} seed(s) | {mean(rl, 'greedy_before'):.2f} | "
+                f"{mean(rl, 'greedy_after'):.2f} | "
+                f"{mean(rl, 'greedy_after') - mean(rl, 'greedy_before'):+.2f} |",
             ]
-        lines += [
-            f"| {host} | sampled at T=1, RL, {len(rl)} seed(s) | {mean(rl, 'sampled_before'):.2f} | "
-            f"{mean(rl, 'sampled_after'):.2f} | **{statistics.fmean(map(_rise, rl)):+.2f}**"
-            f"{spread(rl)} |",
-            f"| {host} | greedy, RL, {len(rl)} seed(s) | {mean(rl, 'greedy_before'):.2f} | "
-            f"{mean(rl, 'greedy_after'):.2f} | "
-            f"{mean(rl, 'greedy_after') - mean(rl, 'greedy_before'):+.2f} |",
-        ]
-        if ctl:
-            lines.append(
-                f"| {host} | sampled at T=1, control (shuffled rewards), {len(ctl)} run(s) | "
-                f"{mean(ctl, 'sampled_before'):.2f} | {mean(ctl, 'sampled_after'):.2f} | "
-                f"{statistics.fmean(map(_rise, ctl)):+.2f}{spread(ctl)} |"
-            )
-        else:
-            lines.append(f"| {host} | control (shuffled rewards) | no run yet | | |")
+            if ctl:
+                lines.append(
+                    f"| {host} | sampled at T=1, control (shuffled rewards), {len(ctl)} run(s) | "
+                    f"{mean(ctl, 'sampled_before'):.2f} | {mean(ctl, 'sampled_after'):.2f} | "
+                    f"{statistics.fmean(map(_rise, ctl)):+.2f}{spread(ctl)} |"
+                )
+            else:
+                lines.append(f"| {host} | control (shuffled rewards) | no run yet | | |")
         walls = [round(r["wall_s"] / 60) for r in data["rows"]]
         took = f"{min(walls)}-{max(walls)}" if min(walls) != max(walls) else f"{walls[0]}"
         peak = max(r["peak_rss_mib"] for r in data["rows"]) / 1024
@@ -511,7 +634,7 @@ def combine(task: str, tag: str = "") -> list[dict[str, Any]]:
     pattern = f"learning_{task}_{tag}_*.json" if tag else f"learning_{task}_*.json"
     for path in sorted(RESULTS.glob(pattern)):
         part = json.loads(path.read_text())
-        if bool(part.get("extra")) != bool(tag):
+        if of_the_defaults(task, part.get("extra", [])) == bool(tag):
             continue  # a run with other flags is not a run of the defaults
         parts.setdefault(host_key(part["machine"]), []).append(part)
     datasets = []
@@ -642,7 +765,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.tag:
             update_docs(f"learning_headline_{args.task}", headline(datasets))
         return
-    extra = args.extra.split()
+    extra = args.extra.split() or TASK_EVAL.get(args.task, [])
     plan = [(int(s), False) for s in args.seeds.split(",") if s]
     plan += [(int(s), True) for s in args.controls.split(",") if s]
     rows = []
@@ -668,7 +791,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     suffix = f"_{args.tag}" if args.tag else ""
     write_results(RESULTS / f"learning_{args.task}{suffix}.json", data)
-    if not args.tag:  # a tagged part waits for --combine
+    if not args.tag and of_the_defaults(args.task, extra):  # a tagged part waits for --combine
         sfx = host_suffix(host_key(data["machine"]))
         _band_plot(rows, args.task, sfx)
         update_docs(f"learning_{args.task}{sfx}", summary(data))

@@ -3,6 +3,7 @@ peak RSS, and a run dies with a bench that was SIGKILLed (no `finally` runs then
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -100,3 +101,72 @@ def test_held_out_success_is_drawn_per_step_with_the_control_beside(tmp_path: Pa
         assert not learning._success_plot([{"control": False}], "org")
     finally:
         learning.ROOT = real
+
+
+def test_a_task_s_evaluation_flags_keep_its_runs_among_the_defaults(tmp_path: Path) -> None:
+    """The org chart's runs evaluate more scenarios (`TASK_EVAL`): they pool as runs of the
+    defaults; a run with any other flag pools only under its tag."""
+    from bench import learning
+
+    assert learning.of_the_defaults("org", learning.TASK_EVAL["org"])
+    assert learning.of_the_defaults("capitals", [])
+    assert not learning.of_the_defaults("capitals", learning.TASK_EVAL["org"])
+    assert not learning.of_the_defaults("org", ["--learning-rate", "1e-4"])
+    machine = "x86_64, 2 cores, CPU flags: avx2"
+    for name, extra in (("a", learning.TASK_EVAL["org"]), ("b", ["--learning-rate", "1e-4"])):
+        part = {"machine": machine, "args": [], "extra": extra}
+        part["rows"] = [{"run": f"seed-{name}", "control": False, "seed": 1}]
+        (tmp_path / f"learning_org_{name}.json").write_text(json.dumps(part))
+    real = learning.RESULTS
+    learning.RESULTS = tmp_path
+    try:
+        (data,) = learning.combine("org")
+        assert [r["run"] for r in data["rows"]] == ["seed-a"]
+    finally:
+        learning.RESULTS = real
+
+
+def test_warm_started_runs_get_the_warm_start_s_columns() -> None:
+    """Runs that warm-started show untrained | after the warm start | after RL with RL's own
+    rise, per slice, and the calls per solved episode beside."""
+    from bench import learning
+
+    def p(before: float, after: float) -> dict[str, float]:
+        return {"before": before, "after": after, "rise": after - before, "se": 0.1, "n": 8.0}
+
+    def row(seed: int, control: bool, rl_after: float) -> dict:
+        return {
+            "run": f"{'control' if control else 'seed'}-{seed}",
+            "seed": seed,
+            "control": control,
+            "train_reward": [0.1] * 6,
+            "wall_s": 600.0,
+            "peak_rss_mib": 3000.0,
+            "paired": {"sampled": p(0.2, rl_after), "greedy": p(0.2, rl_after)},
+            "slices": {"two-hop": {"sampled": p(0.3, rl_after), "greedy": p(0.3, rl_after)}},
+            "warm_start": {
+                "all": {"sampled": p(0.0, 0.2), "greedy": p(0.1, 0.2)},
+                "two-hop": {"sampled": p(0.0, 0.3), "greedy": p(0.0, 0.3)},
+            },
+            "calls": {"two-hop": {"before": 2.5, "after": 2.0, "repeated_before": 0.5,
+                                  "repeated_after": 0.0, "solved_before": 3, "solved_after": 6}},
+        }  # fmt: skip
+
+    rows = [row(1, False, 0.6), row(2, False, 0.8), row(1, True, 0.3)]
+    data = {"machine": "x86_64, 2 cores, CPU flags: avx2", "rows": rows}
+    text = learning.headline([data])
+    assert "| untrained | after the warm start | after 6 RL steps | RL's rise |" in text
+    assert (
+        "| AVX2, fp32 | two-hop, sampled at T=1, RL, 2 seed(s) | 0.00 | 0.30 | 0.70 | **+0.40** ± 0.14 sd |"
+        in text
+    )
+    assert (
+        "| AVX2, fp32 | two-hop, sampled at T=1, control (shuffled rewards), 1 run(s) | 0.00 | 0.30 | 0.30 | **+0.00** (one run) |"
+        in text
+    )
+    warm = learning.warm_table(rows)
+    assert (
+        "| seed-1 | 0.00 -> 0.30 -> 0.60 | 0.00 -> 0.20 -> 0.60 | 2.50 (0.50) -> 2.00 (0.00) | - |"
+        in warm
+    )
+    assert learning.warm_table([{"warm_start": {}}]) == ""
