@@ -241,12 +241,17 @@ def transcript(traj: art.Trajectory, limit: int = 400) -> str:
 
 
 def changed_examples(
-    before: Evaluation, after: Evaluation, scenarios: list[Scenario], k: int = 3
+    before: Evaluation,
+    after: Evaluation,
+    scenarios: list[Scenario],
+    k: int = 3,
+    only: Collection[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Up to `k` held-out scenarios whose greedy episode failed before and succeeded
-    after (else any whose reward changed), with both transcripts."""
+    """Up to `k` held-out scenarios (of `only`, when given) whose greedy episode failed
+    before and succeeded after (else any whose reward changed), with both transcripts."""
     tasks = {s.id: s.task for s in scenarios}
-    ids = [i for i in before.greedy if i in after.greedy]
+    labels = {s.id: str(s.metadata.get("slice") or "") for s in scenarios}
+    ids = [i for i in before.greedy if i in after.greedy and (only is None or i in only)]
     fixed = [i for i in ids if before.greedy[i] < before.success_reward <= after.greedy[i]]
     changed = [i for i in ids if i not in fixed and before.greedy[i] != after.greedy[i]]
     out = []
@@ -255,6 +260,7 @@ def changed_examples(
             {
                 "scenario": i,
                 "task": tasks.get(i, ""),
+                "slice": labels.get(i, ""),
                 "before": before.transcripts.get(i, ""),
                 "before_reward": before.greedy[i],
                 "after": after.transcripts.get(i, ""),

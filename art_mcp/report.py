@@ -229,7 +229,18 @@ def build_report(
                     "solved_before": a["solved"],
                     "solved_after": b["solved"],
                 }
-        report.examples = changed_examples(evs[0], last, scenarios)
+        # one example of each slice first (a two-hop episode beside a one-hop one), then any
+        picked = [
+            ex
+            for ids in labelled.values()
+            if ids
+            for ex in changed_examples(evs[0], last, scenarios, 1, ids)
+        ]
+        seen = {ex["scenario"] for ex in picked}
+        rest = [
+            ex for ex in changed_examples(evs[0], last, scenarios) if ex["scenario"] not in seen
+        ]
+        report.examples = (picked + rest)[: max(3, len(picked))]
     return report
 
 
@@ -350,7 +361,7 @@ def _example_lines(report: Report) -> list[str]:
     out = ["", "## Held-out episodes that changed (greedy, untrained -> last)", ""]
     for ex in report.examples:
         out += [
-            f"**{ex['task']}**",
+            f"**{ex['task']}**" + (f" ({ex['slice']})" if ex.get("slice") else ""),
             "",
             f"- before (reward {_fmt(ex['before_reward'])}): `{ex['before']}`",
             f"- after (reward {_fmt(ex['after_reward'])}): `{ex['after']}`",

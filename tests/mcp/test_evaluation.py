@@ -106,9 +106,11 @@ def test_changed_examples_prefer_fixed_episodes() -> None:
     scen = [Scenario(id=i, task=f"task {i}") for i in "abc"]
     got = changed_examples(before, after, scen, k=5)
     assert [g["scenario"] for g in got] == ["a", "b"]
+    assert [g["scenario"] for g in changed_examples(before, after, scen, only={"b"})] == ["b"]
     assert got[0] == {
         "scenario": "a",
         "task": "task a",
+        "slice": "",
         "before": "old a",
         "before_reward": 0.2,
         "after": "new a",
@@ -162,6 +164,8 @@ def test_a_report_breaks_the_rise_down_by_slice(tmp_path) -> None:
     seen, unseen = report.slices["wording seen"], report.slices["wording unseen"]
     assert seen["greedy"]["rise"] == 1.0 and seen["greedy"]["before"] == 0.0
     assert unseen["greedy"]["rise"] == pytest.approx(1 / 3) and unseen["greedy"]["n"] == 3
+    # an example of each slice comes first: a fixed episode of every kind of question
+    assert [ex["slice"] for ex in report.examples][:2] == ["wording seen", "wording unseen"]
     lines = "\n".join(summary_lines(report))
     assert "- wording unseen (3 scenarios): greedy 0.00 -> 0.33 (+0.33 ± " in lines
     from art_mcp.report import write_report
