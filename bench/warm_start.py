@@ -68,8 +68,11 @@ def flags(arm: str) -> list[str]:
 
 
 def with_demonstrations(scenarios: list[Scenario], n: int) -> list[Scenario]:
-    """`scenarios` with the demonstrations of `n` training scenarios kept (half of each
-    slice, evenly spread in file order) and every other demonstration dropped."""
+    """`scenarios` with a demonstration on `n` training scenarios (half of each slice,
+    evenly spread in file order; made by the task's `demonstration`, whichever of them the
+    task file ships) and on no other."""
+    from examples.mcp_org.tasks import demonstration
+
     train = [s for s in scenarios if s.split == "train"]
     labels = sorted({str(s.metadata.get("slice", "")) for s in train})
     keep: set[str] = set()
@@ -78,7 +81,13 @@ def with_demonstrations(scenarios: list[Scenario], n: int) -> list[Scenario]:
         k = min(n // len(labels), len(items))
         keep |= {items[int(i * len(items) / k)].id for i in range(k)}
     return [
-        s.model_copy(update={"demonstration": s.demonstration if s.id in keep else None})
+        s.model_copy(
+            update={
+                "demonstration": demonstration(s.task, s.metadata["calls"], s.answer or "")
+                if s.id in keep
+                else None
+            }
+        )
         for s in scenarios
     ]
 

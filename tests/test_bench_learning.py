@@ -170,3 +170,16 @@ def test_warm_started_runs_get_the_warm_start_s_columns() -> None:
         in warm
     )
     assert learning.warm_table([{"warm_start": {}}]) == ""
+
+
+def test_a_warm_start_arm_keeps_its_demonstrations_only(tmp_path: Path) -> None:
+    """bench.warm_start's arm of n demonstrations: n training scenarios of the validation
+    slice carry one (half one-hop, half two-hop, made by the task), no other does."""
+    from art_mcp.scenarios import load_scenarios
+    from bench.warm_start import slice_file
+
+    out = load_scenarios(slice_file(tmp_path, 16))
+    shown = [s for s in out if s.demonstration is not None]
+    assert len(shown) == 16 and all(s.split == "train" for s in shown)
+    assert sum(s.metadata["slice"] == "two-hop" for s in shown) == 8
+    assert all(s.answer in json.dumps(s.demonstration[-1]) for s in shown)
