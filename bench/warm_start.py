@@ -42,23 +42,24 @@ from bench.trainer_roofline import cpu_flags
 ROOT = Path(__file__).resolve().parent.parent
 TASK = "org"
 TURNS = ["--max-turns", "3", "--after-repeat", "allow", "--final-answer-turn", "true"]
-ARMS: dict[str, tuple[int, str]] = {
-    "d64-lr3e-3": (64, "3e-3"),
-    "d128-lr3e-3": (128, "3e-3"),
-    "d64-lr1e-3": (64, "1e-3"),
-    "d128-lr1e-3": (128, "1e-3"),
+ARMS: dict[str, tuple[int, str, int]] = {
+    "d64-lr3e-3": (64, "3e-3", 1),
+    "d128-lr3e-3": (128, "3e-3", 1),
+    "d64-lr1e-3": (64, "1e-3", 1),
+    "d128-lr1e-3": (128, "1e-3", 1),
+    "d64-lr3e-3-x3": (64, "3e-3", 3),
 }
-"""Arm -> (training scenarios whose demonstration is kept, SFT learning rate)."""
+"""Arm -> (training scenarios whose demonstration is kept, SFT learning rate, epochs)."""
 
 
 def flags(arm: str) -> list[str]:
     """The arm's `art-mcp train` flags beside the task's."""
-    _, lr = ARMS[arm]
+    _, lr, epochs = ARMS[arm]
     return [
         "--steps",
         "0",
         "--sft-epochs",
-        "1",
+        str(epochs),
         "--sft-learning-rate",
         lr,
         "--eval-scenarios",
@@ -107,10 +108,11 @@ def run_all(out: Path, arms: list[str], seed: int) -> None:
         if dest.exists():
             print(f"{dest.name}: landed already", flush=True)
             continue
-        n, lr = ARMS[arm]
+        n, lr, epochs = ARMS[arm]
         name = f"{arm}-s{seed}"
         row = run_one(TASK, seed, False, flags(arm), out, name=name, scenarios=slice_file(out, n))
-        row.update(arm=arm, demonstrations=n, sft_learning_rate=lr, flags=flags(arm))
+        row.update(arm=arm, demonstrations=n, sft_learning_rate=lr, sft_epochs=epochs)
+        row["flags"] = flags(arm)
         row["cpu_flags"] = cpu_flags()
         write_results(dest, row)
         print(f"{name}: {line(row)}", flush=True)
@@ -129,15 +131,16 @@ def line(row: dict[str, Any]) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| arm | demonstrations | SFT lr | two-hop sampled | two-hop greedy | one-hop sampled "
+        "| arm | demonstrations | SFT lr | epochs | two-hop sampled | two-hop greedy | one-hop sampled "
         "| one-hop greedy | in band (two-hop sampled 0.05-0.40) |",
-        "|---|---:|---:|---:|---:|---:|---:|:---|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|:---|",
     ]
     for r in rows:
         p = r.get("warm_start", {}).get("two-hop", {}).get("sampled", {})
         band = "yes" if 0.05 <= p.get("after", -1) <= 0.40 else "no"
         lines.append(
             f"| {r['arm']} | {r['demonstrations']} | {r['sft_learning_rate']} | "
+            f"{r.get('sft_epochs', 1)} | "
             f"{_cell(r, 'two-hop', 'sampled')} | {_cell(r, 'two-hop', 'greedy')} | "
             f"{_cell(r, 'one-hop', 'sampled')} | {_cell(r, 'one-hop', 'greedy')} | {band} |"
         )
