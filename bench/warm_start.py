@@ -1,7 +1,7 @@
 """The SFT warm start's size and learning rate, chosen on a task's validation slice only.
 
 When a task's training scenarios carry worked demonstrations, `art-mcp train` warm-starts
-on them by default (`HarnessConfig.sft_epochs`: one epoch) before RL. How much a warm
+on them by default (`HarnessConfig.sft_epochs`: three epochs) before RL. How much a warm
 start should do is set here: an arm keeps the demonstrations of `n` training scenarios of
 the validation slice (`bench.learning.validation_file`; half one-hop, half two-hop, spread
 evenly), drops the rest, warm-starts with its SFT learning rate, and stops before RL
@@ -15,8 +15,8 @@ reward to compare.
     .venv/bin/python -m bench.warm_start --out runs/warm --combine
 
 Each run lands in `--out` as `<arm>-s<seed>.json` and is not run again; `--combine`
-tabulates them into bench/results/warm_start/warm_start_<host>.json and the docs
-(docs/benchmarks.md#warm-start). The turn rules are
+tabulates them into bench/results/warm_start/warm_start_<host>[_<tag>].json and the
+docs (docs/benchmarks.md#warm-start); runs of another commit get their own `--tag`. The turn rules are
 pinned in the arms (3 turns, repeats allowed: the defaults when the table was made), so a
 later change of the turn defaults does not change what an arm measures.
 
@@ -147,7 +147,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def combine(out: Path) -> str:
+def combine(out: Path, tag: str = "") -> str:
+    """The table of the runs in `out`, saved to warm_start_<host>[_<tag>].json and the docs
+    block warm_start[_<tag>]; runs of different commits or hosts are never pooled."""
     rows = [json.loads(p.read_text()) for p in sorted(out.glob("d*-s[0-9]*.json"))]
     if not rows:
         raise SystemExit(f"no runs in {out}")
@@ -157,14 +159,15 @@ def combine(out: Path) -> str:
         raise SystemExit(f"runs of different commits or hosts, never pooled: {commits} {hosts}")
     host = hosts.pop()
     text = (
-        f"SFT warm start on the org task's validation slice (untrained -> after one epoch, "
+        f"SFT warm start on the org task's validation slice (untrained -> after the warm start, "
         f"before RL; 48 of the slice's validation scenarios, greedy and 2 samples at T=1); commit {commits[0]}; "
         f"host {host} (CPU flags: {rows[0]['cpu_flags']}).\n\n" + table(rows)
     )
+    sfx = f"_{tag}" if tag else ""
     write_results(
-        results_dir("warm_start") / f"warm_start_{host}.json", {"table": text, "runs": rows}
+        results_dir("warm_start") / f"warm_start_{host}{sfx}.json", {"table": text, "runs": rows}
     )
-    update_docs("warm_start", text)
+    update_docs(f"warm_start{sfx}", text)
     return text
 
 
@@ -174,12 +177,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", type=Path, required=True, help="the runs' folder (kept)")
     p.add_argument("--combine", action="store_true", help="tabulate the runs in --out")
+    p.add_argument("--tag", default="", help="a suffix for the combined table's file and block")
     args = p.parse_args(argv)
     arms = args.arms.split(",")
     if unknown := set(arms) - set(ARMS):
         p.error(f"unknown arm: {sorted(unknown)}")
     if args.combine:
-        print(combine(args.out))
+        print(combine(args.out, args.tag))
         return
     out = args.out.resolve()
     os.chdir(ROOT)  # the task's server is a module of this repository

@@ -4,7 +4,7 @@
 # company's projects and staff; "the extension of the lead of project X" takes
 # project_lead, then lookup on the lead it returned) with `art-mcp train` and the
 # library's defaults, on the embedded default backend: the untrained model's held-out
-# evaluation, a one-epoch SFT warm start on the task's 64 demonstrations, the evaluation
+# evaluation, a three-epoch SFT warm start on the task's 64 demonstrations, the evaluation
 # before RL, GRPO steps against the task's programmatic reward, the evaluation after RL,
 # and a report (JSON, markdown, PNG) in .art-demo/mcp/models/demo/ (or
 # $ART_DEMO_PATH/...). The held-out scenarios name projects, people and phrasings the
