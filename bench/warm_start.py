@@ -1,4 +1,4 @@
-"""The SFT warm start's size and learning rate, chosen on a task's validation slice only.
+"""The SFT warm start's size, learning rate and epochs, chosen on a validation slice only.
 
 When a task's training scenarios carry worked demonstrations, `art-mcp train` warm-starts
 on them by default (`HarnessConfig.sft_epochs`: three epochs) before RL. How much a warm
@@ -6,18 +6,19 @@ start should do is set here: an arm keeps the demonstrations of `n` training sce
 the validation slice (`bench.learning.validation_file`; half one-hop, half two-hop, spread
 evenly), drops the rest, warm-starts with its SFT learning rate, and stops before RL
 (`--steps 0`), so the run's two evaluations are the untrained model and the model after
-the warm start, per slice (`Report.warm_start`). The issue asks the model before RL to
-sit in a band where GRPO has a signal (two-hop sampled success between 0.05 and 0.40): a
-warm start that solves everything leaves RL nothing, one that solves nothing gives it no
-reward to compare.
+the warm start, per slice (`Report.warm_start`). What an arm is judged by: whether the
+warm-started model does both kinds of question (a warm start that teaches the calls'
+shape but not their arguments leaves RL groups whose rollouts all fail alike), and where
+its two-hop success sits against the 0.05-0.40 band the issue set for the model before
+RL (one that solves everything leaves RL nothing).
 
     .venv/bin/python -m bench.warm_start --out runs/warm [--arms d64-lr3e-3,...] [--seed 1]
     .venv/bin/python -m bench.warm_start --out runs/warm --combine
 
 Each run lands in `--out` as `<arm>-s<seed>.json` and is not run again; `--combine`
 tabulates them into bench/results/warm_start/warm_start_<host>[_<tag>].json and the
-docs (docs/benchmarks.md#warm-start); runs of another commit get their own `--tag`. The turn rules are
-pinned in the arms (3 turns, repeats allowed: the defaults when the table was made), so a
+docs (docs/benchmarks.md#warm-start); runs of another commit get their own `--tag`. The
+turn rules are pinned in the arms (3 turns, repeats allowed: the defaults when the table was made), so a
 later change of the turn defaults does not change what an arm measures.
 
 Left out: RL after the warm start (bench.learning measures it, from the evaluation
