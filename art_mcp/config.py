@@ -19,6 +19,12 @@ from art_langgraph.training.config import SWEPT_LEARNING_RATE, default_learning_
 __all__ = ["SWEPT_LEARNING_RATE", "HarnessConfig", "default_learning_rate"]
 
 
+DEFAULT_SFT_EPOCHS = 3
+"""The warm start's epochs when `sft_epochs` is None and there are demonstrations: on the
+two-hop task's validation slice one epoch taught the calls' shape but not their arguments,
+three taught both (bench/results/warm_start)."""
+
+
 class HarnessConfig(BaseModel):
     """Every knob of `art_mcp.train` (and the `art-mcp train` flags)."""
 
@@ -328,6 +334,13 @@ class HarnessConfig(BaseModel):
     def lr(self) -> float:
         """The learning rate this run trains with: `learning_rate`, else the model's default."""
         return self.learning_rate or default_learning_rate(self.base_model)[0]
+
+    def warm_start_epochs(self, demonstrations: int) -> int:
+        """The SFT warm start's epochs given how many demonstrations there are: `sft_epochs`
+        when set, else `DEFAULT_SFT_EPOCHS` with demonstrations and none without."""
+        if self.sft_epochs is not None:
+            return self.sft_epochs if demonstrations else 0
+        return DEFAULT_SFT_EPOCHS if demonstrations else 0
 
     @field_validator("allow_tools", "deny_tools", mode="before")
     @classmethod

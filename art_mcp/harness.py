@@ -269,8 +269,8 @@ class _Run:
                         f"{cfg.steps} steps and the evaluations (refined after step 1)"
                     )
             demos = demonstrations(sft, self.train_set, self.rollouts.tools)
-            epochs = cfg.sft_epochs if cfg.sft_epochs is not None else 3 * bool(demos)
-            if demos and epochs > 0:
+            epochs = cfg.warm_start_epochs(len(demos))
+            if epochs > 0:
                 self.phase = "the SFT warm start"
                 res = await model.train_sft(
                     demos,

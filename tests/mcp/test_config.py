@@ -1,4 +1,5 @@
-"""`HarnessConfig`'s defaults that depend on the model: the learning rate from its width."""
+"""`HarnessConfig`'s defaults that depend on the run: the learning rate from the model's width, the
+warm start's epochs from the demonstrations."""
 
 from __future__ import annotations
 
@@ -20,3 +21,15 @@ def test_the_learning_rate_follows_the_model_width(tmp_path: Path) -> None:
     assert lr == SWEPT_LEARNING_RATE and "unknown" in why
     assert HarnessConfig().lr() == SWEPT_LEARNING_RATE  # the default base model: SmolLM2
     assert HarnessConfig(learning_rate=1e-5).lr() == 1e-5
+
+
+def test_the_warm_start_runs_by_default_only_with_demonstrations() -> None:
+    """sft_epochs None: three epochs when there are demonstrations (the scenarios' own or
+    --sft), none without; a number given is kept, and no demonstrations means no warm start."""
+    from art_mcp.config import DEFAULT_SFT_EPOCHS
+
+    assert HarnessConfig().warm_start_epochs(64) == DEFAULT_SFT_EPOCHS == 3
+    assert HarnessConfig().warm_start_epochs(0) == 0
+    assert HarnessConfig(sft_epochs=0).warm_start_epochs(64) == 0
+    assert HarnessConfig(sft_epochs=2).warm_start_epochs(64) == 2
+    assert HarnessConfig(sft_epochs=2).warm_start_epochs(0) == 0
