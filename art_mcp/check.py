@@ -41,10 +41,9 @@ import art_langgraph as art
 from art_langgraph.backend.checkpoints import CheckpointFolder
 from art_langgraph.errors import UsageError
 from art_langgraph.utils import iterate_dataset
-from art_mcp.agent import call_key
 from art_mcp.backends import backend_for, machine_line
 from art_mcp.config import HarnessConfig
-from art_mcp.evaluation import episode_format
+from art_mcp.evaluation import episode_calls, episode_format
 from art_mcp.progress import say, terminal
 from art_mcp.rollouts import Rollouts
 from art_mcp.scenario_source import run_scenarios
@@ -169,7 +168,7 @@ def summarize(
         reward_sd=statistics.pstdev(rewards) if rewards else 0.0,
         flat_groups=_mean(flat),
         truncated=_mean([len(t.calls) >= cfg.max_turns for t in trajs]),
-        repeated_calls=_repeated_share(trajs),
+        repeated_calls=_repeated_share(trajs, cfg.success_reward),
         reward_errors=n_err,
         first_error=first,
         episode_errors=episode_errors[0],
@@ -185,18 +184,11 @@ def _mean(xs: list[bool] | list[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
-def _repeated_share(trajs: list[art.Trajectory]) -> float:
+def _repeated_share(trajs: list[art.Trajectory], success_reward: float) -> float:
     """Share of tool calls (complete_task aside) that repeat an earlier one of their rollout."""
-    repeats: list[bool] = []
-    for t in trajs:
-        seen: set[str] = set()
-        for ev in t.tool_events:
-            if ev.name == "complete_task":
-                continue
-            key = call_key(ev.name, ev.args)
-            repeats.append(key in seen)
-            seen.add(key)
-    return _mean(repeats) if repeats else 0.0
+    counts = [episode_calls(t, success_reward) for t in trajs]
+    calls = sum(c.calls for c in counts)
+    return sum(c.repeated for c in counts) / calls if calls else 0.0
 
 
 def _verdict(p: Preflight, cfg: HarnessConfig, rewards: list[float]) -> tuple[bool, str]:

@@ -72,8 +72,9 @@ class HarnessConfig(BaseModel):
             "Most model turns in one rollout: 6 leaves room for two or three dependent "
             "lookups, a repeated call and the answer (chosen with after_repeat by a sweep of "
             "turn rules on three task shapes: bench/results/turn_rules; with 3, nearly every "
-            "episode of a two-hop task ended on the forced answer). A failing rollout runs every turn, so each turn more "
-            "costs rollout time on a task the model cannot yet do."
+            "episode of a two-hop task ended on the forced answer). A failing rollout runs "
+            "every turn, so each turn more costs rollout time on a task the model cannot yet "
+            "do."
         ),
     )
     max_tokens: int = Field(96, ge=1, description="Most tokens per model turn.")
@@ -338,9 +339,9 @@ class HarnessConfig(BaseModel):
     def warm_start_epochs(self, demonstrations: int) -> int:
         """The SFT warm start's epochs given how many demonstrations there are: `sft_epochs`
         when set, else `DEFAULT_SFT_EPOCHS` with demonstrations and none without."""
-        if self.sft_epochs is not None:
-            return self.sft_epochs if demonstrations else 0
-        return DEFAULT_SFT_EPOCHS if demonstrations else 0
+        if not demonstrations:
+            return 0
+        return DEFAULT_SFT_EPOCHS if self.sft_epochs is None else self.sft_epochs
 
     @field_validator("allow_tools", "deny_tools", mode="before")
     @classmethod

@@ -382,7 +382,9 @@ def summary(data: dict[str, Any], plot: bool = True) -> str:
         f"{', '.join(map(str, controls)) or 'none yet'}. {data['machine']}; "
         "`art-mcp train` with the defaults"
         + (f" and `{' '.join(data['extra'])}`" if data.get("extra") else "")
-        + ", one run at a time, no test or other benchmark beside it. "
+        + ", one run at a time, no test or other benchmark beside it; code "
+        + ", ".join(sorted({str(r.get("commit", "?")) for r in rows}))
+        + ". "
         "Rises are paired per held-out scenario"
         + (
             f" ({rows[0]['evaluated']} scenarios x {rows[0]['samples']} samples at T=1)."

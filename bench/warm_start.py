@@ -73,15 +73,9 @@ def with_demonstrations(scenarios: list[Scenario], n: int) -> list[Scenario]:
     """`scenarios` with a demonstration on `n` training scenarios (half of each slice,
     evenly spread in file order; made by the task's `demonstration`, whichever of them the
     task file ships) and on no other."""
-    from examples.mcp_org.tasks import demonstration
+    from examples.mcp_org.tasks import demonstration, demonstration_ids
 
-    train = [s for s in scenarios if s.split == "train"]
-    labels = sorted({str(s.metadata.get("slice", "")) for s in train})
-    keep: set[str] = set()
-    for label in labels:
-        items = [s for s in train if str(s.metadata.get("slice", "")) == label]
-        k = min(n // len(labels), len(items))
-        keep |= {items[int(i * len(items) / k)].id for i in range(k)}
+    keep = demonstration_ids(scenarios, n)
     return [
         s.model_copy(
             update={

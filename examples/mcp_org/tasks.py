@@ -125,17 +125,19 @@ def build() -> list[Scenario]:
                 out.append(
                     _scenario(f"1hop-{field}", name, p, own[p], person[field], split, [look])
                 )
-    return _keep_demonstrations(out, N_DEMONSTRATIONS)
+    keep = demonstration_ids(out, N_DEMONSTRATIONS)
+    return [s if s.id in keep else s.model_copy(update={"demonstration": None}) for s in out]
 
 
-def _keep_demonstrations(scenarios: list[Scenario], n: int) -> list[Scenario]:
-    """`scenarios` with the demonstrations of `n` training scenarios kept, half of each
-    slice, evenly spread in order; every other demonstration dropped."""
+def demonstration_ids(scenarios: list[Scenario], n: int) -> set[str]:
+    """The ids of the `n` training scenarios that carry a demonstration: half of each
+    slice (one-hop, two-hop), evenly spread in order (at most all of a slice)."""
     keep: set[str] = set()
     for label in ("one-hop", "two-hop"):
         items = [s for s in scenarios if s.split == "train" and s.metadata["slice"] == label]
-        keep |= {items[i * len(items) // (n // 2)].id for i in range(n // 2)}
-    return [s if s.id in keep else s.model_copy(update={"demonstration": None}) for s in scenarios]
+        k = min(n // 2, len(items))
+        keep |= {items[i * len(items) // k].id for i in range(k)}
+    return keep
 
 
 def _result(call: dict[str, Any]) -> str:
