@@ -54,7 +54,7 @@ from art_mcp.evaluation import (
     log_to_langfuse,
     transcript,
 )
-from art_mcp.progress import TrainingProgress, say, terminal, trained_note
+from art_mcp.progress import EngineTally, TrainingProgress, say, terminal, trained_note
 from art_mcp.recipe import check_recipe, default_name, recipe_of, server_label
 from art_mcp.report import (
     Report,
@@ -207,6 +207,7 @@ class _Run:
             ),
         )
         await self.model.register(backend)
+        self.engine_tally = EngineTally(backend)
         # The harness's own files (scenarios, report) go beside the checkpoints when the
         # backend is embedded, under --path here when it is remote.
         where = getattr(backend, "path", cfg.path)  # a remote backend has none here
@@ -314,6 +315,7 @@ class _Run:
         done = index + 1
         self.phase = f"RL step {done}"
         tick = time.perf_counter()
+        self.engine_tally.start()
         judged = CountedJudge(self.judge)
         groups = await art.gather_trajectory_groups(
             (art.TrajectoryGroup(self.rollout(s) for _ in range(cfg.group_size)) for s in items),
@@ -327,7 +329,7 @@ class _Run:
         if self.judge is not None:
             line += f", {judged.calls} groups judged ({judged.dropped} dropped)"
         rollout_s = time.perf_counter() - tick
-        log(f"{line} in {rollout_s:.0f} s; training")
+        log(f"{line} in {rollout_s:.0f} s{self.engine_tally.note()}; training")
         errors = self.report_errors(f"RL step {done}")
         if index == 0:  # the pre-flight summary (art-mcp check), from this step
             first = summarize(groups, items, cfg, errors=errors[0], episode_errors=errors[1])
@@ -444,6 +446,7 @@ class _Run:
         cfg, log = self.cfg, self.log
         label = evaluation_label(step, rl_step)
         tick = time.perf_counter()
+        self.engine_tally.start()
         jobs = [(s, True) for s in self.val_set]
         jobs += [(s, False) for s in self.val_set for _ in range(cfg.eval_samples)]
         trajs = await asyncio.gather(
@@ -454,7 +457,7 @@ class _Run:
         )
         took = time.perf_counter() - tick
         self.pace.append(took / max(len(trajs), 1))
-        log(f"{label}: {len(trajs)} episodes in {took:.0f} s")
+        log(f"{label}: {len(trajs)} episodes in {took:.0f} s{self.engine_tally.note()}")
         self.report_errors(label)
         if self.ruler_params is not None:
             by_scenario: dict[str, list[art.Trajectory]] = {}

@@ -3,7 +3,8 @@
 `say` is the default log (stdout, flushed per line); progress bars draw only on a terminal
 (`terminal`); `TrainingProgress` is the trainer's `progress` callback (trained tokens,
 as a bar); `trained_note` says what a step trained on when it is not every group, or why
-it trained on nothing.
+it trained on nothing; `EngineTally` says what an embedded engine computed over a phase
+(prompt tokens, the share its prefix cache served, tokens generated).
 
 Left out: the report (report.py), which is rebuilt from the saved journal, not from these
 lines.
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import sys
 from typing import Any
+
+from art_langgraph.engine.base import EngineMetrics
 
 
 def say(line: str) -> None:
@@ -72,3 +75,38 @@ class TrainingProgress:
                 total = int(info.get("total_tokens", 0)) or None
                 self.bar = tqdm(total=total, desc=self.desc, unit="tok", dynamic_ncols=True)
             self.bar.update(int(info.get("tokens", 0)))
+
+
+class EngineTally:
+    """What an embedded backend's engine did between `start` and `note`: the prompt tokens
+    it admitted, the share of them its prefix cache served, and the tokens it generated.
+    An agent's later turns extend its earlier prompts, so a low share means the cache was
+    too small for the episodes in flight (their KV evicted before their next turn came).
+    Says nothing for a backend without an engine in this process (a remote one)."""
+
+    def __init__(self, backend: Any) -> None:
+        self._engine = getattr(backend, "engine", None)
+        self._start = self._read()
+
+    def _read(self) -> EngineMetrics | None:
+        metrics = getattr(self._engine, "metrics", None)
+        return metrics() if metrics is not None else None
+
+    def start(self) -> None:
+        self._start = self._read()
+
+    def note(self) -> str:
+        """ "; engine: 812k prompt tokens (61% from its prefix cache), 52k generated", or ""."""
+        end, start = self._read(), self._start
+        if end is None or start is None:
+            return ""
+        prompt = end.prompt_tokens - start.prompt_tokens
+        queried = end.prefix_cache_queries - start.prefix_cache_queries
+        hits = end.prefix_cache_hits - start.prefix_cache_hits
+        made = end.generation_tokens - start.generation_tokens
+        cache = f" ({hits / queried:.0%} from its prefix cache)" if queried else ""
+        return f"; engine: {_k(prompt)} prompt tokens{cache}, {_k(made)} generated"
+
+
+def _k(n: int) -> str:
+    return f"{n / 1000:.0f}k" if n >= 10_000 else str(n)

@@ -72,9 +72,13 @@ async def test_a_raising_reward_is_counted_and_a_flat_step_says_it_trained_nothi
     assert "RL step 1: the reward function raised in" in text and "(dropped)" in text
     assert "TRAINED ON NOTHING" in text and report.untrained_steps == [1]
     # progress, a line per phase (no terminal here)
-    assert re.search(r"RL step 1: \d of 4 rollouts in \d+ s; training", text), text
+    # ... with what the embedded engine computed: prompt tokens, the cache's share, output
+    engine = r"; engine: \d+k? prompt tokens \(\d+% from its prefix cache\), \d+k? generated"
+    assert re.search(r"RL step 1: \d of 4 rollouts in \d+ s" + engine + "; training", text), text
     assert "RL step 1: trained 0 micro-batches (0 tokens)" in text
-    assert "the untrained model's held-out evaluation: 4 episodes in" in text
+    assert re.search(
+        r"the untrained model's held-out evaluation: 4 episodes in \d+ s" + engine, text
+    )
     assert "1 of 1 RL steps trained on nothing" in (Path(report.folder) / "report.md").read_text()
 
 
