@@ -1,0 +1,40 @@
+"""bench.engine_memory: its arms parse to budgets, a real evaluation runs under each (the
+tiny model, two held-out scenarios of the org chart), and the table sets each against the
+default arm."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.engine_memory import budgets, main, table
+
+
+def test_arms_name_budgets_in_mib_and_a_malformed_arm_is_refused() -> None:
+    assert budgets("default") == (None, None)
+    assert budgets("kv512-prefix0") == (512 << 20, 0)
+    with pytest.raises(SystemExit, match="kv<MiB>-prefix<MiB>"):
+        budgets("kv512")
+
+
+def test_each_arm_evaluates_in_its_own_process_and_the_table_compares_them(tmp_path) -> None:
+    main(["--base-model", "tiny", "--eval-scenarios", "2", "--arms", "default,kv8-prefix0",
+          "--results", str(tmp_path)])  # fmt: skip
+    (saved,) = tmp_path.glob("engine_memory_org_tiny_*.json")
+    data = json.loads(saved.read_text())
+    default, small = data["rows"]
+    assert default["episodes"] == small["episodes"] == 6  # 2 scenarios x (1 greedy + 2 sampled)
+    assert default["prefix_capacity_mib"] > 0 and small["prefix_capacity_mib"] == 0
+    assert small["prefix_hit_share"] == 0 < default["prompt_tokens"]
+    assert all(r["peak_rss_mib"] > 100 for r in data["rows"])
+    assert "| kv8-prefix0 |" in data["table"] and data["commit"]
+
+
+def test_the_table_gives_ratios_against_the_default_arm() -> None:
+    def row(arm: str, s: float) -> dict:
+        return dict(arm=arm, eval_s=s, peak_rss_mib=2048.0, prefix_hit_share=0.5,
+                    generated_tokens=1000, greedy_success=0.25, sampled_success=0.0)  # fmt: skip
+
+    text = table([row("default", 100.0), row("kv256-prefix256", 150.0)])
+    assert "| kv256-prefix256 | 150 s | 1.50x | 2.00 GiB | 50% | 7 | 0.25 / 0.00 |" in text
