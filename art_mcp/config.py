@@ -65,6 +65,16 @@ class HarnessConfig(BaseModel):
     )
     group_size: int = Field(4, ge=2, description="Rollouts per scenario in a group.")
     groups_per_step: int = Field(8, ge=1, description="Scenarios (groups) per step.")
+    refill_groups: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Dynamic sampling (DAPO's): a group whose rollouts all got one reward carries no "
+            "GRPO signal and is not trained on; roll out another training scenario in its "
+            "place, round after round, up to this many extra groups a step. Costs rollouts, "
+            "not training: only groups with signal are trained on. 0: off."
+        ),
+    )
     max_turns: int = Field(
         6,
         ge=1,

@@ -27,6 +27,7 @@ Left out: multi-server toolsets and tool allow-lists (wrap your server instead).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import random
@@ -66,7 +67,7 @@ from art_mcp.report import (
     read_journal,
     write_report,
 )
-from art_mcp.rollouts import Rollouts
+from art_mcp.rollouts import Rollouts, flat_groups, refills
 from art_mcp.scenario_source import run_scenarios
 from art_mcp.scenarios import Scenario, few_scenarios, load_scenarios, split_scenarios
 from art_mcp.scoring import (
@@ -317,24 +318,28 @@ class _Run:
         tick = time.perf_counter()
         self.engine_tally.start()
         judged = CountedJudge(self.judge)
-        groups = await art.gather_trajectory_groups(
-            (art.TrajectoryGroup(self.rollout(s) for _ in range(cfg.group_size)) for s in items),
-            pbar_desc=f"RL step {done} rollouts",
-            progress=terminal(),
-            max_exceptions=0.5,
-            after_each=judged if self.judge is not None else None,
-        )
+        first = latest = groups = await self.gather(items, judged, f"RL step {done} rollouts")
+        spare, extra = refills(self.train_set, items, cfg.seed, index), list[Scenario]()
+        while (flat := flat_groups(latest)) and len(extra) < cfg.refill_groups:
+            more = list(itertools.islice(spare, min(flat, cfg.refill_groups - len(extra))))
+            if not more:
+                break
+            extra += more
+            latest = await self.gather(more, judged, f"RL step {done} refills")
+            groups = [*groups, *latest]
         n = sum(len(g.trajectories) for g in groups)
-        line = f"RL step {done}: {n} of {len(items) * cfg.group_size} rollouts"
+        line = f"RL step {done}: {n} of {(len(items) + len(extra)) * cfg.group_size} rollouts"
+        if extra:
+            line += f" ({len(extra)} groups drawn in place of flat ones)"
         if self.judge is not None:
             line += f", {judged.calls} groups judged ({judged.dropped} dropped)"
         rollout_s = time.perf_counter() - tick
         log(f"{line} in {rollout_s:.0f} s{self.engine_tally.note()}; training")
         errors = self.report_errors(f"RL step {done}")
         if index == 0:  # the pre-flight summary (art-mcp check), from this step
-            first = summarize(groups, items, cfg, errors=errors[0], episode_errors=errors[1])
-            first.rollout_s = rollout_s
-            for text in first.lines():
+            pre = summarize(first, items, cfg, errors=errors[0], episode_errors=errors[1])
+            pre.rollout_s = rollout_s
+            for text in pre.lines():
                 log(f"RL step 1 pre-flight: {text}")
         if cfg.shuffle_rewards:
             shuffle_rewards(groups, random.Random(f"{cfg.seed}/{index}"))
@@ -385,6 +390,21 @@ class _Run:
             f"held-out {held}"
         )
         self.save_report()
+
+    async def gather(
+        self, items: list[Scenario], judged: CountedJudge, desc: str
+    ) -> list[art.TrajectoryGroup]:
+        """A group of `group_size` training rollouts per scenario, judged when a judge scores."""
+        return await art.gather_trajectory_groups(
+            (
+                art.TrajectoryGroup(self.rollout(s) for _ in range(self.cfg.group_size))
+                for s in items
+            ),
+            pbar_desc=desc,
+            progress=terminal(),
+            max_exceptions=0.5,
+            after_each=judged if self.judge is not None else None,
+        )
 
     async def finish(self) -> Report:
         """The last step's evaluation if an interrupt cut it off, the judge's calibration

@@ -10,23 +10,46 @@ propagates to `gather_trajectory_groups`), a held-out one scored 0. An episode s
 by anything but running out of turns (a model call the server refused, a server gone) is
 scored as it ended and counted in `episode_errors`, so `check` and `train` can say so.
 
+`refills` is dynamic sampling's order of extra scenarios for a step (`refill_groups`),
+and `flat_groups` counts the groups it replaces: one reward for every rollout.
+
 Left out: what is done with the episodes (harness.py trains on them, check.py reports on
 them); the judge (scoring.py).
 """
 
 from __future__ import annotations
 
+import random
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from langgraph.errors import GraphRecursionError
 
 import art_langgraph as art
 from art_langgraph.errors import UsageError
+from art_langgraph.training import is_zero_variance
 from art_mcp.agent import SYSTEM, complete_task_tool, final_answer, force_tool_calls
 from art_mcp.config import HarnessConfig
 from art_mcp.scenarios import Scenario
 from art_mcp.scoring import RewardErrors, RewardFn, score
 from art_mcp.servers import Servers
+
+
+def refills(
+    train_set: Sequence[Scenario], step_items: Sequence[Scenario], seed: int, step: int
+) -> Iterator[Scenario]:
+    """The training scenarios a step may roll out in place of its flat groups: every one
+    not in the step's own batch, in an order seeded by the run's seed and the step (the
+    same in every process, so a resumed run draws what the first would have)."""
+    taken = {s.id for s in step_items}
+    rest = [s for s in train_set if s.id not in taken]
+    random.Random(f"{seed}/refill/{step}").shuffle(rest)
+    return iter(rest)
+
+
+def flat_groups(groups: Sequence[art.TrajectoryGroup]) -> int:
+    """Groups whose rollouts all got one reward: no GRPO signal (the trainer skips them)."""
+    return sum(is_zero_variance([t.reward for t in g.trajectories]) for g in groups)
 
 
 class Rollouts:
