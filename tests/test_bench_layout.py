@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
-SHARED = {"__init__", "readme", "memory"}
+SHARED = {"__init__", "readme", "memory", "sweep"}
 """Modules of bench/ that are no benchmark."""
 OTHER_FOLDERS = {"misc"}
 """Folders of bench/results/ named after no benchmark: hand-made runs no script wrote."""

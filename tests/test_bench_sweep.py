@@ -1,10 +1,12 @@
-"""bench.turn_rules: its arms are flags `art-mcp train` takes, and its table pools seeds."""
+"""bench.turn_rules and bench.dynamic_sampling: their arms are flags `art-mcp train` takes, and
+bench.sweep's table pools seeds."""
 
 from __future__ import annotations
 
 from art_mcp.cli import _parser
 from art_mcp.config import HarnessConfig
-from bench.turn_rules import ARMS, table
+from bench.sweep import table
+from bench.turn_rules import ARMS
 
 
 def test_every_arm_is_flags_art_mcp_train_takes() -> None:
@@ -26,3 +28,13 @@ def test_the_table_pools_seeds_per_task_and_arm() -> None:
     )
     assert "| org | now | 2 | +0.30 ± 0.14 | 0.40 | 0.40 | 10.0 |" in text
     assert "| org | turns6 | 1 | +0.10 | 0.20 | 0.20 | 10.0 |" in text
+
+
+def test_every_dynamic_sampling_arm_is_flags_art_mcp_train_takes() -> None:
+    from bench.dynamic_sampling import ARMS as REFILL_ARMS
+
+    base = ["train", "--server", "python -m x", "--scenarios", "s.jsonl", "--reward", "m:f"]
+    for arm, flags in REFILL_ARMS.items():
+        args = _parser().parse_args([*base, *flags])
+        cfg = HarnessConfig(**{k: getattr(args, k) for k in HarnessConfig.model_fields})
+        assert cfg.refill_groups == (int(flags[1]) if flags else 0), arm

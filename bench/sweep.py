@@ -1,0 +1,99 @@
+"""Arms of `art-mcp train` flags on tasks' validation slices: what a sweep that chooses a
+harness default runs.
+
+An arm is a list of flags; every other flag stays at its default. `run_all` trains each
+(seed, task, arm) not landed yet on the task's validation slice
+(`bench.learning.validation_file`: a quarter of its training entities held out, its own
+held-out scenarios never seen), one after another under the project's watchdog, arms
+alternating within a task; a run lands in the sweep's folder as
+`<task>-<arm>-s<seed>.json` (its figures and commit). `table` pools the seeds per task and
+arm; `combine` saves the table of a folder's runs under bench/results/<sweep>/, refusing
+runs of different commits or host classes.
+
+Left out: which arm to choose (the benchmark that calls this says, in its docs section),
+and BFCL (its graph is the user's own, so the harness's settings never run there).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bench.learning import host_key, run_one, validation_file
+from bench.readme import results_dir, write_results
+from bench.trainer_roofline import cpu_flags
+
+TASKS = ("capitals", "directory", "org")
+"""One lookup with recall possible (capitals), one lookup without (the staff directory),
+and one or two dependent lookups (the org chart)."""
+
+
+def run_path(out: Path, task: str, arm: str, seed: int) -> Path:
+    return out / f"{task}-{arm}-s{seed}.json"
+
+
+def run_all(out: Path, tasks: list[str], arms: dict[str, list[str]], seeds: list[int]) -> None:
+    """Every (seed, task, arm) run not landed yet, arms alternating within a task."""
+    out.mkdir(parents=True, exist_ok=True)
+    slices = {task: validation_file(task, out) for task in tasks}  # one per task, every seed's
+    for seed in seeds:
+        for task in tasks:
+            for arm, flags in arms.items():
+                dest = run_path(out, task, arm, seed)
+                if dest.exists():
+                    print(f"{dest.name}: landed already", flush=True)
+                    continue
+                name = f"{task}-{arm}-s{seed}"
+                row = run_one(task, seed, False, flags, out, name=name, scenarios=slices[task])
+                row.update(task=task, arm=arm, flags=flags, cpu_flags=cpu_flags())
+                write_results(dest, row)
+                print(
+                    f"{name}: sampled {row['sampled_before']:.2f} -> {row['sampled_after']:.2f}, "
+                    f"{row['wall_s'] / 60:.1f} min",
+                    flush=True,
+                )
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Per task and arm: the seeds' mean sampled rise (± sd), success after, wall."""
+    lines = [
+        "| task | arm | seeds | sampled rise (mean ± sd) | sampled after | greedy after | wall min |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for task in dict.fromkeys(r["task"] for r in rows):
+        for arm in dict.fromkeys(r["arm"] for r in rows if r["task"] == task):
+            rs = [r for r in rows if r["task"] == task and r["arm"] == arm]
+            rises = [r["sampled_after"] - r["sampled_before"] for r in rs]
+            sd = f" ± {statistics.stdev(rises):.2f}" if len(rises) > 1 else ""
+            lines.append(
+                f"| {task} | {arm} | {len(rs)} | {statistics.fmean(rises):+.2f}{sd} | "
+                f"{statistics.fmean(r['sampled_after'] for r in rs):.2f} | "
+                f"{statistics.fmean(r['greedy_after'] for r in rs):.2f} | "
+                f"{statistics.fmean(r['wall_s'] for r in rs) / 60:.1f} |"
+            )
+    return "\n".join(lines)
+
+
+def combine(out: Path, sweep: str, title: str, tag: str) -> str:
+    """The table of every run in `out`, headed by `title`, saved to
+    bench/results/<sweep>/<sweep>_<host>[_tag].json; refused when the runs' commits or host
+    classes differ."""
+    rows = [json.loads(p.read_text()) for p in sorted(out.glob("*-s[0-9]*.json"))]
+    if not rows:
+        raise SystemExit(f"no runs in {out}")
+    commits = sorted({r.get("commit", "?") for r in rows})
+    if len(commits) > 1:
+        raise SystemExit(f"runs of different commits, never pooled: {commits}")
+    hosts = {host_key(r["cpu_flags"]) for r in rows}
+    if len(hosts) > 1:
+        raise SystemExit(f"runs of different host classes, never pooled: {sorted(hosts)}")
+    text = (
+        f"{title} on each task's validation slice; commit {commits[0]}; host "
+        f"{hosts.pop()} (CPU flags: {rows[0]['cpu_flags']}); `art-mcp train` defaults but "
+        "the arm's flags.\n\n" + table(rows)
+    )
+    name = f"{sweep}_{host_key(rows[0]['cpu_flags'])}{'_' + tag if tag else ''}"
+    write_results(results_dir(sweep) / f"{name}.json", {"table": text, "runs": rows})
+    return text
