@@ -9,7 +9,11 @@ after another, each in a child process of its own (so each peak is its own):
 
 - `default`: both budgets at their defaults (on the CPU: 1/16 of RAM, at most 512 MiB, and
   1/32 of RAM, at most 1 GiB);
-- `kv<K>-prefix<P>`: K MiB of running KV and a P MiB prefix cache (0: off).
+- `kv<K>-prefix<P>`: K MiB of running KV and a P MiB prefix cache (0: off);
+- either with `+decommit`: tcmalloc returns freed spans to the system at once
+  (`TCMALLOC_AGGRESSIVE_DECOMMIT=1`) instead of keeping them for reuse.
+
+Every child runs on tcmalloc, as `art-mcp` does (`reexec_with_tcmalloc`).
 
 Measured per arm: the evaluation's wall time (set-up left out), the process tree's peak
 RSS (`bench.memory`, the MCP server's included), the share of prompt tokens the prefix
@@ -34,6 +38,7 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import os
 import re
 import sys
 import tempfile
@@ -46,23 +51,34 @@ from bench.readme import results_dir, update_docs, write_results
 from bench.trainer_roofline import cpu_flags
 
 RESULTS = results_dir("engine_memory")
-_ARM = re.compile(r"kv(\d+)-prefix(\d+)")
+_ARM = re.compile(r"(?:default|kv(\d+)-prefix(\d+))(\+decommit)?")
 
 
 def budgets(arm: str) -> tuple[int | None, int | None]:
     """An arm's (max_kv_bytes, prefix_cache_bytes); None: the engine's default."""
-    if arm == "default":
-        return None, None
     m = _ARM.fullmatch(arm)
     if m is None:
-        raise SystemExit(f"an arm is 'default' or kv<MiB>-prefix<MiB>, not {arm!r}")
+        raise SystemExit(
+            f"an arm is 'default' or kv<MiB>-prefix<MiB>, either optionally +decommit; not {arm!r}"
+        )
+    if m[1] is None:
+        return None, None
     return int(m[1]) << 20, int(m[2]) << 20
+
+
+def arm_env(arm: str) -> dict[str, str]:
+    """The environment of an arm's child: this process's, plus tcmalloc's settings."""
+    env = dict(os.environ)
+    if arm.endswith("+decommit"):
+        env["TCMALLOC_AGGRESSIVE_DECOMMIT"] = "1"
+    return env
 
 
 async def _evaluate(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """The child: one untrained held-out evaluation under the arm's budgets."""
     import art_langgraph as art
     from art_langgraph.engine import TorchEngineConfig
+    from art_langgraph.runtime.allocator import allocator_in_use
     from art_mcp import HarnessConfig, train
 
     kv, prefix = budgets(args.child)
@@ -101,6 +117,7 @@ async def _evaluate(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         "greedy_success": ev.greedy_success,
         "sampled_success": ev.sampled_success,
         "episodes": len(ev.greedy) + sum(len(v) for v in ev.sampled.values()),
+        "allocator": allocator_in_use(),
     }
 
 
@@ -120,7 +137,7 @@ def run_arm(arm: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
         cmd += ["--base-model", args.base_model]
     if args.eval_scenarios:
         cmd += ["--eval-scenarios", str(args.eval_scenarios)]
-    rc, peak = run_watched(arm, cmd, out / f"{arm}.log")
+    rc, peak = run_watched(arm, cmd, out / f"{arm}.log", env=arm_env(arm))
     if rc != 0 or not result.exists():
         raise SystemExit(f"{arm} failed (rc {rc}):\n{(out / f'{arm}.log').read_text()[-3000:]}")
     row = {"arm": arm, **json.loads(result.read_text()), "peak_rss_mib": peak}
@@ -153,7 +170,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", default="org", choices=sorted(TASKS))
-    p.add_argument("--arms", default="default,kv512-prefix384,kv512-prefix0,kv256-prefix256")
+    p.add_argument("--arms", default="default,kv512-prefix256,kv384-prefix256,default+decommit")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--base-model", help="the library's default when not given")
     p.add_argument("--eval-scenarios", type=int, help="the task's runs' count when not given")
@@ -163,6 +180,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
+        from art_langgraph import reexec_with_tcmalloc
+
+        reexec_with_tcmalloc()  # as art-mcp runs: restarts this child once, on tcmalloc
         with tempfile.TemporaryDirectory() as tmp:
             row = asyncio.run(_evaluate(args, Path(tmp)))
         (args.out / f"{args.child}.json").write_text(json.dumps(row))

@@ -146,19 +146,22 @@ def host_suffix(host: str) -> str:
     return "" if host == "avx2" else f"_{host}"
 
 
-def run_watched(name: str, cmd: list[str], log: Path) -> tuple[int, float]:
+def run_watched(
+    name: str, cmd: list[str], log: Path, env: dict[str, str] | None = None
+) -> tuple[int, float]:
     """Run `cmd` (from this process's folder: `main` runs from the repository root) under
     the project's watchdog (`WatchedProcess`), its output in `log`, until it ends: its exit code and peak RSS in MiB (its process
     tree's, the watchdog's own left out). It does not outlive this process: an error or
     Ctrl-C here stops it, and so does this process's death, however it died (SIGKILL
-    included: the watchdog reads EOF on its pipe and stops the run's whole group)."""
+    included: the watchdog reads EOF on its pipe and stops the run's whole group). `env`:
+    its environment (None: this process's)."""
     from art_langgraph.runtime.watchdog import WATCHDOG, WatchedProcess
 
     child = WatchedProcess(name, log)
     log.write_bytes(b"")
     child.start(
         lambda fd: [sys.executable, "-c", WATCHDOG, str(fd), *cmd],
-        os.environ,
+        os.environ if env is None else env,
         header=" ".join(cmd),
         ready=lambda: True,
         timeout_s=60.0,

@@ -8,18 +8,20 @@ import json
 
 import pytest
 
+from art_langgraph.runtime.allocator import allocator_path
 from bench.engine_memory import budgets, main, table
 
 
 def test_arms_name_budgets_in_mib_and_a_malformed_arm_is_refused() -> None:
     assert budgets("default") == (None, None)
-    assert budgets("kv512-prefix0") == (512 << 20, 0)
+    assert budgets("kv512-prefix0") == (512 << 20, 0) == budgets("kv512-prefix0+decommit")
+    assert budgets("default+decommit") == (None, None)
     with pytest.raises(SystemExit, match="kv<MiB>-prefix<MiB>"):
         budgets("kv512")
 
 
 def test_each_arm_evaluates_in_its_own_process_and_the_table_compares_them(tmp_path) -> None:
-    main(["--base-model", "tiny", "--eval-scenarios", "2", "--arms", "default,kv8-prefix0",
+    main(["--base-model", "tiny", "--eval-scenarios", "2", "--arms", "default,kv8-prefix0+decommit",
           "--results", str(tmp_path)])  # fmt: skip
     (saved,) = tmp_path.glob("engine_memory_org_tiny_*.json")
     data = json.loads(saved.read_text())
@@ -28,7 +30,9 @@ def test_each_arm_evaluates_in_its_own_process_and_the_table_compares_them(tmp_p
     assert default["prefix_capacity_mib"] > 0 and small["prefix_capacity_mib"] == 0
     assert small["prefix_hit_share"] == 0 < default["prompt_tokens"]
     assert all(r["peak_rss_mib"] > 100 for r in data["rows"])
-    assert "| kv8-prefix0 |" in data["table"] and data["commit"]
+    if allocator_path():  # each child restarted itself on tcmalloc, as art-mcp does
+        assert {r["allocator"] for r in data["rows"]} == {"tcmalloc"}
+    assert "| kv8-prefix0+decommit |" in data["table"] and data["commit"]
 
 
 def test_the_table_gives_ratios_against_the_default_arm() -> None:
