@@ -19,14 +19,10 @@ choosing for the user: the docs say which arm became the default and why.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-from pathlib import Path
 
-from bench.sweep import TASKS, combine, run_all
+from bench import sweep
 
-ROOT = Path(__file__).resolve().parent.parent
 ARMS = {
     "off": [],
     "refill4": ["--refill-groups", "4"],
@@ -37,23 +33,7 @@ groups refilled."""
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--arms", default=",".join(ARMS))
-    p.add_argument("--tasks", default=",".join(TASKS))
-    p.add_argument("--seeds", default="1,2")
-    p.add_argument("--out", type=Path, required=True, help="the runs' folder (kept)")
-    p.add_argument("--tag", default="")
-    p.add_argument("--combine", action="store_true", help="tabulate the runs in --out")
-    args = p.parse_args(argv)
-    arms, tasks = args.arms.split(","), args.tasks.split(",")
-    if unknown := (set(arms) - set(ARMS)) | (set(tasks) - set(TASKS)):
-        p.error(f"unknown arm or task: {sorted(unknown)}")
-    if args.combine:
-        print(combine(args.out, "dynamic_sampling", "Dynamic sampling", args.tag))
-        return
-    out = args.out.resolve()
-    os.chdir(ROOT)  # the tasks' servers are modules of this repository
-    run_all(out, tasks, {a: ARMS[a] for a in arms}, [int(s) for s in args.seeds.split(",") if s])
+    sweep.main(argv, __doc__ or "", ARMS, "dynamic_sampling", "Dynamic sampling")
 
 
 if __name__ == "__main__":

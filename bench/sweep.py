@@ -8,7 +8,7 @@ held-out scenarios never seen), one after another under the project's watchdog, 
 alternating within a task; a run lands in the sweep's folder as
 `<task>-<arm>-s<seed>.json` (its figures and commit). `table` pools the seeds per task and
 arm; `combine` saves the table of a folder's runs under bench/results/<sweep>/, refusing
-runs of different commits or host classes.
+runs of different commits or host classes. `main` is a sweep's command line.
 
 Left out: which arm to choose (the benchmark that calls this says, in its docs section),
 and BFCL (its graph is the user's own, so the harness's settings never run there).
@@ -16,7 +16,9 @@ and BFCL (its graph is the user's own, so the harness's settings never run there
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from bench.learning import host_key, run_one, validation_file
 from bench.readme import results_dir, write_results
 from bench.trainer_roofline import cpu_flags
 
+ROOT = Path(__file__).resolve().parent.parent
 TASKS = ("capitals", "directory", "org")
 """One lookup with recall possible (capitals), one lookup without (the staff directory),
 and one or two dependent lookups (the org chart)."""
@@ -97,3 +100,27 @@ def combine(out: Path, sweep: str, title: str, tag: str) -> str:
     name = f"{sweep}_{host_key(rows[0]['cpu_flags'])}{'_' + tag if tag else ''}"
     write_results(results_dir(sweep) / f"{name}.json", {"table": text, "runs": rows})
     return text
+
+
+def main(
+    argv: list[str] | None, doc: str, arms: dict[str, list[str]], sweep: str, title: str
+) -> None:
+    """A sweep's command line: run its arms (`--arms`, `--tasks`, `--seeds`) into `--out`,
+    or tabulate what landed there (`--combine`)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--arms", default=",".join(arms))
+    p.add_argument("--tasks", default=",".join(TASKS))
+    p.add_argument("--seeds", default="1,2")
+    p.add_argument("--out", type=Path, required=True, help="the runs' folder (kept)")
+    p.add_argument("--tag", default="")
+    p.add_argument("--combine", action="store_true", help="tabulate the runs in --out")
+    args = p.parse_args(argv)
+    chosen, tasks = args.arms.split(","), args.tasks.split(",")
+    if unknown := (set(chosen) - set(arms)) | (set(tasks) - set(TASKS)):
+        p.error(f"unknown arm or task: {sorted(unknown)}")
+    if args.combine:
+        print(combine(args.out, sweep, title, args.tag))
+        return
+    out = args.out.resolve()
+    os.chdir(ROOT)  # the tasks' servers are modules of this repository
+    run_all(out, tasks, {a: arms[a] for a in chosen}, [int(s) for s in args.seeds.split(",") if s])

@@ -21,14 +21,10 @@ user: the docs say which arm became the default and why.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-from pathlib import Path
 
-from bench.sweep import TASKS, combine, run_all
+from bench import sweep
 
-ROOT = Path(__file__).resolve().parent.parent
 ARMS = {
     "now": ["--max-turns", "3", "--final-answer-turn", "true", "--after-repeat", "allow"],
     "turns6": ["--max-turns", "6", "--final-answer-turn", "true", "--after-repeat", "allow"],
@@ -42,23 +38,7 @@ call anything but the repeated tool)."""
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--arms", default=",".join(ARMS))
-    p.add_argument("--tasks", default=",".join(TASKS))
-    p.add_argument("--seeds", default="1,2")
-    p.add_argument("--out", type=Path, required=True, help="the runs' folder (kept)")
-    p.add_argument("--tag", default="")
-    p.add_argument("--combine", action="store_true", help="tabulate the runs in --out")
-    args = p.parse_args(argv)
-    arms, tasks = args.arms.split(","), args.tasks.split(",")
-    if unknown := (set(arms) - set(ARMS)) | (set(tasks) - set(TASKS)):
-        p.error(f"unknown arm or task: {sorted(unknown)}")
-    if args.combine:
-        print(combine(args.out, "turn_rules", "Turn rules", args.tag))
-        return
-    out = args.out.resolve()
-    os.chdir(ROOT)  # the tasks' servers are modules of this repository
-    run_all(out, tasks, {a: ARMS[a] for a in arms}, [int(s) for s in args.seeds.split(",") if s])
+    sweep.main(argv, __doc__ or "", ARMS, "turn_rules", "Turn rules")
 
 
 if __name__ == "__main__":
