@@ -8,7 +8,8 @@ library's defaults, `steps=0`, no warm start), under several pairs of budgets, o
 after another, each in a child process of its own (so each peak is its own):
 
 - `default`: both budgets at their defaults (on the CPU: 1/16 of RAM, at most 512 MiB, and
-  1/32 of RAM, at most 1 GiB);
+  1/64 of RAM, at most 256 MiB; the prefix cache's was 1/32, at most 1 GiB, until this
+  bench's first table);
 - `kv<K>-prefix<P>`: K MiB of running KV and a P MiB prefix cache (0: off);
 - either with `+decommit`: tcmalloc returns freed spans to the system at once
   (`TCMALLOC_AGGRESSIVE_DECOMMIT=1`) instead of keeping them for reuse.
@@ -26,8 +27,8 @@ not what it computes). Side by side in one run: ratios against the `default` arm
 Saved to bench/results/engine_memory/engine_memory_<task>_<host>.json; the real model's
 table also goes into docs/benchmarks.md (its `engine_memory:<task>_<host>` block).
 
-A run trains nothing; a trained run's evaluations hold one more packed copy of the
-weights (`TorchEngineConfig.merge_latest`) on top of what this measures. Left out:
+A run trains nothing; a trained run's later evaluations peaked 0.4-0.6 GiB above its
+first on the two-hop task, which this does not measure. Left out:
 GPUs, and the rollouts' and trainer's phases (smaller than an evaluation's, one group of
 episodes at a time; the trainer runs with the prefix cache emptied).
 """

@@ -48,7 +48,7 @@ def prefix_budget(budget: int | None, device: torch.device) -> int:
     refuses negative budgets, this the ones beyond the device)."""
     total = device_memory(device)
     if budget is None:
-        return min(total // 32, 1 << 30)
+        return min(total // 32, 1 << 30) if device.type == "cuda" else min(total // 64, 256 << 20)
     if budget > total:
         raise UsageError(
             f"prefix_cache_bytes={budget} is more than the {device.type} device's memory "

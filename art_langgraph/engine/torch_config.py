@@ -55,10 +55,13 @@ class TorchEngineConfig:
     """Memory budget of the prefix cache, in bytes: the KV of earlier requests, kept so a new
     request prefills only what no earlier request under the same weights computed (an
     agent's next turn, a group's shared prompt; see `engine/prefix_cache.py`). Least
-    recently used blocks are evicted past it. 0 turns the cache off. None: 1/32 of the
-    device's memory (the machine's RAM on CPUs), at most 1 GiB: one RL step's rollouts on
-    SmolLM2-135M (16 agents, 4 turns, fp32) held 608 MiB, and a new adapter's step starts
-    from an empty cache, as the previous step's KV is dropped with its weights. Negative budgets, and
+    recently used blocks are evicted past it. 0 turns the cache off. None: on the CPU 1/64
+    of the machine's RAM, at most 256 MiB: on an untrained 48-scenario evaluation of the
+    two-hop org task (144 six-turn episodes in flight, SmolLM2-135M fp32), 256 MiB served
+    81% of the prompt tokens against 84% for 753 MiB (1/32 of 24 GiB), as fast (0.96x the
+    wall time) and 470 MiB lower at the peak (`bench.engine_memory`, docs/benchmarks.md);
+    on CUDA 1/32 of its memory, at most 1 GiB. A new adapter's step starts from an empty
+    cache, as the previous step's KV is dropped with its weights. Negative budgets, and
     budgets beyond the device's memory, are refused at construction."""
     prefix_cache_block_size: int = 16
     """Tokens per prefix-cache block (vLLM's --block-size): a prompt reuses whole blocks, so

@@ -20,8 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from art_langgraph.engine import GenerateResult, SamplingParams, TorchEngine, TorchEngineConfig
+from art_langgraph.engine.budgets import device_memory, prefix_budget
 from art_langgraph.engine.prefix_cache import PrefixCache
 from art_langgraph.errors import UsageError
 from tests.conftest import FP32
@@ -254,6 +256,15 @@ def test_budgets_are_checked_at_construction(tiny_path: Path) -> None:
         TorchEngineConfig(prefix_cache_block_size=0)
     with pytest.raises(UsageError, match="more than the cpu device's memory"):
         TorchEngine.from_pretrained(str(tiny_path), TorchEngineConfig(prefix_cache_bytes=1 << 60))
+
+
+def test_the_cpu_default_budget_is_a_64th_of_ram_at_most_256_mib() -> None:
+    # bench.engine_memory: 256 MiB served 81% of an evaluation's prompt tokens against 84%
+    # for 753 MiB, as fast and 0.46 GiB lower; RAM grows the budget no further
+    cpu = torch.device("cpu")
+    ram = device_memory(cpu)
+    assert prefix_budget(None, cpu) == min(ram // 64, 256 << 20)
+    assert prefix_budget(None, cpu) <= 256 << 20 and prefix_budget(0, cpu) == 0
 
 
 def test_eviction_takes_leaves_first() -> None:
