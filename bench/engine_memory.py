@@ -12,9 +12,7 @@ after another, each in a child process of its own (so each peak is its own):
   bench's first table);
 - `kv<K>-prefix<P>`: K MiB of running KV and a P MiB prefix cache (0: off);
 - either with `+decommit`: tcmalloc returns freed spans to the system at once
-  (`TCMALLOC_AGGRESSIVE_DECOMMIT=1`) instead of keeping them for reuse;
-- or with `+hold`: the engine never hands tcmalloc's free spans back while its batch runs
-  (`ART_HELD_FREE_MIB` past any heap; by default it does past 256 MiB, `runtime/heap.py`).
+  (`TCMALLOC_AGGRESSIVE_DECOMMIT=1`) instead of keeping them for reuse.
 
 Every child runs on tcmalloc, as `art-mcp` does (`reexec_with_tcmalloc`).
 
@@ -54,7 +52,7 @@ from bench.readme import results_dir, update_docs, write_results
 from bench.trainer_roofline import cpu_flags
 
 RESULTS = results_dir("engine_memory")
-_ARM = re.compile(r"(?:default|kv(\d+)-prefix(\d+))(\+decommit|\+hold)?")
+_ARM = re.compile(r"(?:default|kv(\d+)-prefix(\d+))(\+decommit)?")
 
 
 def budgets(arm: str) -> tuple[int | None, int | None]:
@@ -62,8 +60,7 @@ def budgets(arm: str) -> tuple[int | None, int | None]:
     m = _ARM.fullmatch(arm)
     if m is None:
         raise SystemExit(
-            f"an arm is 'default' or kv<MiB>-prefix<MiB>, either optionally +decommit or "
-            f"+hold; not {arm!r}"
+            f"an arm is 'default' or kv<MiB>-prefix<MiB>, either optionally +decommit; not {arm!r}"
         )
     if m[1] is None:
         return None, None
@@ -75,8 +72,6 @@ def arm_env(arm: str) -> dict[str, str]:
     env = dict(os.environ)
     if arm.endswith("+decommit"):
         env["TCMALLOC_AGGRESSIVE_DECOMMIT"] = "1"
-    if arm.endswith("+hold"):
-        env["ART_HELD_FREE_MIB"] = str(1 << 30)
     return env
 
 

@@ -67,7 +67,7 @@ from art_langgraph.engine.sampling import raw_logprobs, sample_rows, top_pairs
 from art_langgraph.engine.torch_config import TorchEngineConfig
 from art_langgraph.errors import InfrastructureError, UsageError
 from art_langgraph.runtime import devices
-from art_langgraph.runtime.heap import release_if_held_over, use_mmap_for_large_blocks
+from art_langgraph.runtime.heap import use_mmap_for_large_blocks
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +314,6 @@ class TorchEngine:
                 new = self._take_inbox(block=not self.active)
                 if new:
                     self._prefill(new)
-                    release_if_held_over()  # what the joins freed, past a bound (heap.py)
                 if self._batch.rows:
                     self._decode()
                 self._slots.free_retired()

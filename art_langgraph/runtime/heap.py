@@ -16,12 +16,6 @@ under 3 GiB). Two remedies, both process-wide and idempotent:
   trims instead. Set `ART_MALLOC_TUNING=0` to leave glibc alone.
 - `release_free_memory()` (`malloc_trim(0)`) returns free heap pages; called when the
   engine's batch drains and after each training step.
-- `release_if_held_over(limit)`: on tcmalloc, the same once its page heap holds more than
-  `limit` free bytes; the engine calls it after each prefill, since a batch that never
-  drains (an evaluation's 144 episodes in flight) otherwise keeps every span its joins
-  freed: an evaluation of the two-hop task ended at 3.5 GiB RSS with 1.2 GiB of it free
-  pages held by tcmalloc, 2.2 GiB once released (`ENGINE_HELD_LIMIT`; a release is an
-  madvise of the free spans, their pages faulted in again when reused).
 
 On tcmalloc (`art_langgraph/runtime/allocator.py`) the mallopt threshold means nothing, and
 `release_free_memory()` asks tcmalloc to return its free spans instead.
@@ -104,46 +98,6 @@ def _tcmalloc_release() -> Any:
         return ctypes.CDLL(None).MallocExtension_ReleaseFreeMemory
     except (OSError, AttributeError):
         return None
-
-
-ENGINE_HELD_LIMIT = int(os.environ.get("ART_HELD_FREE_MIB", "256")) << 20
-"""Free bytes tcmalloc may hold while the engine runs before `release_if_held_over` hands
-them back: 256 MiB, or `ART_HELD_FREE_MIB` (bench.engine_memory's `+hold` arm sets it
-past any heap to measure the engine without it)."""
-
-
-@functools.cache
-def _tcmalloc_property() -> Any:
-    """tcmalloc's `MallocExtension_GetNumericProperty` where tcmalloc is this process's
-    malloc, else None."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        get = ctypes.CDLL(None).MallocExtension_GetNumericProperty
-    except (OSError, AttributeError):
-        return None
-    get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
-    get.restype = ctypes.c_int
-    return get
-
-
-def held_free_bytes() -> int | None:
-    """Free bytes tcmalloc's page heap holds mapped (resident, reusable); None off tcmalloc."""
-    get = _tcmalloc_property()
-    value = ctypes.c_size_t(0)
-    if get is None or not get(b"tcmalloc.pageheap_free_bytes", ctypes.byref(value)):
-        return None
-    return value.value
-
-
-def release_if_held_over(limit: int = ENGINE_HELD_LIMIT) -> bool:
-    """`release_free_memory()` when tcmalloc holds more than `limit` free bytes; returns
-    whether it released. Off tcmalloc nothing happens (glibc's large blocks are their own
-    mappings under the engine's threshold, returned when freed)."""
-    held = held_free_bytes()
-    if held is None or held <= limit:
-        return False
-    return release_free_memory()
 
 
 def release_free_memory() -> bool:
