@@ -243,6 +243,7 @@ def report_row(report: dict[str, Any]) -> dict[str, Any]:
         ],
         "train_reward": [r.get("train_reward") for r in report["rows"][1:]],
         "zero_variance_groups": [r.get("zero_variance_groups") for r in report["rows"][1:]],
+        "groups": [r.get("groups") for r in report["rows"][1:]],
         "examples": report.get("examples", []),
     }
 

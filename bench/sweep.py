@@ -7,8 +7,9 @@ An arm is a list of flags; every other flag stays at its default. `run_all` trai
 held-out scenarios never seen), one after another under the project's watchdog, arms
 alternating within a task; a run lands in the sweep's folder as
 `<task>-<arm>-s<seed>.json` (its figures and commit). `table` pools the seeds per task and
-arm; `combine` saves the table of a folder's runs under bench/results/<sweep>/, refusing
-runs of different commits or host classes. `main` is a sweep's command line.
+arm; `combine` saves the table of a folder's runs under bench/results/<sweep>/ (and into the
+docs, where they have the sweep's markers), refusing runs of different commits or host
+classes. `main` is a sweep's command line.
 
 Left out: which arm to choose (the benchmark that calls this says, in its docs section),
 and BFCL (its graph is the user's own, so the harness's settings never run there).
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.learning import host_key, run_one, validation_file
-from bench.readme import results_dir, write_results
+from bench.readme import results_dir, update_docs, write_results
 from bench.trainer_roofline import cpu_flags
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,10 +61,13 @@ def run_all(out: Path, tasks: list[str], arms: dict[str, list[str]], seeds: list
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """Per task and arm: the seeds' mean sampled rise (± sd), success after, wall."""
+    """Per task and arm: the seeds' mean sampled rise (± sd), success after, the groups
+    the trainer took (those without one reward for all rollouts) of those rolled out over
+    the run, and wall time."""
     lines = [
-        "| task | arm | seeds | sampled rise (mean ± sd) | sampled after | greedy after | wall min |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| task | arm | seeds | sampled rise (mean ± sd) | sampled after | greedy after "
+        "| groups trained / rolled out | wall min |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for task in dict.fromkeys(r["task"] for r in rows):
         for arm in dict.fromkeys(r["arm"] for r in rows if r["task"] == task):
@@ -73,10 +77,24 @@ def table(rows: list[dict[str, Any]]) -> str:
             lines.append(
                 f"| {task} | {arm} | {len(rs)} | {statistics.fmean(rises):+.2f}{sd} | "
                 f"{statistics.fmean(r['sampled_after'] for r in rs):.2f} | "
-                f"{statistics.fmean(r['greedy_after'] for r in rs):.2f} | "
+                f"{statistics.fmean(r['greedy_after'] for r in rs):.2f} | {_trained(rs)} | "
                 f"{statistics.fmean(r['wall_s'] for r in rs) / 60:.1f} |"
             )
     return "\n".join(lines)
+
+
+def _trained(rows: list[dict[str, Any]]) -> str:
+    """Groups trained on / rolled out over a run, the seeds' mean; "-" for runs that did not
+    record their groups."""
+    pairs = []
+    for r in rows:
+        groups, flat = r.get("groups") or [], r.get("zero_variance_groups") or []
+        if not groups or len(groups) != len(flat) or None in groups or None in flat:
+            return "-"
+        pairs.append((sum(groups) - sum(flat), sum(groups)))
+    return (
+        f"{statistics.fmean(t for t, _ in pairs):.0f} / {statistics.fmean(g for _, g in pairs):.0f}"
+    )
 
 
 def combine(out: Path, sweep: str, title: str, tag: str) -> str:
@@ -99,6 +117,7 @@ def combine(out: Path, sweep: str, title: str, tag: str) -> str:
     )
     name = f"{sweep}_{host_key(rows[0]['cpu_flags'])}{'_' + tag if tag else ''}"
     write_results(results_dir(sweep) / f"{name}.json", {"table": text, "runs": rows})
+    update_docs(f"{sweep}{'_' + tag if tag else ''}", text)  # where the docs have its markers
     return text
 
 

@@ -19,15 +19,19 @@ def test_every_arm_is_flags_art_mcp_train_takes() -> None:
 
 
 def test_the_table_pools_seeds_per_task_and_arm() -> None:
-    def row(task: str, arm: str, before: float, after: float) -> dict:
+    def row(task: str, arm: str, before: float, after: float, **more: object) -> dict:
         return dict(task=task, arm=arm, sampled_before=before, sampled_after=after,
-                    greedy_after=after, wall_s=600.0)  # fmt: skip
+                    greedy_after=after, wall_s=600.0, **more)  # fmt: skip
 
     text = table(
-        [row("org", "now", 0.1, 0.3), row("org", "now", 0.1, 0.5), row("org", "turns6", 0.1, 0.2)]
+        [
+            row("org", "now", 0.1, 0.3, groups=[8, 8], zero_variance_groups=[6, 2]),
+            row("org", "now", 0.1, 0.5, groups=[8, 12], zero_variance_groups=[4, 4]),
+            row("org", "turns6", 0.1, 0.2),  # a run that did not record its groups
+        ]
     )
-    assert "| org | now | 2 | +0.30 ± 0.14 | 0.40 | 0.40 | 10.0 |" in text
-    assert "| org | turns6 | 1 | +0.10 | 0.20 | 0.20 | 10.0 |" in text
+    assert "| org | now | 2 | +0.30 ± 0.14 | 0.40 | 0.40 | 10 / 18 | 10.0 |" in text
+    assert "| org | turns6 | 1 | +0.10 | 0.20 | 0.20 | - | 10.0 |" in text
 
 
 def test_every_dynamic_sampling_arm_is_flags_art_mcp_train_takes() -> None:
