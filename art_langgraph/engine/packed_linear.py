@@ -71,17 +71,30 @@ and ran 2.1-2.3x slower than `F.linear`, against no growth at one count
 many rows, rounded up to `ROW_BUCKET` with zero rows: a handful of counts. More rows (a
 prefill) go to `F.linear`, where one reorder of the weight is spread over them, or, for a
 layer held only packed (the merged copy's, whose dense weight is the base's), through one
-packed multiply of all of them, at their own count: chunks of 64 rows made such a prefill
-~7x slower, and bounding these counts is left open."""
+packed multiply rounded up to one of eight counts an octave (`bucket_rows`). Unrounded,
+those counts grew oneDNN's kernels and their descriptors by 74 MiB over one held-out
+evaluation of a trained two-hop run (a heap profile), and the run's later evaluations
+peaked 0.4-0.6 GiB above its first (docs/benchmarks.md#engine-memory). `F.linear` instead
+took 2.4-2.6x the packed multiply's time at 100-1,500 rows; chunks of 64 rows made such a
+prefill ~7x slower."""
 ROW_BUCKET = 8
 """A packed multiply of up to PACKED_ROWS rows is rounded up to a multiple of this."""
 
 
+def bucket_rows(m: int) -> int:
+    """The row count a packed multiply of `m` rows runs at: up to PACKED_ROWS, a multiple
+    of ROW_BUCKET; beyond, one of eight counts an octave (at most 1/8 more rows)."""
+    if m <= PACKED_ROWS:
+        return -(-m // ROW_BUCKET) * ROW_BUCKET
+    step = 1 << max(m.bit_length() - 4, 3)
+    return -(-m // step) * step
+
+
 def packed_rows(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """`x` (M, in) times the packed weight, M up to PACKED_ROWS rounded up to `ROW_BUCKET`
-    with zero rows (one of few row counts oneDNN keeps a kernel for); returns (M, out)."""
+    """`x` (M, in) times the packed weight, M rounded up with zero rows to `bucket_rows(M)`
+    (one of few row counts oneDNN keeps a kernel for); returns (M, out)."""
     m = len(x)
-    rows = -(-m // ROW_BUCKET) * ROW_BUCKET if m <= PACKED_ROWS else m
+    rows = bucket_rows(m)
     if rows != m:
         x = F.pad(x, (0, 0, 0, rows - m))
     y = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")

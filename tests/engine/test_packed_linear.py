@@ -46,8 +46,8 @@ def test_packed_matches_linear_and_keeps_shapes() -> None:
 @pytest.mark.parametrize("rows", [1, 5, 8, PACKED_ROWS, PACKED_ROWS + 1, 3 * PACKED_ROWS + 7])
 def test_any_row_count_matches_linear_packed_or_packed_only(rows: int) -> None:
     """Rows rounded up to a bucket, more than PACKED_ROWS through F.linear (or, for a layer
-    held only packed, the merged copy's, through one packed multiply): the same product at
-    every row count."""
+    held only packed, the merged copy's, through one packed multiply of a bucketed count):
+    the same product at every row count."""
     net = _net()
     x = torch.randn(rows, 64)
     with torch.no_grad():
@@ -58,6 +58,14 @@ def test_any_row_count_matches_linear_packed_or_packed_only(rows: int) -> None:
         only[0].set_packed(packed_weight(net[0].weight))
         only[0].weight.data.zero_()  # a packed-only layer never reads its weight
         torch.testing.assert_close(only(x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_packed_row_counts_are_few_and_waste_at_most_an_eighth() -> None:
+    from art_langgraph.engine.packed_linear import bucket_rows
+
+    counts = {bucket_rows(m) for m in range(1, 8193)}
+    assert len(counts) <= 8 + 8 * 7  # up to PACKED_ROWS, then eight an octave to 8192
+    assert all(m <= bucket_rows(m) <= m + max(7, m // 8) for m in range(1, 8193))
 
 
 def test_gradients_and_other_dtypes_fall_back_to_linear() -> None:
