@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.learning import TASK_EVAL, TASKS, host_key, run_watched
+from bench.learning import TASK_EVAL, TASKS, host_key, run_watched, task_parts
 from bench.readme import results_dir, update_docs, write_results
 from bench.trainer_roofline import cpu_flags
 
@@ -83,12 +83,7 @@ async def _evaluate(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     from art_mcp import HarnessConfig, train
 
     kv, prefix = budgets(args.child)
-    module, task_dir, rewards = TASKS[args.task]
-    server, scenarios, reward = (
-        f"{sys.executable} -m {module}",
-        f"{task_dir}/scenarios.jsonl",
-        f"{rewards}:score",
-    )
+    server, scenarios, reward = task_parts(args.task)
     cfg = HarnessConfig(
         path=str(folder),
         steps=0,

@@ -88,18 +88,21 @@ def of_the_defaults(task: str, extra: list[str]) -> bool:
     return not extra or extra == TASK_EVAL.get(task)
 
 
-def task_args(task: str, scenarios: Path | None = None) -> list[str]:
-    """The `art-mcp train` flags of a task: its server, scenarios (`scenarios`: another file
-    of them, a validation slice) and reward, nothing else."""
+def task_parts(task: str, scenarios: Path | None = None) -> tuple[str, str, str]:
+    """A task's server command, scenarios file (`scenarios`: another file of them, a
+    validation slice) and reward, as `art-mcp train` takes them."""
     server, folder, reward = TASKS[task]
-    return [
-        "--server",
+    return (
         f"{sys.executable} -m {server}",
-        "--scenarios",
         str(scenarios or f"{folder}/scenarios.jsonl"),
-        "--reward",
         f"{reward}:score",
-    ]
+    )
+
+
+def task_args(task: str, scenarios: Path | None = None) -> list[str]:
+    """The `art-mcp train` flags of a task: its server, scenarios and reward, nothing else."""
+    server, file, reward = task_parts(task, scenarios)
+    return ["--server", server, "--scenarios", file, "--reward", reward]
 
 
 def validation_file(task: str, folder: Path) -> Path:

@@ -65,8 +65,7 @@ def packed_weight(weight: torch.Tensor) -> torch.Tensor:
 PACKED_ROWS = 64
 """Most rows one packed multiply takes. oneDNN builds and keeps a kernel, with its own
 buffers, for every row count it meets: fed every count from 1 to 400 (a prefill's, or a
-fast-forward step's rows), two of SmolLM2's linear layers grew the process by ~900 MiB
-and ran 2.1-2.3x slower than `F.linear`, against no growth at one count
+fast-forward step's rows), two of SmolLM2's linear layers grew the process by 718-896 MiB
 (bench/results/packed_shapes/packed_shapes.json). So a packed multiply takes at most this
 many rows, rounded up to `ROW_BUCKET` with zero rows: a handful of counts. More rows (a
 prefill) go to `F.linear`, where one reorder of the weight is spread over them, or, for a
@@ -74,9 +73,9 @@ layer held only packed (the merged copy's, whose dense weight is the base's), th
 packed multiply rounded up to one of eight counts an octave (`bucket_rows`). Unrounded,
 those counts grew oneDNN's kernels and their descriptors by 74 MiB over one held-out
 evaluation of a trained two-hop run (a heap profile), and the run's later evaluations
-peaked 0.4-0.6 GiB above its first (docs/benchmarks.md#engine-memory). `F.linear` instead
-took 2.4-2.6x the packed multiply's time at 100-1,500 rows; chunks of 64 rows made such a
-prefill ~7x slower."""
+peaked 0.4-0.6 GiB above its first (docs/benchmarks.md#engine-memory). Over every count
+from 1 to 400, bucketed multiplies grew the process by 49 MiB and took 0.48x `F.linear`'s
+time (the same bench); chunks of 64 rows made such a prefill ~7x slower."""
 ROW_BUCKET = 8
 """A packed multiply of up to PACKED_ROWS rows is rounded up to a multiple of this."""
 

@@ -7,7 +7,9 @@ linear shapes (576 -> 1536 -> 576, float32) called with every row count from 1 t
   each call's own row count (the engine's rule before: oneDNN builds and keeps a kernel,
   with its buffers, for every count it meets);
 - `packed`: `PackedLinear` as the engine runs it now (at most `PACKED_ROWS` rows a packed
-  multiply, rounded up to `ROW_BUCKET`; more rows through `F.linear`).
+  multiply, rounded up to `ROW_BUCKET`; more rows through `F.linear`);
+- `packed_bucketed`: every count through one packed multiply, rounded up to
+  `bucket_rows` (the engine's merged copy, whose layers are held only packed).
 
 A prefill's rows (batch x new tokens) and a fast-forward step's take a new count almost
 every time. Reported: seconds of each round, and the process's RSS growth over the arm.
@@ -28,7 +30,7 @@ from art_langgraph.runtime.devices import matmul_flags
 from bench.readme import alternate_arms, child_or_args, publish, results_dir
 
 RESULTS = results_dir("packed_shapes") / "packed_shapes.json"
-ARMS = ["plain", "packed_every_count", "packed"]
+ARMS = ["plain", "packed_every_count", "packed", "packed_bucketed"]
 
 
 def _rss_mib() -> float:
@@ -39,7 +41,7 @@ def _rss_mib() -> float:
 def child(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from art_langgraph.engine.packed_linear import pack_linears
+    from art_langgraph.engine.packed_linear import pack_linears, packed_rows
 
     torch.manual_seed(0)
     torch.set_grad_enabled(False)
@@ -52,6 +54,8 @@ def child(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         for layer in layers:
             if arm == "packed_every_count":
                 x = torch.ops.mkldnn._linear_pointwise(x, layer._packed, None, "none", [], "")
+            elif arm == "packed_bucketed":
+                x = packed_rows(x, layer._packed, None)
             else:
                 x = layer(x)
         return x
