@@ -33,6 +33,9 @@ from art_langgraph.training.config import ModelConfig
 def main(fd: int) -> None:
     """A rank's process: read its settings, join the group, then serve the parent's
     commands until "close" or the parent goes."""
+    import faulthandler
+
+    faulthandler.enable()  # a fatal signal (an abort in native code) prints the rank's stack
     conn = Connection(fd)
     spec = conn.recv()
     _exit_with_parent(spec["parent_pid"])
