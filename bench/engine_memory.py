@@ -23,6 +23,13 @@ episodes whatever the budgets, up to float32 rounding: a budget changes when wor
 not what it computes). Side by side in one run: ratios against the `default` arm.
 
     .venv/bin/python -m bench.engine_memory [--task org] [--arms default,kv512-prefix384]
+    .venv/bin/python -m bench.engine_memory --ref ../base --arms ref:default,default \
+        --repeats 2 --tag prefill_packed
+
+`--ref CHECKOUT`: arms named `ref:<arm>` run that arm from another checkout of the project
+(its code on the path first, e.g. the parent commit made with `git worktree add`), under
+this checkout's virtual environment, so the comparison is of the code alone. `--repeats`
+runs every arm that many times, the arms alternating, so drift hits them alike.
 
 Saved to bench/results/engine_memory/engine_memory_<task>_<host>.json; the real model's
 table also goes into docs/benchmarks.md (its `engine_memory:<task>_<host>` block).
@@ -41,6 +48,8 @@ import datetime as dt
 import json
 import os
 import re
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -67,9 +76,13 @@ def budgets(arm: str) -> tuple[int | None, int | None]:
     return int(m[1]) << 20, int(m[2]) << 20
 
 
-def arm_env(arm: str) -> dict[str, str]:
-    """The environment of an arm's child: this process's, plus tcmalloc's settings."""
+def arm_env(arm: str, ref: Path | None = None) -> dict[str, str]:
+    """The environment of an arm's child: this process's, plus tcmalloc's settings (and
+    for a `ref:` arm, the other checkout's code first on the path)."""
     env = dict(os.environ)
+    if arm.startswith("ref:"):
+        assert ref is not None
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ref), env.get("PYTHONPATH")) if p)
     if arm.endswith("+decommit"):
         env["TCMALLOC_AGGRESSIVE_DECOMMIT"] = "1"
     return env
@@ -128,19 +141,25 @@ def eval_scenarios(task: str) -> int | None:
     return int(extra[extra.index("--eval-scenarios") + 1]) if "--eval-scenarios" in extra else None
 
 
-def run_arm(arm: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """One arm in a child process under the watchdog: its figures and peak RSS."""
-    result = out / f"{arm}.json"
-    cmd = [sys.executable, "-m", "bench.engine_memory", "--child", arm, "--task", args.task]
+def run_arm(arm: str, args: argparse.Namespace, out: Path, round_: int = 1) -> dict[str, Any]:
+    """One arm in a child process under the watchdog (a `ref:` arm from `args.ref`'s
+    checkout): its figures and peak RSS."""
+    out = out / f"{arm.replace(':', '-')}-{round_}"
+    out.mkdir()
+    child = arm.removeprefix("ref:")  # the other checkout's bench knows no ref: arms
+    result = out / f"{child}.json"
+    cmd = [sys.executable, "-m", "bench.engine_memory", "--child", child, "--task", args.task]
     cmd += ["--seed", str(args.seed), "--out", str(out)]
     if args.base_model:
         cmd += ["--base-model", args.base_model]
     if args.eval_scenarios:
         cmd += ["--eval-scenarios", str(args.eval_scenarios)]
-    rc, peak = run_watched(arm, cmd, out / f"{arm}.log", env=arm_env(arm))
+    if arm.startswith("ref:"):  # from the other checkout's folder: its code, its task files
+        cmd = ["env", "-C", str(args.ref), *cmd]
+    rc, peak = run_watched(arm, cmd, out / "arm.log", env=arm_env(arm, args.ref))
     if rc != 0 or not result.exists():
-        raise SystemExit(f"{arm} failed (rc {rc}):\n{(out / f'{arm}.log').read_text()[-3000:]}")
-    row = {"arm": arm, **json.loads(result.read_text()), "peak_rss_mib": peak}
+        raise SystemExit(f"{arm} failed (rc {rc}):\n{(out / 'arm.log').read_text()[-3000:]}")
+    row = {"arm": arm, "round": round_, **json.loads(result.read_text()), "peak_rss_mib": peak}
     print(
         f"{arm}: evaluation {row['eval_s']:.0f} s, peak RSS {peak:.0f} MiB, "
         f"prefix cache served {row['prefix_hit_share']:.0%}",
@@ -149,17 +168,32 @@ def run_arm(arm: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return row
 
 
+def ref_commit(ref: Path) -> str:
+    """The other checkout's commit (short), `+dirty` when it has changes."""
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(ref), *a], capture_output=True, text=True).stdout
+
+    return git("rev-parse", "--short", "HEAD").strip() + (
+        "+dirty" if git("status", "--porcelain", "-uno").strip() else ""
+    )
+
+
 def table(rows: list[dict[str, Any]]) -> str:
-    """Per arm: wall, peak RSS, cache share, decode rate, success; ratios against `default`."""
-    base = next((r for r in rows if r["arm"] == "default"), rows[0])
+    """Per arm (and round): wall, peak RSS, cache share, decode rate, success; wall ratios
+    against the mean of the first arm's rounds (`default` when there is one)."""
+    first = next((r["arm"] for r in rows if r["arm"] == "default"), rows[0]["arm"])
+    base = statistics.mean(r["eval_s"] for r in rows if r["arm"] == first)
+    rounds = max(r.get("round", 1) for r in rows) > 1
     lines = [
-        f"| arms (vs {base['arm']}) | evaluation wall | wall ratio | peak RSS | prefix cache "
+        f"| arms (vs {first}) | evaluation wall | wall ratio | peak RSS | prefix cache "
         "served | generated tok/s | greedy / sampled success |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
+        name = f"{r['arm']} (round {r['round']})" if rounds else r["arm"]
         lines.append(
-            f"| {r['arm']} | {r['eval_s']:.0f} s | {r['eval_s'] / base['eval_s']:.2f}x | "
+            f"| {name} | {r['eval_s']:.0f} s | {r['eval_s'] / base:.2f}x | "
             f"{r['peak_rss_mib'] / 1024:.2f} GiB | {r['prefix_hit_share']:.0%} | "
             f"{r['generated_tokens'] / r['eval_s']:.0f} | "
             f"{r['greedy_success']:.2f} / {r['sampled_success']:.2f} |"
@@ -175,6 +209,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--base-model", help="the library's default when not given")
     p.add_argument("--eval-scenarios", type=int, help="the task's runs' count when not given")
     p.add_argument("--tag", default="")
+    p.add_argument("--ref", type=Path, help="another checkout, for arms named ref:<arm>")
+    p.add_argument("--repeats", type=int, default=1, help="rounds of every arm, alternating")
     p.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
@@ -189,16 +225,23 @@ def main(argv: list[str] | None = None) -> None:
         return
     arms = args.arms.split(",")
     for arm in arms:
-        budgets(arm)  # refuse a malformed arm before any runs
+        budgets(arm.removeprefix("ref:"))  # refuse a malformed arm before any runs
+        if arm.startswith("ref:") and not (args.ref and (args.ref / "bench").is_dir()):
+            raise SystemExit(f"{arm}: --ref must name another checkout of the project")
+    if args.ref:
+        args.ref = args.ref.resolve()
     from examples.bfcl.app import commit_stamp
 
     commit, t0 = commit_stamp(), time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [run_arm(arm, args, Path(tmp)) for arm in arms]
+        rows = [
+            run_arm(arm, args, Path(tmp), r) for r in range(1, args.repeats + 1) for arm in arms
+        ]
     flags = cpu_flags()
+    ref = f" against {args.ref.name} at {ref_commit(args.ref)} (ref:)" if args.ref else ""
     text = (
         f"Engine budgets on one untrained held-out evaluation of the {args.task} task "
-        f"(seed {args.seed}); commit {commit}; CPU flags: {flags}.\n\n" + table(rows)
+        f"(seed {args.seed}); commit {commit}{ref}; CPU flags: {flags}.\n\n" + table(rows)
     )
     print(text)
     model = f"_{args.base_model}" if args.base_model else ""

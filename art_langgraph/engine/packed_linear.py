@@ -14,8 +14,9 @@ factors, which adapter loads rewrite in place) into a `PackedLinear`: the same m
 the same dense weight, plus the packed copy it multiplies by when no gradient is wanted.
 The packed copy is made from the weight as it is at that call: whoever writes a packed
 module's weight calls `pack_linears` again (the engine does after merging an adapter).
-`PackedLinear` falls back to `F.linear` when gradients are on, or the input is not a CPU
-tensor of the weight's dtype.
+A packed multiply runs at one of few row counts (`bucket_rows`). `PackedLinear` falls
+back to `F.linear` when gradients are on, or the input is not a CPU tensor of the
+weight's dtype.
 
 `set_packed` gives a module a packed copy of other weights than its own: the engine's
 merged copy (`TorchEngineConfig.merge_latest`) is a module tree over the base's tensors
@@ -63,19 +64,17 @@ def packed_weight(weight: torch.Tensor) -> torch.Tensor:
 
 
 PACKED_ROWS = 64
-"""Most rows one packed multiply takes. oneDNN builds and keeps a kernel, with its own
-buffers, for every row count it meets: fed every count from 1 to 400 (a prefill's, or a
-fast-forward step's rows), two of SmolLM2's linear layers grew the process by 718-896 MiB
-(bench/results/packed_shapes/packed_shapes.json). So a packed multiply takes at most this
-many rows, rounded up to `ROW_BUCKET` with zero rows: a handful of counts. More rows (a
-prefill) go to `F.linear`, where one reorder of the weight is spread over them, or, for a
-layer held only packed (the merged copy's, whose dense weight is the base's), through one
-packed multiply rounded up to one of eight counts an octave (`bucket_rows`). Unrounded,
-those counts grew oneDNN's kernels and their descriptors by 74 MiB over one held-out
-evaluation of a trained two-hop run (a heap profile), and the run's later evaluations
-peaked 0.4-0.6 GiB above its first (docs/benchmarks.md#engine-memory). Over every count
-from 1 to 400, bucketed multiplies grew the process by 49 MiB and took 0.48x `F.linear`'s
-time (the same bench); chunks of 64 rows made such a prefill ~7x slower."""
+"""Up to this many rows, a packed multiply's row count is rounded up to a multiple of
+`ROW_BUCKET`; beyond, to one of eight counts an octave (`bucket_rows`, at most 1/8 more
+rows), with zero rows. oneDNN builds and keeps a kernel, with its own buffers, for every
+row count it meets: fed every count from 1 to 400 (a prefill's, or a fast-forward step's
+rows), two of SmolLM2's linear layers grew the process by 718-896 MiB at each call's own
+count, and 49 MiB bucketed (bench/results/packed_shapes/packed_shapes.json); unrounded,
+the merged copy's counts grew oneDNN's kernels by 74 MiB over one held-out evaluation of a
+trained two-hop run (a heap profile, docs/benchmarks.md#engine-memory). Bucketed, a
+prefill's rows take 0.48x `F.linear`'s time from 1 to 400 rows and 0.55x from 65 to 4,096
+(packed_shapes_prefill.json), so every count goes through one packed multiply; chunks of
+64 rows made such a prefill ~7x slower."""
 ROW_BUCKET = 8
 """A packed multiply of up to PACKED_ROWS rows is rounded up to a multiple of this."""
 
@@ -135,10 +134,7 @@ class PackedLinear(torch.nn.Linear):
                     f"gradients on CPU {self.weight.dtype} inputs, got {x.dtype} on {x.device}"
                 )
             return F.linear(x, self.weight, self.bias)
-        flat = x.reshape(-1, x.shape[-1])
-        if len(flat) > PACKED_ROWS and not self._packed_only:
-            return F.linear(x, self.weight, self.bias)
-        y = packed_rows(flat, packed, self.bias)
+        y = packed_rows(x.reshape(-1, x.shape[-1]), packed, self.bias)
         return y.view(*x.shape[:-1], self.out_features)
 
     def __getstate__(self) -> dict[str, Any]:

@@ -45,9 +45,9 @@ def test_packed_matches_linear_and_keeps_shapes() -> None:
 
 @pytest.mark.parametrize("rows", [1, 5, 8, PACKED_ROWS, PACKED_ROWS + 1, 3 * PACKED_ROWS + 7])
 def test_any_row_count_matches_linear_packed_or_packed_only(rows: int) -> None:
-    """Rows rounded up to a bucket, more than PACKED_ROWS through F.linear (or, for a layer
-    held only packed, the merged copy's, through one packed multiply of a bucketed count):
-    the same product at every row count."""
+    """Rows rounded up to a bucket (past PACKED_ROWS, one of eight an octave), whether the
+    layer holds its own weight or only a packed copy (the merged copy's): the same product
+    at every row count."""
     net = _net()
     x = torch.randn(rows, 64)
     with torch.no_grad():
