@@ -42,3 +42,27 @@ def test_the_table_gives_ratios_against_the_default_arm() -> None:
 
     text = table([row("default", 100.0), row("kv256-prefix256", 150.0)])
     assert "| kv256-prefix256 | 150 s | 1.50x | 2.00 GiB | 50% | 7 | 0.25 / 0.00 |" in text
+
+
+def test_ref_arms_run_from_another_checkout_in_alternating_rounds(tmp_path) -> None:
+    """`ref:<arm>` runs the arm from `--ref`'s folder (here this checkout again: the same
+    code, so the same episodes), every arm `--repeats` times, alternating."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    with pytest.raises(SystemExit, match="another checkout"):
+        main(["--arms", "ref:default", "--ref", str(tmp_path), "--results", str(tmp_path)])
+    main(["--base-model", "tiny", "--eval-scenarios", "1", "--arms", "ref:default,default",
+          "--ref", str(root), "--repeats", "2", "--results", str(tmp_path)])  # fmt: skip
+    (saved,) = tmp_path.glob("engine_memory_org_tiny_*.json")
+    data = json.loads(saved.read_text())
+    assert [(r["arm"], r["round"]) for r in data["rows"]] == [
+        ("ref:default", 1),
+        ("default", 1),
+        ("ref:default", 2),
+        ("default", 2),
+    ]
+    assert len({r["greedy_success"] for r in data["rows"]}) == 1
+    assert (
+        "| ref:default (round 2) |" in data["table"] and f"against {root.name} at" in data["table"]
+    )
