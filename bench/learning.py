@@ -21,8 +21,9 @@ facts task (examples/mcp_books, never used to choose a default), the staff direc
 the rise down into one-hop and two-hop questions). Writes
 bench/results/learning/learning_<task>[_<tag>].json,
 docs/learning_band_<task>.png (train reward per step, the seeds' band against the
-control's) and the docs table between its markers. Runs may be made one at a time, each
-with its own `--tag` (a session's end then loses at most the run under way); `--combine`
+control's) and the docs table between its markers (the JSON after each run, so a stop
+loses at most the run under way). Runs may also be made one at a time, each with its own
+`--tag`; `--combine`
 gathers every bench/results/learning/learning_<task>_<tag>.json of the defaults (no
 flags, or only the task's evaluation flags, `TASK_EVAL`) into
 learning_<task>.json, the plot and the docs table; `--combine --tag ci` gathers the runs
@@ -777,7 +778,17 @@ def main(argv: list[str] | None = None) -> None:
     extra = args.extra.split() or TASK_EVAL.get(args.task, [])
     plan = [(int(s), False) for s in args.seeds.split(",") if s]
     plan += [(int(s), True) for s in args.controls.split(",") if s]
-    rows = []
+    rows: list[dict[str, Any]] = []
+    suffix = f"_{args.tag}" if args.tag else ""
+    data = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, CPU flags: {cpu_flags()}",
+        "task": args.task,
+        "validation": args.validation,
+        "args": task_args(args.task),
+        "extra": extra,
+        "rows": rows,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         scenarios = validation_file(args.task, Path(tmp)) if args.validation else None
         for seed, control in plan:
@@ -789,17 +800,8 @@ def main(argv: list[str] | None = None) -> None:
                 flush=True,
             )
             rows.append(row)
-    data = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, CPU flags: {cpu_flags()}",
-        "task": args.task,
-        "validation": args.validation,
-        "args": task_args(args.task),
-        "extra": extra,
-        "rows": rows,
-    }
-    suffix = f"_{args.tag}" if args.tag else ""
-    write_results(RESULTS / f"learning_{args.task}{suffix}.json", data)
+            # each run as it lands: a stop during the next run loses only that run
+            write_results(RESULTS / f"learning_{args.task}{suffix}.json", data)
     if not args.tag and of_the_defaults(args.task, extra):  # a tagged part waits for --combine
         sfx = host_suffix(host_key(data["machine"]))
         _band_plot(rows, args.task, sfx)
