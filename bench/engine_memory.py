@@ -49,7 +49,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -168,17 +167,6 @@ def run_arm(arm: str, args: argparse.Namespace, out: Path, round_: int = 1) -> d
     return row
 
 
-def ref_commit(ref: Path) -> str:
-    """The other checkout's commit (short), `+dirty` when it has changes."""
-
-    def git(*a: str) -> str:
-        return subprocess.run(["git", "-C", str(ref), *a], capture_output=True, text=True).stdout
-
-    return git("rev-parse", "--short", "HEAD").strip() + (
-        "+dirty" if git("status", "--porcelain", "-uno").strip() else ""
-    )
-
-
 def table(rows: list[dict[str, Any]]) -> str:
     """Per arm (and round): wall, peak RSS, cache share, decode rate, success; wall ratios
     against the mean of the first arm's rounds (`default` when there is one)."""
@@ -238,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
             run_arm(arm, args, Path(tmp), r) for r in range(1, args.repeats + 1) for arm in arms
         ]
     flags = cpu_flags()
-    ref = f" against {args.ref.name} at {ref_commit(args.ref)} (ref:)" if args.ref else ""
+    ref = f" against {args.ref.name} at {commit_stamp(args.ref)} (ref:)" if args.ref else ""
     text = (
         f"Engine budgets on one untrained held-out evaluation of the {args.task} task "
         f"(seed {args.seed}); commit {commit}{ref}; CPU flags: {flags}.\n\n" + table(rows)

@@ -402,11 +402,13 @@ class PhasePeaks:
         return max([*self.peaks.values(), 0.0])
 
 
-def commit_stamp() -> str:
-    """HEAD's short hash, with "+dirty" when tracked files differ from it."""
-    head = _git("rev-parse", "--short", "HEAD").strip() or "unknown"
+def commit_stamp(checkout: Path | None = None) -> str:
+    """HEAD's short hash, with "+dirty" when tracked files differ from it (of the current
+    folder's checkout, or of `checkout`)."""
+    at = ["-C", str(checkout)] if checkout is not None else []
+    head = _git(*at, "rev-parse", "--short", "HEAD").strip() or "unknown"
     return head + (
-        "+dirty" if _git("status", "--porcelain", "--untracked-files=no").strip() else ""
+        "+dirty" if _git(*at, "status", "--porcelain", "--untracked-files=no").strip() else ""
     )
 
 
