@@ -24,7 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.learning import host_key, run_one, validation_file
+from bench.learning import TASK_EVAL, host_key, run_one, validation_file
 from bench.readme import results_dir, update_docs, write_results
 from bench.trainer_roofline import cpu_flags
 
@@ -39,7 +39,9 @@ def run_path(out: Path, task: str, arm: str, seed: int) -> Path:
 
 
 def run_all(out: Path, tasks: list[str], arms: dict[str, list[str]], seeds: list[int]) -> None:
-    """Every (seed, task, arm) run not landed yet, arms alternating within a task."""
+    """Every (seed, task, arm) run not landed yet, arms alternating within a task; a task
+    with its own evaluation flags (`bench.learning.TASK_EVAL`: the org chart's 48 scenarios,
+    evaluated every 3 steps) gets them in every arm."""
     out.mkdir(parents=True, exist_ok=True)
     slices = {task: validation_file(task, out) for task in tasks}  # one per task, every seed's
     for seed in seeds:
@@ -50,7 +52,8 @@ def run_all(out: Path, tasks: list[str], arms: dict[str, list[str]], seeds: list
                     print(f"{dest.name}: landed already", flush=True)
                     continue
                 name = f"{task}-{arm}-s{seed}"
-                row = run_one(task, seed, False, flags, out, name=name, scenarios=slices[task])
+                extra = [*TASK_EVAL.get(task, []), *flags]  # what is measured, then the arm
+                row = run_one(task, seed, False, extra, out, name=name, scenarios=slices[task])
                 row.update(task=task, arm=arm, flags=flags, cpu_flags=cpu_flags())
                 write_results(dest, row)
                 print(
@@ -65,9 +68,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     the trainer took (those without one reward for all rollouts) of those rolled out over
     the run, and wall time."""
     lines = [
-        "| task | arm | seeds | sampled rise (mean ± sd) | sampled after | greedy after "
-        "| groups trained / rolled out | wall min |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| task | arm | seeds | sampled rise (mean ± sd) | two-hop sampled rise | sampled after "
+        "| greedy after | groups trained / rolled out | wall min |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for task in dict.fromkeys(r["task"] for r in rows):
         for arm in dict.fromkeys(r["arm"] for r in rows if r["task"] == task):
@@ -76,11 +79,20 @@ def table(rows: list[dict[str, Any]]) -> str:
             sd = f" ± {statistics.stdev(rises):.2f}" if len(rises) > 1 else ""
             lines.append(
                 f"| {task} | {arm} | {len(rs)} | {statistics.fmean(rises):+.2f}{sd} | "
-                f"{statistics.fmean(r['sampled_after'] for r in rs):.2f} | "
+                f"{_two_hop(rs)} | {statistics.fmean(r['sampled_after'] for r in rs):.2f} | "
                 f"{statistics.fmean(r['greedy_after'] for r in rs):.2f} | {_trained(rs)} | "
                 f"{statistics.fmean(r['wall_s'] for r in rs) / 60:.1f} |"
             )
     return "\n".join(lines)
+
+
+def _two_hop(rows: list[dict[str, Any]]) -> str:
+    """The seeds' two-hop sampled rises (paired, from the evaluation before RL), each run's;
+    "-" for a task without two-hop questions."""
+    rises = [r.get("slices", {}).get("two-hop", {}).get("sampled", {}).get("rise") for r in rows]
+    if None in rises:
+        return "-"
+    return ", ".join(f"{x:+.2f}" for x in rises)
 
 
 def _trained(rows: list[dict[str, Any]]) -> str:

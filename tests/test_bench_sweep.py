@@ -1,5 +1,5 @@
-"""bench.turn_rules and bench.dynamic_sampling: their arms are flags `art-mcp train` takes, and
-bench.sweep's table pools seeds."""
+"""bench.turn_rules, bench.dynamic_sampling and bench.rl_lr: their arms are flags `art-mcp
+train` takes, and bench.sweep's table pools seeds."""
 
 from __future__ import annotations
 
@@ -23,15 +23,28 @@ def test_the_table_pools_seeds_per_task_and_arm() -> None:
         return dict(task=task, arm=arm, sampled_before=before, sampled_after=after,
                     greedy_after=after, wall_s=600.0, **more)  # fmt: skip
 
+    def hop(rise: float) -> dict:
+        return {"two-hop": {"sampled": {"rise": rise}}}
+
     text = table(
         [
-            row("org", "now", 0.1, 0.3, groups=[8, 8], zero_variance_groups=[6, 2]),
-            row("org", "now", 0.1, 0.5, groups=[8, 12], zero_variance_groups=[4, 4]),
+            row(
+                "org", "now", 0.1, 0.3, groups=[8, 8], zero_variance_groups=[6, 2], slices=hop(0.2)
+            ),
+            row(
+                "org",
+                "now",
+                0.1,
+                0.5,
+                groups=[8, 12],
+                zero_variance_groups=[4, 4],
+                slices=hop(-0.05),
+            ),
             row("org", "turns6", 0.1, 0.2),  # a run that did not record its groups
         ]
     )
-    assert "| org | now | 2 | +0.30 ± 0.14 | 0.40 | 0.40 | 10 / 18 | 10.0 |" in text
-    assert "| org | turns6 | 1 | +0.10 | 0.20 | 0.20 | - | 10.0 |" in text
+    assert "| org | now | 2 | +0.30 ± 0.14 | +0.20, -0.05 | 0.40 | 0.40 | 10 / 18 | 10.0 |" in text
+    assert "| org | turns6 | 1 | +0.10 | - | 0.20 | 0.20 | - | 10.0 |" in text
 
 
 def test_every_dynamic_sampling_arm_is_flags_art_mcp_train_takes() -> None:
@@ -42,3 +55,17 @@ def test_every_dynamic_sampling_arm_is_flags_art_mcp_train_takes() -> None:
         args = _parser().parse_args([*base, *flags])
         cfg = HarnessConfig(**{k: getattr(args, k) for k in HarnessConfig.model_fields})
         assert cfg.refill_groups == (int(flags[1]) if flags else 0), arm
+
+
+def test_every_rl_lr_arm_sets_rls_rate_and_nothing_else() -> None:
+    from bench.rl_lr import ARMS as LR_ARMS
+
+    base = ["train", "--server", "python -m x", "--scenarios", "s.jsonl", "--reward", "m:f"]
+    default = HarnessConfig(
+        **{k: getattr(_parser().parse_args(base), k) for k in HarnessConfig.model_fields}
+    )
+    for arm, flags in LR_ARMS.items():
+        args = _parser().parse_args([*base, *flags])
+        cfg = HarnessConfig(**{k: getattr(args, k) for k in HarnessConfig.model_fields})
+        assert cfg.lr() == float(arm.removeprefix("lr")), arm
+        assert cfg.model_copy(update={"learning_rate": None}) == default, arm
