@@ -339,9 +339,7 @@ async def check(
                 tick = time.perf_counter()
                 await model.train(
                     groups,
-                    art.TrainConfig(
-                        learning_rate=cfg.lr(), micro_batch_tokens=cfg.micro_batch_tokens
-                    ),
+                    cfg.rl_config(),
                 )
                 report.train_s = time.perf_counter() - tick
             episodes = sum(len(g.trajectories) for g in groups) + len(greedy)

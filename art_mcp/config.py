@@ -14,7 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from art_langgraph.training.config import SWEPT_LEARNING_RATE, default_learning_rate
+from art_langgraph.training.config import (
+    SWEPT_LEARNING_RATE,
+    TrainConfig,
+    default_learning_rate,
+)
 
 __all__ = ["SWEPT_LEARNING_RATE", "HarnessConfig", "default_learning_rate"]
 
@@ -165,6 +169,14 @@ class HarnessConfig(BaseModel):
             "(`default_learning_rate`): SWEPT_LEARNING_RATE, chosen by bench.defaults_sweep on "
             "SmolLM2-135M (hidden size 576), times sqrt(576 / hidden size) for other models "
             "(an extrapolation not measured beyond 135M); 5e-4 for the tiny preset."
+        ),
+    )
+    signal_share_scale: bool = Field(
+        False,
+        description=(
+            "Scale each RL step's loss by the share of its rollouts whose group carries a "
+            "signal (`TrainConfig.signal_share_scale`): a step where most groups got one "
+            "reward for every rollout moves the adapter less."
         ),
     )
     eval_every: int = Field(
@@ -345,6 +357,14 @@ class HarnessConfig(BaseModel):
     def lr(self) -> float:
         """The learning rate this run trains with: `learning_rate`, else the model's default."""
         return self.learning_rate or default_learning_rate(self.base_model)[0]
+
+    def rl_config(self) -> TrainConfig:
+        """The `TrainConfig` of this run's RL steps."""
+        return TrainConfig(
+            learning_rate=self.lr(),
+            micro_batch_tokens=self.micro_batch_tokens,
+            signal_share_scale=self.signal_share_scale,
+        )
 
     def warm_start_epochs(self, demonstrations: int) -> int:
         """The SFT warm start's epochs given how many demonstrations there are: `sft_epochs`

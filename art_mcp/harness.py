@@ -347,7 +347,7 @@ class _Run:
         with TrainingProgress(f"RL step {done} training") as progress:
             result = await model.train(
                 groups,
-                art.TrainConfig(learning_rate=cfg.lr(), micro_batch_tokens=cfg.micro_batch_tokens),
+                cfg.rl_config(),
                 progress=progress,
             )
         train_s = time.perf_counter() - tick

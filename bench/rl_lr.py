@@ -1,14 +1,20 @@
-"""RL's learning rate after the SFT warm start, chosen across task shapes on validation
-slices only.
+"""The size of RL's updates after the SFT warm start (its learning rate, and scaling a
+step by the share of its rollouts that carry a signal), chosen across task shapes on
+validation slices only.
 
 `SWEPT_LEARNING_RATE` (1e-3) was chosen by `bench.defaults_sweep` on the capitals task
 from the untrained model, before the harness warm-started on demonstrations. Since then
 every task that ships demonstrations (the org chart, capitals) starts RL from a
 warm-started adapter, and there the signs are of updates too large for the policy: the
 two-hop task's shuffled-reward control fell 0.51 -> 0.19, and a run warm-started for two
-epochs lost train reward for four RL steps (0.37 -> 0.19) before it climbed. Each arm
-here sets RL's rate (`--learning-rate`; the warm start's own rate and epochs stay at
-their defaults), one task and seed a run, on the task's validation slice (`bench.sweep`),
+epochs lost train reward for four RL steps (0.37 -> 0.19) before it climbed. And after
+a warm start most groups get one reward for every rollout (6-7 of 8 at the two-hop task's
+first steps): the trainer skips them and averages the loss over the rest, so a step
+trained on one group moves the adapter as far as a step trained on eight, on an eighth of
+the evidence. Each arm here sets RL's rate (`--learning-rate`; the warm start's own rate
+and epochs stay at their defaults) or scales each step by its signal share
+(`--signal-share-scale`, `TrainConfig.signal_share_scale`: TRL's mean over the whole
+batch), one task and seed a run, on the task's validation slice (`bench.sweep`),
 and the table gives per task and arm the seeds' mean sampled rise from the evaluation
 before RL, the two-hop questions' own where a task has them, and the wall time. Saved to
 bench/results/rl_lr/.
@@ -31,13 +37,14 @@ ARMS = {
     "lr1e-3": [],
     "lr3e-4": ["--learning-rate", "3e-4"],
     "lr3e-3": ["--learning-rate", "3e-3"],
+    "share": ["--signal-share-scale", "true"],
 }
-"""Arm -> its flags: today's default (1e-3, `SWEPT_LEARNING_RATE`), a third of it, and
-three times it."""
+"""Arm -> its flags: today's default (1e-3, `SWEPT_LEARNING_RATE`), a third of it, three
+times it, and the default rate with each step scaled by its signal share."""
 
 
 def main(argv: list[str] | None = None) -> None:
-    sweep.main(argv, __doc__ or "", ARMS, "rl_lr", "RL's learning rate after the warm start")
+    sweep.main(argv, __doc__ or "", ARMS, "rl_lr", "RL's update size after the warm start")
 
 
 if __name__ == "__main__":

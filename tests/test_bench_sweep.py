@@ -57,7 +57,7 @@ def test_every_dynamic_sampling_arm_is_flags_art_mcp_train_takes() -> None:
         assert cfg.refill_groups == (int(flags[1]) if flags else 0), arm
 
 
-def test_every_rl_lr_arm_sets_rls_rate_and_nothing_else() -> None:
+def test_every_rl_lr_arm_sets_one_thing() -> None:
     from bench.rl_lr import ARMS as LR_ARMS
 
     base = ["train", "--server", "python -m x", "--scenarios", "s.jsonl", "--reward", "m:f"]
@@ -67,5 +67,9 @@ def test_every_rl_lr_arm_sets_rls_rate_and_nothing_else() -> None:
     for arm, flags in LR_ARMS.items():
         args = _parser().parse_args([*base, *flags])
         cfg = HarnessConfig(**{k: getattr(args, k) for k in HarnessConfig.model_fields})
+        if arm == "share":
+            assert cfg.signal_share_scale and cfg.rl_config().signal_share_scale
+            assert cfg.model_copy(update={"signal_share_scale": False}) == default
+            continue
         assert cfg.lr() == float(arm.removeprefix("lr")), arm
         assert cfg.model_copy(update={"learning_rate": None}) == default, arm

@@ -83,6 +83,16 @@ class TrainConfig(BaseModel):
         description="Divide each group's centred rewards by their population std (+1e-6), as ART and the "
         "GRPO paper do. False keeps only the centring (Dr. GRPO).",
     )
+    signal_share_scale: bool = Field(
+        False,
+        description="Scale each step's loss by the share of its rollouts that carry a signal "
+        "(those of groups whose rewards differ; a group with one reward for every rollout is "
+        "still skipped, and counts as zero), as a mean over the whole batch does in TRL's GRPO: "
+        "a step where one group of eight carries a signal moves the adapter an eighth as far. "
+        "False (default): the loss is averaged over the trained groups alone (ART), so such a "
+        "step moves it as far as a step where all eight do. Each step reports the share as "
+        "`signal_share`.",
+    )
     epsilon: float = Field(
         0.2,
         gt=0,

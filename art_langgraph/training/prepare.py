@@ -4,7 +4,8 @@
 what cannot be trained (a non-group, a group with unfinished rollouts, a trajectory
 still waiting for its reward (`late_rewards.py`), token ids outside the vocabulary),
 skips groups that carry no signal (empty, all rewards equal, older than
-`max_staleness`) and counts each kind, warns about rollouts that train but may not be
+`max_staleness`) and counts each kind (with `signal_share_scale`, scaling the step's
+advantages by the share of rollouts that carry a signal), warns about rollouts that train but may not be
 meant to (`check_step_rollouts`: a `train_nodes` name no rollout ran, a run still waiting
 at an interrupt), computes each group's advantages (per
 node too, where trajectories carry `node_rewards`: `node_advantages`), and turns every
@@ -15,6 +16,7 @@ Left out: the optimizer step itself (`trainer.py`).
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import warnings
 from collections.abc import Collection, Sequence
@@ -60,6 +62,7 @@ def prepare_step(
     stats = TensorizeStats()
     seqs: list[TrainSequence] = []
     rewards: list[float] = []
+    rollouts = signal = 0  # rollouts of the groups that were not empty or stale; with signal
     for i, group in enumerate(groups):
         if not isinstance(group, TrajectoryGroup):
             raise UsageError(f"groups[{i}] is a {type(group).__name__}, not a TrajectoryGroup")
@@ -79,10 +82,12 @@ def prepare_step(
             counts["stale_groups"] += 1
             continue
         per_call, node_signal = node_advantages(trajs, config.scale_rewards)
+        rollouts += len(trajs)
         if is_zero_variance(r) and not node_signal:
             counts["zero_variance_groups"] += 1
             continue
         counts["node_advantage_calls"] += len(per_call)
+        signal += len(trajs)
         for traj, adv in zip(trajs, compute_advantages(r, config.scale_rewards), strict=True):
             s, st = build_sequences(
                 traj,
@@ -95,7 +100,11 @@ def prepare_step(
             )
             seqs += s
             stats.add(st)
+    share = signal / rollouts if rollouts else 0.0
+    if config.signal_share_scale and share < 1:
+        seqs = [scale_advantages(q, share) for q in seqs]
     metrics: dict[str, float] = {k: float(v) for k, v in counts.items()}
+    metrics["signal_share"] = share
     metrics.update({f"tensorize/{k}": float(v) for k, v in vars(stats).items()})
     if rewards:
         metrics["reward"] = statistics.fmean(rewards)
@@ -103,6 +112,18 @@ def prepare_step(
     metrics["trajectories"] = float(len(rewards))
     metrics["nothing_trainable"] = float(not seqs)
     return seqs, metrics
+
+
+def scale_advantages(seq: TrainSequence, factor: float) -> TrainSequence:
+    """`seq` with every advantage times `factor`: the clipped surrogate's gradient is linear
+    in the advantage (its clipping depends on the ratio and the advantage's sign alone), so
+    this scales the sequence's share of the loss and nothing else."""
+    per_token = seq.token_advantages
+    return dataclasses.replace(
+        seq,
+        advantage=seq.advantage * factor,
+        token_advantages=None if per_token is None else [a * factor for a in per_token],
+    )
 
 
 def check_step_rollouts(groups: Sequence[TrajectoryGroup]) -> dict[str, int]:
