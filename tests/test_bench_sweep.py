@@ -67,6 +67,10 @@ def test_every_rl_lr_arm_sets_one_thing() -> None:
     for arm, flags in LR_ARMS.items():
         args = _parser().parse_args([*base, *flags])
         cfg = HarnessConfig(**{k: getattr(args, k) for k in HarnessConfig.model_fields})
+        if arm == "g4x8":
+            assert (cfg.groups_per_step, cfg.group_size) == (4, 8)
+            assert cfg.model_copy(update={"groups_per_step": 8, "group_size": 4}) == default
+            continue
         if arm == "share":
             assert cfg.signal_share_scale and cfg.rl_config().signal_share_scale
             assert cfg.model_copy(update={"signal_share_scale": False}) == default
