@@ -171,6 +171,15 @@ class HarnessConfig(BaseModel):
             "(an extrapolation not measured beyond 135M); 5e-4 for the tiny preset."
         ),
     )
+    loss_normalization: Literal["token_mean", "sequence_mean"] = Field(
+        "token_mean",
+        description=(
+            "How an RL step's loss is averaged (`TrainConfig.loss_normalization`): token_mean "
+            "over every trained token (DAPO; a long episode weighs more), sequence_mean "
+            "within each sequence, then over the sequences (the GRPO paper; each episode "
+            "weighs the same)."
+        ),
+    )
     signal_share_scale: bool = Field(
         False,
         description=(
@@ -364,6 +373,7 @@ class HarnessConfig(BaseModel):
             learning_rate=self.lr(),
             micro_batch_tokens=self.micro_batch_tokens,
             signal_share_scale=self.signal_share_scale,
+            loss_normalization=self.loss_normalization,
         )
 
     def warm_start_epochs(self, demonstrations: int) -> int:

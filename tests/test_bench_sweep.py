@@ -71,6 +71,10 @@ def test_every_rl_lr_arm_sets_one_thing() -> None:
             assert (cfg.groups_per_step, cfg.group_size) == (4, 8)
             assert cfg.model_copy(update={"groups_per_step": 8, "group_size": 4}) == default
             continue
+        if arm == "seqmean":
+            assert cfg.rl_config().loss_normalization == "sequence_mean"
+            assert cfg.model_copy(update={"loss_normalization": "token_mean"}) == default
+            continue
         if arm == "share":
             assert cfg.signal_share_scale and cfg.rl_config().signal_share_scale
             assert cfg.model_copy(update={"signal_share_scale": False}) == default
