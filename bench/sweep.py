@@ -64,13 +64,15 @@ def run_all(out: Path, tasks: list[str], arms: dict[str, list[str]], seeds: list
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """Per task and arm: the seeds' mean sampled rise (± sd), success after, the groups
+    """Per task and arm: the seeds' mean sampled rise (± sd), each seed's on the one-hop and
+    two-hop questions where the task has them, success after, the groups
     the trainer took (those without one reward for all rollouts) of those rolled out over
     the run, and wall time."""
     lines = [
-        "| task | arm | seeds | sampled rise (mean ± sd) | two-hop sampled rise | sampled after "
-        "| greedy after | groups trained / rolled out | wall min |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| task | arm | seeds | sampled rise (mean ± sd) | one-hop sampled rise "
+        "| two-hop sampled rise | sampled after | greedy after | groups trained / rolled out "
+        "| wall min |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for task in dict.fromkeys(r["task"] for r in rows):
         for arm in dict.fromkeys(r["arm"] for r in rows if r["task"] == task):
@@ -79,17 +81,23 @@ def table(rows: list[dict[str, Any]]) -> str:
             sd = f" ± {statistics.stdev(rises):.2f}" if len(rises) > 1 else ""
             lines.append(
                 f"| {task} | {arm} | {len(rs)} | {statistics.fmean(rises):+.2f}{sd} | "
-                f"{_two_hop(rs)} | {statistics.fmean(r['sampled_after'] for r in rs):.2f} | "
+                f"{_slice(rs, 'one-hop')} | {_slice(rs, 'two-hop')} | {statistics.fmean(r['sampled_after'] for r in rs):.2f} | "
                 f"{statistics.fmean(r['greedy_after'] for r in rs):.2f} | {_trained(rs)} | "
-                f"{statistics.fmean(r['wall_s'] for r in rs) / 60:.1f} |"
+                f"{_wall(rs)} |"
             )
     return "\n".join(lines)
 
 
-def _two_hop(rows: list[dict[str, Any]]) -> str:
-    """The seeds' two-hop sampled rises (paired, from the evaluation before RL), each run's;
-    "-" for a task without two-hop questions."""
-    rises = [r.get("slices", {}).get("two-hop", {}).get("sampled", {}).get("rise") for r in rows]
+def _wall(rows: list[dict[str, Any]]) -> str:
+    """The seeds' mean wall time in minutes; "-" where a run was stopped before its end."""
+    walls = [r.get("wall_s") for r in rows]
+    return "-" if None in walls else f"{statistics.fmean(walls) / 60:.1f}"  # type: ignore[arg-type]
+
+
+def _slice(rows: list[dict[str, Any]], name: str) -> str:
+    """The seeds' sampled rises on one slice of the questions ("one-hop", "two-hop"; paired,
+    from the evaluation before RL), each run's; "-" for a task without that slice."""
+    rises = [r.get("slices", {}).get(name, {}).get("sampled", {}).get("rise") for r in rows]
     if None in rises:
         return "-"
     return ", ".join(f"{x:+.2f}" for x in rises)

@@ -24,7 +24,7 @@ def test_the_table_pools_seeds_per_task_and_arm() -> None:
                     greedy_after=after, wall_s=600.0, **more)  # fmt: skip
 
     def hop(rise: float) -> dict:
-        return {"two-hop": {"sampled": {"rise": rise}}}
+        return {"one-hop": {"sampled": {"rise": -rise}}, "two-hop": {"sampled": {"rise": rise}}}
 
     text = table(
         [
@@ -41,10 +41,15 @@ def test_the_table_pools_seeds_per_task_and_arm() -> None:
                 slices=hop(-0.05),
             ),
             row("org", "turns6", 0.1, 0.2),  # a run that did not record its groups
+            {**row("org", "stopped", 0.5, 0.1), "wall_s": None},  # stopped before its end
         ]
     )
-    assert "| org | now | 2 | +0.30 ± 0.14 | +0.20, -0.05 | 0.40 | 0.40 | 10 / 18 | 10.0 |" in text
-    assert "| org | turns6 | 1 | +0.10 | - | 0.20 | 0.20 | - | 10.0 |" in text
+    assert "| org | stopped | 1 | -0.40 | - | - | 0.10 | 0.10 | - | - |" in text
+    assert (
+        "| org | now | 2 | +0.30 ± 0.14 | -0.20, +0.05 | +0.20, -0.05 | 0.40 | 0.40 | 10 / 18 | 10.0 |"
+        in text
+    )
+    assert "| org | turns6 | 1 | +0.10 | - | - | 0.20 | 0.20 | - | 10.0 |" in text
 
 
 def test_every_dynamic_sampling_arm_is_flags_art_mcp_train_takes() -> None:

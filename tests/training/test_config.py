@@ -186,12 +186,25 @@ def test_choice_fields_document_every_option(cls: type[BaseModel]) -> None:
             assert option in (field.description or ""), (name, option)
 
 
+def _step_metrics() -> dict[str, float]:
+    """The metrics `prepare_step` reports for a one-group step."""
+    from art_langgraph.training.prepare import prepare_step
+    from art_langgraph.trajectories.trajectory import LLMCall, Trajectory, TrajectoryGroup
+
+    def rollout(i: int) -> Trajectory:
+        call = LLMCall(node="agent", prompt_token_ids=[1, 2], completion_token_ids=[3 + i])
+        return Trajectory(id=f"t{i}", reward=float(i), calls=[call])
+
+    return prepare_step([TrajectoryGroup([rollout(0), rollout(1)])], TrainConfig(), 1)[1]
+
+
 def test_names_in_descriptions_are_real_fields_options_or_metrics() -> None:
     known = {n for cls in CONFIGS for n in cls.model_fields}
     known |= {
         o for cls in CONFIGS for f in cls.model_fields.values() for o in _choices(f.annotation)
     }
     known |= {f.name for f in dataclasses.fields(TensorizeStats)}  # metrics a description names
+    known |= set(_step_metrics())  # and the metrics a step reports
     known |= {n for n in dir(TrainableModel) if not n.startswith("_")}  # the model's methods
     known |= {"default_learning_rate", "defaults_sweep"}  # the learning-rate rule, its sweep
     for cls in CONFIGS:
