@@ -185,7 +185,9 @@ class HarnessConfig(BaseModel):
         description=(
             "Scale each RL step's loss by the share of its rollouts whose group carries a "
             "signal (`TrainConfig.signal_share_scale`): a step where most groups got one "
-            "reward for every rollout moves the adapter less."
+            "reward for every rollout moves the adapter less. With shuffle_rewards the share is "
+            "the shuffled step's (nearly every group differs), so a control's updates stay "
+            "full-size: compare it with a control run without this."
         ),
     )
     eval_every: int = Field(

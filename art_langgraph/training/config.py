@@ -90,8 +90,8 @@ class TrainConfig(BaseModel):
         "still skipped, and counts as zero), as a mean over the whole batch does in TRL's GRPO: "
         "a step where one group of eight carries a signal moves the adapter an eighth as far. "
         "False (default): the loss is averaged over the trained groups alone (ART), so such a "
-        "step moves it as far as a step where all eight do. Each step reports the share as "
-        "`signal_share`.",
+        "step moves it as far as a step where all eight do. Only the policy term is scaled "
+        "(a `beta` KL term is not). Each step reports the share as `signal_share`.",
     )
     epsilon: float = Field(
         0.2,
