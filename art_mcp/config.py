@@ -190,6 +190,15 @@ class HarnessConfig(BaseModel):
             "full-size: compare it with a control run without this."
         ),
     )
+    flat_groups: Literal["skip", "batch_baseline"] = Field(
+        "skip",
+        description=(
+            "What an RL step trains on a group whose rollouts all got one reward "
+            "(`TrainConfig.flat_groups`): skip (nothing, GRPO) or batch_baseline (their "
+            "rewards against the step's mean, so after a warm start a question type the "
+            "policy already solves keeps being reinforced while other groups train)."
+        ),
+    )
     eval_every: int = Field(
         0,
         ge=0,
@@ -376,6 +385,7 @@ class HarnessConfig(BaseModel):
             micro_batch_tokens=self.micro_batch_tokens,
             signal_share_scale=self.signal_share_scale,
             loss_normalization=self.loss_normalization,
+            flat_groups=self.flat_groups,
         )
 
     def warm_start_epochs(self, demonstrations: int) -> int:

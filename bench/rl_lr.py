@@ -40,6 +40,7 @@ ARMS = {
     "share": ["--signal-share-scale", "true"],
     "g4x8": ["--groups-per-step", "4", "--group-size", "8"],
     "seqmean": ["--loss-normalization", "sequence_mean"],
+    "batch": ["--flat-groups", "batch_baseline"],
 }
 """Arm -> its flags: today's default (1e-3, `SWEPT_LEARNING_RATE`), a third of it, three
 times it, the default rate with each step scaled by its signal share, and the same 32
@@ -47,7 +48,10 @@ rollouts a step as 4 groups of 8 instead of 8 of 4 (at a scenario's success p, a
 of n is flat with chance p^n + (1-p)^n: at p = 0.85, 0.52 for 4 and 0.27 for 8, so a
 step's rollouts with a signal rise from ~15 to ~23 of 32), and the loss averaged per
 sequence first (each episode weighs the same: under the token mean a failed episode,
-longer with its extra calls, pushes more than a solved one pulls)."""
+longer with its extra calls, pushes more than a solved one pulls), and groups of one reward
+trained against the step's mean instead of skipped (after the warm start the two-hop
+training questions are solved, so their groups are flat and nothing holds two-hop up while
+one-hop failures push down what it needs)."""
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -80,6 +80,10 @@ def test_every_rl_lr_arm_sets_one_thing() -> None:
             assert cfg.rl_config().loss_normalization == "sequence_mean"
             assert cfg.model_copy(update={"loss_normalization": "token_mean"}) == default
             continue
+        if arm == "batch":
+            assert cfg.rl_config().flat_groups == "batch_baseline"
+            assert cfg.model_copy(update={"flat_groups": "skip"}) == default
+            continue
         if arm == "share":
             assert cfg.signal_share_scale and cfg.rl_config().signal_share_scale
             assert cfg.model_copy(update={"signal_share_scale": False}) == default

@@ -5,7 +5,9 @@ what cannot be trained (a non-group, a group with unfinished rollouts, a traject
 still waiting for its reward (`late_rewards.py`), token ids outside the vocabulary),
 skips groups that carry no signal (empty, all rewards equal, older than
 `max_staleness`) and counts each kind (with `signal_share_scale`, scaling the step's
-advantages by the share of rollouts that carry a signal), warns about rollouts that train but may not be
+advantages by the share of rollouts that carry a signal; with
+`flat_groups='batch_baseline'`, training the groups of one reward against the step's
+mean instead of skipping them), warns about rollouts that train but may not be
 meant to (`check_step_rollouts`: a `train_nodes` name no rollout ran, a run still waiting
 at an interrupt), computes each group's advantages (per
 node too, where trajectories carry `node_rewards`: `node_advantages`), and turns every
@@ -19,11 +21,11 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import warnings
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from art_langgraph.errors import UsageError
-from art_langgraph.training.advantages import compute_advantages, is_zero_variance
+from art_langgraph.training.advantages import STD_EPS, compute_advantages, is_zero_variance
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, build_sequences
 from art_langgraph.trajectories.late_rewards import check_no_pending
@@ -54,14 +56,16 @@ def prepare_step(
         "groups": 0,
         "empty_groups": 0,
         "zero_variance_groups": 0,
+        "flat_groups_trained": 0,
         "stale_groups": 0,
         "node_advantage_calls": 0,
     }
     check_no_pending([g for g in groups if isinstance(g, TrajectoryGroup)])
     counts.update(check_step_rollouts([g for g in groups if isinstance(g, TrajectoryGroup)]))
-    stats = TensorizeStats()
-    seqs: list[TrainSequence] = []
     rewards: list[float] = []
+    # (trajectories, their advantages, per-call advantages) of each group that trains
+    trained: list[tuple[list[Trajectory], list[float], dict[str, float]]] = []
+    flat: list[tuple[list[Trajectory], list[float]]] = []  # groups with no signal of their own
     rollouts = signal = 0  # rollouts of the groups that were not empty or stale; with signal
     for i, group in enumerate(groups):
         if not isinstance(group, TrajectoryGroup):
@@ -84,11 +88,25 @@ def prepare_step(
         per_call, node_signal = node_advantages(trajs, config.scale_rewards)
         rollouts += len(trajs)
         if is_zero_variance(r) and not node_signal:
-            counts["zero_variance_groups"] += 1
+            flat.append((trajs, r))
             continue
         counts["node_advantage_calls"] += len(per_call)
         signal += len(trajs)
-        for traj, adv in zip(trajs, compute_advantages(r, config.scale_rewards), strict=True):
+        trained.append((trajs, compute_advantages(r, config.scale_rewards), per_call))
+    if config.flat_groups == "batch_baseline":
+        step_rewards = [x for _, r in flat for x in r] + [
+            t.reward for trajs, _, _ in trained for t in trajs
+        ]
+        if flat and not is_zero_variance(step_rewards):
+            baseline = batch_baseline(step_rewards, config.scale_rewards)
+            trained += [(trajs, [baseline(x) for x in r], {}) for trajs, r in flat]
+            counts["flat_groups_trained"] = len(flat)
+            flat = []
+    counts["zero_variance_groups"] = len(flat)
+    stats = TensorizeStats()
+    seqs: list[TrainSequence] = []
+    for trajs, advantages, per_call in trained:
+        for traj, adv in zip(trajs, advantages, strict=True):
             s, st = build_sequences(
                 traj,
                 adv,
@@ -112,6 +130,15 @@ def prepare_step(
     metrics["trajectories"] = float(len(rewards))
     metrics["nothing_trainable"] = float(not seqs)
     return seqs, metrics
+
+
+def batch_baseline(step_rewards: Sequence[float], scale_rewards: bool) -> Callable[[float], float]:
+    """A reward -> its advantage against the whole step (`flat_groups='batch_baseline'`):
+    centred on the mean of `step_rewards` and, with `scale_rewards`, divided by their
+    population std (+ `STD_EPS`), as `compute_advantages` does within a group."""
+    mean = statistics.fmean(step_rewards)
+    std = statistics.pstdev(step_rewards) + STD_EPS if scale_rewards else 1.0
+    return lambda reward: (reward - mean) / std
 
 
 def scale_advantages(seq: TrainSequence, factor: float) -> TrainSequence:

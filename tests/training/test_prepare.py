@@ -1,5 +1,6 @@
 """prepare_step's signal share: what share of a step's rollouts carry a signal, and
-`signal_share_scale`, which scales the step's advantages by it (TRL's batch mean)."""
+`signal_share_scale`, which scales the step's advantages by it (TRL's batch mean); and
+`flat_groups='batch_baseline'`, which trains groups of one reward against the step's mean."""
 
 from __future__ import annotations
 
@@ -59,3 +60,40 @@ def test_per_token_advantages_are_scaled_too() -> None:
     half = scale_advantages(seq, 0.5)
     assert half.advantage == 1.0 and half.token_advantages == [1.0, 1.0, -2.0]
     assert seq.token_advantages == [2.0, 2.0, -4.0]  # the original is left as it was
+
+
+def test_a_batch_baseline_trains_flat_groups_against_the_step_mean() -> None:
+    advantages, metrics = _advantages(TrainConfig(flat_groups="batch_baseline"))
+    # the step's rewards: 0, 1, 1, 1, 0.5, 0.5 -> mean 2/3, population std sqrt(5/36)
+    std = (5 / 36) ** 0.5
+    assert advantages == pytest.approx(
+        {
+            "g1t0": -1.0,  # a group that differs keeps its own advantages
+            "g1t1": 1.0,
+            "g2t0": (1 - 2 / 3) / std,
+            "g2t1": (1 - 2 / 3) / std,
+            "g3t0": (0.5 - 2 / 3) / std,
+            "g3t1": (0.5 - 2 / 3) / std,
+        },
+        abs=1e-4,
+    )
+    assert metrics["flat_groups_trained"] == 2 and metrics["zero_variance_groups"] == 0
+    assert metrics["signal_share"] == pytest.approx(1 / 3)  # still the groups' own signal
+
+
+def test_a_step_of_one_reward_trains_nothing_even_with_a_batch_baseline() -> None:
+    groups = [_group(1, [1.0, 1.0]), _group(2, [1.0, 1.0])]
+    seqs, metrics = prepare_step(groups, TrainConfig(flat_groups="batch_baseline"), 1)
+    assert seqs == [] and metrics["nothing_trainable"] == 1.0
+    assert metrics["zero_variance_groups"] == 2 and metrics["flat_groups_trained"] == 0
+
+
+def test_a_batch_baseline_without_scaling_only_centres() -> None:
+    config = TrainConfig(flat_groups="batch_baseline", scale_rewards=False)
+    advantages, _ = _advantages(config)
+    assert advantages["g2t0"] == pytest.approx(1 / 3) and advantages["g1t1"] == 0.5
+
+
+def test_a_batch_baseline_and_the_signal_share_scale_are_refused_together() -> None:
+    with pytest.raises(ValueError, match="drop one"):
+        TrainConfig(flat_groups="batch_baseline", signal_share_scale=True)
