@@ -15,7 +15,8 @@ each seed's figures beside; saved to bench/results/bfcl_mix/bfcl_<host>_mix_<tag
     .venv/bin/python -m bench.bfcl_mix --arms all,half --seeds 1,2,3 --out runs/mix --combine
 
 Arms: `calling` (the four calling categories), `all` (those and irrelevance in turn: 1
-group in 5), `third` (irrelevance 2 groups in 6), `half` (1 group in 2). Needs BFCL's
+group in 5), `third` (irrelevance 2 groups in 6), `half` (1 group in 2), and `third-batch`
+(`third` with `TrainConfig(flat_groups="batch_baseline")`). Needs BFCL's
 environment (scripts/setup-bfcl.sh). Left out: choosing for the user (the table shows the
 trade; the docs say which arm was taken and why).
 """
@@ -42,14 +43,19 @@ ARMS = {
     "all": (*_C, "irrelevance"),
     "third": TRAINED,  # the example's default since it was chosen here
     "half": tuple(x for c in _C for x in (c, "irrelevance")),
+    "third-batch": TRAINED,
 }
 """Each arm's `--train-categories`."""
+TRAIN_CONFIGS = {"third-batch": {"flat_groups": "batch_baseline"}}
+"""The arms that also change `TrainConfig` (`--train-config`): `third-batch` trains groups
+of one reward against the step's mean (`bench.rl_lr`'s `batch` arm, for the harness's
+tasks), the same default on both sides of issue 53's rule."""
 
 
 def _setting(r: dict[str, Any]) -> str:
     """What runs of different arms must share to sit in one table: every argument but the
     arm's categories, the seed, the control flag and the folder."""
-    skip = ("seed", "control", "out", "train_categories")
+    skip = ("seed", "control", "out", "train_categories", "train_config")
     return json.dumps({k: v for k, v in r["args"].items() if k not in skip}, sort_keys=True)
 
 
@@ -60,6 +66,8 @@ def run(arms: list[str], seeds: list[int], out: Path) -> None:
             cats = ",".join(ARMS[arm])
             folder = out / f"{arm}-s{seed}"
             flags = ["--eval-split", "validation", "--train-categories", cats]
+            if arm in TRAIN_CONFIGS:
+                flags += ["--train-config", json.dumps(TRAIN_CONFIGS[arm])]
             if _done(folder / "result.json", flags):
                 print(f"{arm} s{seed}: landed already with this code")
                 continue
@@ -122,7 +130,10 @@ def combine(arms: list[str], seeds: list[int], out: Path, tag: str, results: Pat
             "about": "examples/bfcl's training mix on the validation slice "
             "(bench.bfcl_mix); for a choice, never reported as a BFCL result",
             "table": text,
-            "arms": {a: list(ARMS[a]) for a in runs},
+            "arms": {
+                a: {"train_categories": list(ARMS[a]), "train_config": TRAIN_CONFIGS.get(a, {})}
+                for a in runs
+            },
             "runs": {
                 a: [{k: r[k] for k in r if k != "per_item"} for r in rs] for a, rs in runs.items()
             },

@@ -39,7 +39,8 @@ def test_arms_pool_over_their_seeds_and_other_code_is_refused(tmp_path: Path) ->
     assert "s1: +0.10, 0.25; s2: +0.20, 0.75" in rows["all"]
     assert "| 1 | +0.05 | 0.50 -> 0.50 |" in rows["half"]
     saved = json.loads((results / "bfcl_amx_mix_t.json").read_text())
-    assert saved["arms"]["half"] == list(ARMS["half"]) and "per_item" not in saved["runs"]["all"][0]
+    assert saved["arms"]["half"] == {"train_categories": list(ARMS["half"]), "train_config": {}}
+    assert "per_item" not in saved["runs"]["all"][0]
     assert "6 steps" in table
     _result(runs / "half-s2", "half", 2, 0.05, 0.5, "other")
     with pytest.raises(SystemExit, match="different code"):
@@ -49,3 +50,15 @@ def test_arms_pool_over_their_seeds_and_other_code_is_refused(tmp_path: Path) ->
     (runs / "half-s2" / "result.json").write_text(json.dumps(longer))
     with pytest.raises(SystemExit, match="different arguments"):
         combine(["all", "half"], [1, 2], runs, "t", results)
+
+
+def test_an_arm_that_changes_train_config_passes_a_valid_one_to_the_example() -> None:
+    from bench.bfcl_mix import TRAIN_CONFIGS
+    from examples.bfcl.app import _check_args, parser
+
+    for arm, config in TRAIN_CONFIGS.items():
+        assert arm in ARMS
+        args = _check_args(parser().parse_args(["--train-config", json.dumps(config)]))
+        assert json.loads(args.train_config) == config
+    with pytest.raises(SystemExit, match="--train-config"):
+        _check_args(parser().parse_args(["--train-config", '{"flat_groups": "sometimes"}']))

@@ -23,7 +23,8 @@ This is the code a user with a LangGraph agent writes; nothing in it is a harnes
    [0, 0.5] for the right functions, parameter names and values, decomposed as ToolRL does
    (`partial_credit`). Every figure reported is BFCL's pass/fail alone.
 4. Training: `model.train(groups)` with `TrainConfig`'s defaults (the learning-rate rule,
-   the loss): the library's defaults, unchanged for this app.
+   the loss): the library's defaults, unchanged for this app (`--train-config` changes
+   them for a sweep's arm).
 5. Evaluation, before and after, on a fixed sample of the held-out half (40 items a
    category; splits.py: no held-out function occurs in training): BFCL accuracy greedy
    (as BFCL evaluates) and sampled at T=1, per category, with the paired standard error.
@@ -457,7 +458,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 rng.shuffle(shuffled)
                 for t, r in zip((t for g in groups for t in g), shuffled, strict=True):
                     t.reward = r
-            result = await model.train(groups)
+            result = await model.train(groups, art.TrainConfig(**json.loads(args.train_config)))
             t2 = time.monotonic()
             memory.end("training")
             steps.append(
@@ -553,6 +554,12 @@ def parser() -> argparse.ArgumentParser:
         "named twice gets twice the share)",
     )
     ap.add_argument(
+        "--train-config",
+        default="{}",
+        help="TrainConfig fields that differ from its defaults, as JSON (a sweep's arm, e.g. "
+        '\'{"flat_groups": "batch_baseline"}\'); default: none, TrainConfig\'s defaults',
+    )
+    ap.add_argument(
         "--eval-modes",
         default="greedy,sampled",
         help="greedy (as BFCL evaluates) and/or sampled at T=1, comma-separated",
@@ -573,6 +580,10 @@ def _check_args(args: argparse.Namespace) -> argparse.Namespace:
         raise SystemExit(
             f"--eval-categories/--eval-modes/--train-categories: unknown {sorted(unknown)}"
         )
+    try:
+        art.TrainConfig(**json.loads(args.train_config))
+    except (ValueError, TypeError) as e:
+        raise SystemExit(f"--train-config: {e}") from None
     if "greedy" not in modes or not set(cats) & set(CALLING):
         raise SystemExit("the headline needs a calling category evaluated greedy")
     return args
