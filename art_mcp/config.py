@@ -190,13 +190,14 @@ class HarnessConfig(BaseModel):
             "full-size: compare it with a control run without this."
         ),
     )
-    flat_groups: Literal["skip", "batch_baseline"] = Field(
+    flat_groups: Literal["skip", "batch_baseline", "batch_baseline_positive"] = Field(
         "skip",
         description=(
             "What an RL step trains on a group whose rollouts all got one reward "
             "(`TrainConfig.flat_groups`): skip (nothing, GRPO) or batch_baseline (their "
             "rewards against the step's mean, so after a warm start a question type the "
-            "policy already solves keeps being reinforced while other groups train)."
+            "policy already solves keeps being reinforced while other groups train), or "
+            "batch_baseline_positive (only the flat groups above the step's mean)."
         ),
     )
     eval_every: int = Field(

@@ -41,6 +41,7 @@ ARMS = {
     "g4x8": ["--groups-per-step", "4", "--group-size", "8"],
     "seqmean": ["--loss-normalization", "sequence_mean"],
     "batch": ["--flat-groups", "batch_baseline"],
+    "batchpos": ["--flat-groups", "batch_baseline_positive"],
 }
 """Arm -> its flags: today's default (1e-3, `SWEPT_LEARNING_RATE`), a third of it, three
 times it, the default rate with each step scaled by its signal share, and the same 32
@@ -51,7 +52,10 @@ sequence first (each episode weighs the same: under the token mean a failed epis
 longer with its extra calls, pushes more than a solved one pulls), and groups of one reward
 trained against the step's mean instead of skipped (after the warm start the two-hop
 training questions are solved, so their groups are flat and nothing holds two-hop up while
-one-hop failures push down what it needs)."""
+one-hop failures push down what it needs), or only those above the step's mean (a flat
+failure has no rollout to contrast with, so its negative advantage pushes down its right
+calls with its wrong answer: seed 1's "Which person leads project Willow?", answered with
+the lead's extension after both lookups)."""
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -80,8 +80,9 @@ def test_every_rl_lr_arm_sets_one_thing() -> None:
             assert cfg.rl_config().loss_normalization == "sequence_mean"
             assert cfg.model_copy(update={"loss_normalization": "token_mean"}) == default
             continue
-        if arm == "batch":
-            assert cfg.rl_config().flat_groups == "batch_baseline"
+        if arm in ("batch", "batchpos"):
+            want = {"batch": "batch_baseline", "batchpos": "batch_baseline_positive"}[arm]
+            assert cfg.rl_config().flat_groups == want
             assert cfg.model_copy(update={"flat_groups": "skip"}) == default
             continue
         if arm == "share":

@@ -93,7 +93,7 @@ class TrainConfig(BaseModel):
         "step moves it as far as a step where all eight do. Only the policy term is scaled "
         "(a `beta` KL term is not). Each step reports the share as `signal_share`.",
     )
-    flat_groups: Literal["skip", "batch_baseline"] = Field(
+    flat_groups: Literal["skip", "batch_baseline", "batch_baseline_positive"] = Field(
         "skip",
         description="What a group whose rollouts all got one reward (a flat group: no signal "
         "within it) trains on. skip (default; GRPO, ART, TRL): nothing; the step reports it in "
@@ -101,7 +101,10 @@ class TrainConfig(BaseModel):
         "mean reward over every rollout (divided by the step's population std when "
         "scale_rewards), so a question the policy already solves keeps saying 'keep doing "
         "this' and one it always fails says 'not this' (REINFORCE with a batch baseline "
-        "where the group gives none); such groups are counted in `flat_groups_trained`. A "
+        "where the group gives none); such groups are counted in `flat_groups_trained`. "
+        "batch_baseline_positive: only the flat groups above the step's mean train so (a flat "
+        "failure has no rollout to contrast with: its negative advantage pushes down every "
+        "token of it, the right calls with the wrong answer); the others are skipped. A "
         "step whose rewards are all equal still trains on nothing. Groups that differ keep "
         "their group-relative advantages either way. Not with signal_share_scale (every "
         "rollout trains, so there is no share to scale by).",
@@ -210,10 +213,10 @@ class TrainConfig(BaseModel):
                 "policy_loss='cispo' weights each token by its own ratio; importance_sampling_level="
                 "'sequence' contradicts it: use 'token' with cispo, or policy_loss='ppo' for GSPO"
             )
-        if self.flat_groups == "batch_baseline" and self.signal_share_scale:
+        if self.flat_groups != "skip" and self.signal_share_scale:
             raise ValueError(
-                "flat_groups='batch_baseline' trains every group of the step, so "
-                "signal_share_scale has no share to scale by: drop one"
+                f"flat_groups={self.flat_groups!r} trains flat groups too, so "
+                "signal_share_scale's share would not be what trains: drop one"
             )
         b1, b2 = self.adam_betas
         if not (0 <= b1 < 1 and 0 <= b2 < 1):

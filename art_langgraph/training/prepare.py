@@ -93,15 +93,18 @@ def prepare_step(
         counts["node_advantage_calls"] += len(per_call)
         signal += len(trajs)
         trained.append((trajs, compute_advantages(r, config.scale_rewards), per_call))
-    if config.flat_groups == "batch_baseline":
+    if config.flat_groups != "skip":
         step_rewards = [x for _, r in flat for x in r] + [
             t.reward for trajs, _, _ in trained for t in trajs
         ]
         if flat and not is_zero_variance(step_rewards):
             baseline = batch_baseline(step_rewards, config.scale_rewards)
-            trained += [(trajs, [baseline(x) for x in r], {}) for trajs, r in flat]
-            counts["flat_groups_trained"] = len(flat)
-            flat = []
+            positive_only = config.flat_groups == "batch_baseline_positive"
+            take = [not positive_only or baseline(r[0]) > 0 for _, r in flat]
+            kept = [g for g, y in zip(flat, take, strict=True) if y]
+            trained += [(trajs, [baseline(x) for x in r], {}) for trajs, r in kept]
+            counts["flat_groups_trained"] = len(kept)
+            flat = [g for g, y in zip(flat, take, strict=True) if not y]
     counts["zero_variance_groups"] = len(flat)
     stats = TensorizeStats()
     seqs: list[TrainSequence] = []

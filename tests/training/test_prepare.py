@@ -97,3 +97,13 @@ def test_a_batch_baseline_without_scaling_only_centres() -> None:
 def test_a_batch_baseline_and_the_signal_share_scale_are_refused_together() -> None:
     with pytest.raises(ValueError, match="drop one"):
         TrainConfig(flat_groups="batch_baseline", signal_share_scale=True)
+
+
+def test_a_positive_batch_baseline_trains_only_flat_groups_above_the_step_mean() -> None:
+    advantages, metrics = _advantages(TrainConfig(flat_groups="batch_baseline_positive"))
+    std = (5 / 36) ** 0.5
+    assert advantages == pytest.approx(
+        {"g1t0": -1.0, "g1t1": 1.0, "g2t0": (1 - 2 / 3) / std, "g2t1": (1 - 2 / 3) / std},
+        abs=1e-4,
+    )  # the flat group at 0.5, below the mean, is skipped as before
+    assert metrics["flat_groups_trained"] == 1 and metrics["zero_variance_groups"] == 1
