@@ -16,7 +16,8 @@ each seed's figures beside; saved to bench/results/bfcl_mix/bfcl_<host>_mix_<tag
 
 Arms: `calling` (the four calling categories), `all` (those and irrelevance in turn: 1
 group in 5), `third` (irrelevance 2 groups in 6), `half` (1 group in 2), and `third-batch`
-(`third` with `TrainConfig(flat_groups="batch_baseline")`). Needs BFCL's
+(`third` with `TrainConfig(flat_groups="batch_baseline")`), `third-batchpos` (with
+`"batch_baseline_positive"`). Needs BFCL's
 environment (scripts/setup-bfcl.sh). Left out: choosing for the user (the table shows the
 trade; the docs say which arm was taken and why).
 """
@@ -44,12 +45,17 @@ ARMS = {
     "third": TRAINED,  # the example's default since it was chosen here
     "half": tuple(x for c in _C for x in (c, "irrelevance")),
     "third-batch": TRAINED,
+    "third-batchpos": TRAINED,
 }
 """Each arm's `--train-categories`."""
-TRAIN_CONFIGS = {"third-batch": {"flat_groups": "batch_baseline"}}
+TRAIN_CONFIGS = {
+    "third-batch": {"flat_groups": "batch_baseline"},
+    "third-batchpos": {"flat_groups": "batch_baseline_positive"},
+}
 """The arms that also change `TrainConfig` (`--train-config`): `third-batch` trains groups
-of one reward against the step's mean (`bench.rl_lr`'s `batch` arm, for the harness's
-tasks), the same default on both sides of issue 53's rule."""
+of one reward against the step's mean, `third-batchpos` only those above it (`bench.rl_lr`'s
+`batch` and `batchpos` arms, for the harness's tasks): a default changes on both sides of
+issue 53's rule or on neither."""
 
 
 def _setting(r: dict[str, Any]) -> str:
