@@ -200,6 +200,15 @@ class HarnessConfig(BaseModel):
             "batch_baseline_positive (only the flat groups above the step's mean)."
         ),
     )
+    eval_untrained: bool = Field(
+        True,
+        description=(
+            "Evaluate the untrained model on the held-out scenarios first (the report's "
+            "untrained row, the warm start's own rise, the run's first time estimate). False "
+            "skips it, when its figures are known already (a sweep's arms share them): the "
+            "report then starts at the evaluation before RL, and RL's rise is from there."
+        ),
+    )
     eval_every: int = Field(
         0,
         ge=0,

@@ -254,7 +254,7 @@ class _Run:
         evaluations = journal_evaluations(read_journal(self.folder))
         grpo_done = len(grpo_steps(self.folder, read_journal(self.folder)))
         if await model.get_step() == 0 and grpo_done == 0:
-            if not any(e.step == 0 for e in evaluations):
+            if cfg.eval_untrained and not any(e.step == 0 for e in evaluations):
                 self.phase = "the untrained model's held-out evaluation"
                 # The untrained model first, so the report can tell what training did.
                 untrained = await self.evaluate(0, 0)
@@ -287,7 +287,10 @@ class _Run:
         if grpo_done == 0 and not any(e.rl_step == 0 and e.step == start_step for e in evaluations):
             self.phase = "the held-out evaluation before RL"
             before = await self.evaluate(start_step, 0)
-            log(f"after the SFT warm start, before RL: held-out {eval_line(before)}")
+            what = (
+                "untrained, before RL" if start_step == 0 else "after the SFT warm start, before RL"
+            )
+            log(f"{what}: held-out {eval_line(before)}")
         self.save_report()
 
     async def rl_steps(self) -> None:

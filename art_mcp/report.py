@@ -288,7 +288,8 @@ def summary_lines(report: Report) -> list[str]:
             )
         )
         out.append(f"- {label}: {eval_line(ev)}")
-    start = "before RL" if report.warm_start else "untrained"
+    first = next((e for e in reversed(evs) if e.rl_step == 0), evs[0])  # RL's baseline
+    start = "untrained" if first.step == 0 else "before RL"
     for kind in ("sampled", "greedy"):
         p = report.paired.get(kind)
         if p and _ok(p.get("rise")):
@@ -358,7 +359,9 @@ def _ranges(steps: list[int]) -> str:
 def _example_lines(report: Report) -> list[str]:
     if not report.examples:
         return []
-    out = ["", "## Held-out episodes that changed (greedy, untrained -> last)", ""]
+    first = report.evaluations[0] if report.evaluations else None
+    since = "untrained" if first is None or first.step == 0 else "before RL"
+    out = ["", f"## Held-out episodes that changed (greedy, {since} -> last)", ""]
     for ex in report.examples:
         out += [
             f"**{ex['task']}**" + (f" ({ex['slice']})" if ex.get("slice") else ""),

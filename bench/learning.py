@@ -223,7 +223,8 @@ def report_row(report: dict[str, Any]) -> dict[str, Any]:
     warm start and calls, the curves and the changed examples."""
     evs = [Evaluation.model_validate(e) for e in report["evaluations"]]
     # RL's baseline is the evaluation before RL: the untrained model's, or after a warm start
-    untrained, first, last = evs[0], [e for e in evs if e.rl_step == 0][-1], evs[-1]
+    untrained = next((e for e in evs if e.step == 0), None)  # None: --eval-untrained false
+    first, last = [e for e in evs if e.rl_step == 0][-1], evs[-1]
     return {
         "evaluated": len(first.greedy),
         "samples": max((len(v) for v in first.sampled.values()), default=0),
@@ -233,8 +234,8 @@ def report_row(report: dict[str, Any]) -> dict[str, Any]:
         "sampled_after": last.sampled_success,
         "format_before": first.sampled_format,
         "format_after": last.sampled_format,
-        "untrained_greedy": untrained.greedy_success,
-        "untrained_sampled": untrained.sampled_success,
+        "untrained_greedy": untrained.greedy_success if untrained else None,
+        "untrained_sampled": untrained.sampled_success if untrained else None,
         "paired": report.get("paired", {}),
         "slices": report.get("slices", {}),
         "warm_start": report.get("warm_start", {}),

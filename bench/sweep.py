@@ -41,7 +41,8 @@ def run_path(out: Path, task: str, arm: str, seed: int) -> Path:
 def run_all(out: Path, tasks: list[str], arms: dict[str, list[str]], seeds: list[int]) -> None:
     """Every (seed, task, arm) run not landed yet, arms alternating within a task; a task
     with its own evaluation flags (`bench.learning.TASK_EVAL`: the org chart's 48 scenarios,
-    evaluated every 3 steps) gets them in every arm."""
+    evaluated every 3 steps) gets them in every arm, and no arm evaluates the untrained
+    model (`--eval-untrained false`: the table's rises start before RL)."""
     out.mkdir(parents=True, exist_ok=True)
     slices = {task: validation_file(task, out) for task in tasks}  # one per task, every seed's
     for seed in seeds:
@@ -52,7 +53,9 @@ def run_all(out: Path, tasks: list[str], arms: dict[str, list[str]], seeds: list
                     print(f"{dest.name}: landed already", flush=True)
                     continue
                 name = f"{task}-{arm}-s{seed}"
-                extra = [*TASK_EVAL.get(task, []), *flags]  # what is measured, then the arm
+                # what is measured (never the untrained model: the table's rises are RL's,
+                # and the arms would repeat one evaluation), then the arm
+                extra = [*TASK_EVAL.get(task, []), "--eval-untrained", "false", *flags]
                 row = run_one(task, seed, False, extra, out, name=name, scenarios=slices[task])
                 row.update(task=task, arm=arm, flags=flags, cpu_flags=cpu_flags())
                 write_results(dest, row)

@@ -72,6 +72,21 @@ def test_one_step_end_to_end_then_resume_without_a_name(tmp_path: Path) -> None:
     assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["0001", "0002", "0003"]
 
 
+def test_a_run_told_not_to_evaluate_the_untrained_model_starts_after_the_warm_start(
+    tmp_path: Path,
+) -> None:
+    run = _train(tmp_path, "--steps", "1", "--eval-scenarios", "2", "--eval-untrained", "false")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "untrained: held-out" not in run.stdout
+    assert "after the SFT warm start, before RL: held-out" in run.stdout
+    (folder,) = (tmp_path / "mcp" / "models").iterdir()
+    report = json.loads((folder / "report.json").read_text())
+    # the warm start's checkpoint (step 1), then RL step 1's: no evaluation of step 0
+    assert [(e["step"], e["rl_step"]) for e in report["evaluations"]] == [(1, 0), (2, 1)]
+    assert report["val_reward_untrained"] is None and report["warm_start"] == {}
+    assert "before RL -> last" in (folder / "report.md").read_text()
+
+
 def test_help_documents_every_flag() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "art_mcp.cli", "train", "--help"],
