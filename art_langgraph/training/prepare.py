@@ -5,9 +5,9 @@ what cannot be trained (a non-group, a group with unfinished rollouts, a traject
 still waiting for its reward (`late_rewards.py`), token ids outside the vocabulary),
 skips groups that carry no signal (empty, all rewards equal, older than
 `max_staleness`) and counts each kind (with `signal_share_scale`, scaling the step's
-advantages by the share of rollouts that carry a signal; with
-`flat_groups='batch_baseline'`, training the groups of one reward against the step's
-mean instead of skipping them), warns about rollouts that train but may not be
+advantages by the share of rollouts that carry a signal; with `flat_groups`, training
+the groups of one reward, or those above the step's mean, against the whole step
+(`compute_advantages` over all its rewards) instead of skipping them), warns about rollouts that train but may not be
 meant to (`check_step_rollouts`: a `train_nodes` name no rollout ran, a run still waiting
 at an interrupt), computes each group's advantages (per
 node too, where trajectories carry `node_rewards`: `node_advantages`), and turns every
@@ -21,11 +21,11 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import warnings
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from art_langgraph.errors import UsageError
-from art_langgraph.training.advantages import STD_EPS, compute_advantages, is_zero_variance
+from art_langgraph.training.advantages import compute_advantages, is_zero_variance
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, build_sequences
 from art_langgraph.trajectories.late_rewards import check_no_pending
@@ -93,18 +93,17 @@ def prepare_step(
         counts["node_advantage_calls"] += len(per_call)
         signal += len(trajs)
         trained.append((trajs, compute_advantages(r, config.scale_rewards), per_call))
-    if config.flat_groups != "skip":
-        step_rewards = [x for _, r in flat for x in r] + [
-            t.reward for trajs, _, _ in trained for t in trajs
-        ]
-        if flat and not is_zero_variance(step_rewards):
-            baseline = batch_baseline(step_rewards, config.scale_rewards)
-            positive_only = config.flat_groups == "batch_baseline_positive"
-            take = [not positive_only or baseline(r[0]) > 0 for _, r in flat]
-            kept = [g for g, y in zip(flat, take, strict=True) if y]
-            trained += [(trajs, [baseline(x) for x in r], {}) for trajs, r in kept]
-            counts["flat_groups_trained"] = len(kept)
-            flat = [g for g, y in zip(flat, take, strict=True) if not y]
+    if config.flat_groups != "skip" and flat:
+        # the step's rewards, the flat groups' first: their advantages against the whole step
+        step = [x for _, r in flat for x in r] + [t.reward for ts, _, _ in trained for t in ts]
+        if not is_zero_variance(step):
+            each = iter(compute_advantages(step, config.scale_rewards))
+            against = [[next(each) for _ in r] for _, r in flat]
+            keep = [config.flat_groups == "batch_baseline" or a[0] > 0 for a in against]
+            # a flat group trains whole on its advantage: node rewards equal within it too
+            trained += [(t, a, {}) for (t, _), a, k in zip(flat, against, keep, strict=True) if k]
+            counts["flat_groups_trained"] = sum(keep)
+            flat = [g for g, k in zip(flat, keep, strict=True) if not k]
     counts["zero_variance_groups"] = len(flat)
     stats = TensorizeStats()
     seqs: list[TrainSequence] = []
@@ -133,15 +132,6 @@ def prepare_step(
     metrics["trajectories"] = float(len(rewards))
     metrics["nothing_trainable"] = float(not seqs)
     return seqs, metrics
-
-
-def batch_baseline(step_rewards: Sequence[float], scale_rewards: bool) -> Callable[[float], float]:
-    """A reward -> its advantage against the whole step (`flat_groups='batch_baseline'`):
-    centred on the mean of `step_rewards` and, with `scale_rewards`, divided by their
-    population std (+ `STD_EPS`), as `compute_advantages` does within a group."""
-    mean = statistics.fmean(step_rewards)
-    std = statistics.pstdev(step_rewards) + STD_EPS if scale_rewards else 1.0
-    return lambda reward: (reward - mean) / std
 
 
 def scale_advantages(seq: TrainSequence, factor: float) -> TrainSequence:
