@@ -10,8 +10,10 @@ the groups of one reward, or those above the step's mean, against the whole step
 (`compute_advantages` over all its rewards) instead of skipping them), warns about rollouts that train but may not be
 meant to (`check_step_rollouts`: a `train_nodes` name no rollout ran, a run still waiting
 at an interrupt), computes each group's advantages (per
-node too, where trajectories carry `node_rewards`: `node_advantages`), and turns every
-trajectory into token-exact sequences (`tensorize.build_sequences`).
+node too, where trajectories carry `node_rewards`: `node_advantages`), turns every
+trajectory into token-exact sequences (`tensorize.build_sequences`), and trains identical
+ones once, weighed by their count (`tensorize.merge_duplicates`; `duplicate_sequences`
+counts those merged away).
 
 Left out: the optimizer step itself (`trainer.py`).
 """
@@ -27,7 +29,12 @@ from typing import Any
 from art_langgraph.errors import UsageError
 from art_langgraph.training.advantages import compute_advantages, is_zero_variance
 from art_langgraph.training.config import TrainConfig
-from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, build_sequences
+from art_langgraph.training.tensorize import (
+    TensorizeStats,
+    TrainSequence,
+    build_sequences,
+    merge_duplicates,
+)
 from art_langgraph.trajectories.late_rewards import check_no_pending
 from art_langgraph.trajectories.trajectory import (
     TRAIN_NODES_KEY,
@@ -123,6 +130,7 @@ def prepare_step(
     share = signal / rollouts if rollouts else 0.0
     if config.signal_share_scale and share < 1:
         seqs = [scale_advantages(q, share) for q in seqs]
+    seqs, counts["duplicate_sequences"] = merge_duplicates(seqs)
     metrics: dict[str, float] = {k: float(v) for k, v in counts.items()}
     metrics["signal_share"] = share
     metrics.update({f"tensorize/{k}": float(v) for k, v in vars(stats).items()})

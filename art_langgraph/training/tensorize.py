@@ -23,6 +23,9 @@ token t" holds inside every rest; logprobs and gradients are those of the sequen
 alone. (ART packs a group's prompt once; a tree also shares one system prompt across
 groups: on a step of 8 groups x 4 agent rollouts that is 7 fewer copies of it.)
 
+Duplicates: identical sequences (a solved group's rollouts often sample the same thing)
+are trained once, weighed by how many they stand for (`merge_duplicates`).
+
 Left out: splitting one sequence across rows (a sequence longer than a row is cut).
 """
 
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -64,6 +67,9 @@ class TrainSequence:
     token_advantages: list[float] | None = None
     """One advantage per token, where the sequence's calls have different ones (calls of
     nodes with their own rewards, `Trajectory.node_rewards`); None: `advantage` for all."""
+    copies: int = 1
+    """How many identical sequences this one stands for (`merge_duplicates`): the loss
+    weighs its tokens by it, and the step's normalizers count it that many times."""
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -90,6 +96,29 @@ class TrainSequence:
             self.sampler_logprobs.extend([math.nan] * len(ids))
         else:
             self.sampler_logprobs.extend(float(x) for x in logprobs)
+
+
+def merge_duplicates(seqs: Sequence[TrainSequence]) -> tuple[list[TrainSequence], int]:
+    """`seqs` with identical sequences (the same tokens, trained tokens and advantages: a
+    group's rollouts that sampled the same thing, common once a question type is solved)
+    merged into the first of them, its `copies` their sum; and how many were merged away.
+
+    The loss is a sum over tokens of terms that depend on a token's trainer and sampler
+    logprobs and its advantage, so k identical sequences give k times one sequence's terms:
+    the trainer computes one and weighs it by k (the step's normalizers still count k), the
+    same update for a kth of the compute. The sampler's logprobs are the first copy's (the
+    copies' differ only by the engine's batch-dependent rounding)."""
+    first: dict[tuple[Any, ...], TrainSequence] = {}
+    out: list[TrainSequence] = []
+    for s in seqs:
+        adv = None if s.token_advantages is None else tuple(s.token_advantages)
+        key = (tuple(s.tokens), tuple(s.trainable), s.advantage, adv, s.truncated)
+        if (kept := first.get(key)) is None:
+            kept = first[key] = replace(s)
+            out.append(kept)
+        else:
+            kept.copies += s.copies
+    return out, len(seqs) - len(out)
 
 
 @dataclass
@@ -255,6 +284,7 @@ class MicroBatch:
     target_mask: torch.Tensor  # (R, L) bool: token t is trainable
     sampler_logprobs: torch.Tensor  # (R, L) float, NaN where unknown
     advantages: torch.Tensor  # (R, L) float
+    weights: torch.Tensor  # (R, L) float: each sequence's `copies` on its own tokens, else 0
     seq_ids: (
         torch.Tensor
     )  # (R, L) long: 0..S-1 within this micro-batch, -1 on padding, -2 on a shared prompt part
@@ -409,6 +439,7 @@ def _collate(seqs: list[TrainSequence], rows: list[list[_Unit]], packed: bool) -
     target = torch.zeros((r, length), dtype=torch.bool)
     lps = torch.full((r, length), math.nan)
     adv = torch.zeros((r, length))
+    weights = torch.zeros((r, length))
     sid = torch.full((r, length), -1, dtype=torch.long)
     k = saved = 0
     layout: list[RowSegments] = []
@@ -436,6 +467,7 @@ def _collate(seqs: list[TrainSequence], rows: list[list[_Unit]], packed: bool) -
                         if s.token_advantages is None
                         else torch.tensor(s.token_advantages[node.start :])
                     )
+                    weights[ri, at : at + n] = s.copies
                     sid[ri, at : at + n] = k
                     k += 1
                 else:
@@ -447,7 +479,7 @@ def _collate(seqs: list[TrainSequence], rows: list[list[_Unit]], packed: bool) -
     mask = dense_mask(layout, length) if packed else (sid != -1).long()
     stats = {"padding_waste": 1 - real / (r * length), "shared_prefix_tokens": float(saved)}
     segments = tuple(layout) if packed else None
-    return MicroBatch(ids, pos, mask, target, lps, adv, sid, k, real, stats, segments)
+    return MicroBatch(ids, pos, mask, target, lps, adv, weights, sid, k, real, stats, segments)
 
 
 def micro_batches(

@@ -262,6 +262,7 @@ class LoRATrainer:
             known = ~torch.isnan(sampler)
             sampler = torch.where(known, sampler, new_lp.detach())
             adv = mb.advantages.to(dev)[mask]  # (N,)
+            copies = mb.weights.to(dev)[mask]  # (N,): identical sequences trained once
             sid = mb.seq_ids.to(dev)[mask]  # (N,)
             n_mb = int(mask.sum())
             mismatch.append((new_lp.detach()[known], sampler[known]))
@@ -279,13 +280,15 @@ class LoRATrainer:
             else:
                 per_tok = L.ppo_clip_loss(ratio, adv, config.epsilon, config.clip_high)
             clipped = ((ratio < 1 - config.epsilon) | (ratio > 1 + config.clip_high)).float()
+            clipped = clipped * copies
             if weight is not None:
                 per_tok = per_tok * weight
+            per_tok = per_tok * copies
             policy_tok = per_tok
             if config.beta > 0:
                 with torch.no_grad(), self.model.disable_adapter():
                     ref = self._logprobs(mb, mask)
-                kl = L.kl_k3(new_lp, ref)
+                kl = L.kl_k3(new_lp, ref) * copies
                 per_tok = per_tok + config.beta * kl
                 acc["kl"] += float(kl.detach().sum())
             scale = {
@@ -452,8 +455,10 @@ class LoRATrainer:
         (lp.sum() * 0.0).backward()
 
     def _totals(self, seqs: list[TrainSequence]) -> tuple[int, int]:
-        """The whole step's trainable tokens and sequences: the loss's normalizers."""
-        n, s = sum(x.num_trainable for x in seqs), len(seqs)
+        """The whole step's trainable tokens and sequences, each counted `copies` times:
+        the loss's normalizers."""
+        n = sum(x.num_trainable * x.copies for x in seqs)
+        s = sum(x.copies for x in seqs)
         if self.group is None:
             return n, s
         both = self._all_reduce(torch.tensor([n, s], dtype=torch.int64))

@@ -1,6 +1,7 @@
 """prepare_step's signal share: what share of a step's rollouts carry a signal, and
 `signal_share_scale`, which scales the step's advantages by it (TRL's batch mean); and
-`flat_groups='batch_baseline'`, which trains groups of one reward against the step's mean."""
+`flat_groups='batch_baseline'`, which trains groups of one reward against the step's mean;
+and identical rollouts trained once, weighed by their count."""
 
 from __future__ import annotations
 
@@ -107,3 +108,13 @@ def test_a_positive_batch_baseline_trains_only_flat_groups_above_the_step_mean()
         abs=1e-4,
     )  # the flat group at 0.5, below the mean, is skipped as before
     assert metrics["flat_groups_trained"] == 1 and metrics["zero_variance_groups"] == 1
+
+
+def test_rollouts_that_sampled_the_same_thing_are_trained_once_with_their_count() -> None:
+    same = _group(1, [1.0, 1.0, 0.0])
+    twin = same.trajectories[0].model_copy(deep=True, update={"id": "g1t1"})
+    trajs = [same.trajectories[0], twin, same.trajectories[2]]
+    seqs, metrics = prepare_step([TrajectoryGroup(trajs)], TrainConfig(), 1)
+    assert metrics["duplicate_sequences"] == 1
+    assert [(s.trajectory_id, s.copies) for s in seqs] == [("g1t0", 2), ("g1t2", 1)]
+    assert seqs[0].advantage == pytest.approx(-seqs[1].advantage / 2, abs=1e-5)

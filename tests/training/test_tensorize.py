@@ -21,6 +21,7 @@ from art_langgraph.training.tensorize import (
     TensorizeStats,
     TrainSequence,
     build_sequences,
+    merge_duplicates,
     micro_batches,
     pack_rows,
     prefix_units,
@@ -579,3 +580,25 @@ def test_tree_tokens_caps_micro_batches_with_a_tree_but_never_splits_a_row() -> 
     assert sum(int(mb.target_mask.sum()) for mb in capped) == int(whole.target_mask.sum())
     shared = sum(mb.stats["shared_prefix_tokens"] for mb in capped)
     assert shared == whole.stats["shared_prefix_tokens"]
+
+
+# --------------------------------------------------------------------------- duplicates
+
+
+def test_identical_sequences_merge_into_the_first_with_their_count() -> None:
+    a, b = seq([5, 6, 7], [False, True, True]), seq([5, 6, 8], [False, True, True])
+    other_adv = seq([5, 6, 7], [False, True, True], advantage=-1.0)
+    per_token = seq([5, 6, 7], [False, True, True])
+    per_token.token_advantages = [1.0, 1.0, 0.5]
+    merged, n = merge_duplicates([a, b, seq([5, 6, 7], [False, True, True]), other_adv, per_token])
+    assert n == 1 and [s.copies for s in merged] == [2, 1, 1, 1]
+    assert merged[0].tokens == a.tokens and a.copies == 1  # the input is left as it was
+    again, n = merge_duplicates([merged[0], seq([5, 6, 7], [False, True, True])])
+    assert n == 1 and again[0].copies == 3
+
+
+def test_a_micro_batch_weighs_each_sequences_tokens_by_its_copies() -> None:
+    a, b = seq([5, 6, 7, 8], [False, False, True, True]), seq([9, 6, 7], [False, True, True])
+    a.copies = 3
+    (mb,) = micro_batches([a, b], row_length=16, micro_batch_tokens=64, pack=True)
+    assert sorted(mb.weights[mb.target_mask].tolist()) == [1.0, 1.0, 3.0, 3.0]

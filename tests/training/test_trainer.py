@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 from art_langgraph.training.config import TrainConfig
-from art_langgraph.training.tensorize import TrainSequence
+from art_langgraph.training.tensorize import TrainSequence, merge_duplicates
 from art_langgraph.training.trainer import LoRATrainer
 from tests.conftest import FP32_TRAINER
 
@@ -294,6 +295,28 @@ def assert_same_step(
     scale = max(float(g.abs().max()) for g in gb.values())
     for n, g in ga.items():  # the same gradient, parameter by parameter
         torch.testing.assert_close(g, gb[n], atol=1e-4 * scale, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"loss_normalization": "sequence_mean"}, {"beta": 0.5}, {"policy_loss": "cispo"}],
+    ids=["token_mean", "sequence_mean", "kl", "cispo"],
+)
+def test_identical_sequences_trained_once_make_the_same_step(
+    stepped: LoRATrainer, kwargs: dict[str, Any]
+) -> None:
+    seqs = group_sequences(stepped, seed=5, prompt=20, extra=4, system=16)
+    repeated = [*seqs, replace(seqs[0]), replace(seqs[0]), replace(seqs[4])]
+    merged, n = merge_duplicates(repeated)
+    assert n == 3 and [s.copies for s in merged] == [3, 1, 1, 1, 2, 1]
+    config = TrainConfig(learning_rate=LR, **kwargs)
+    start = lora_state(stepped)
+    each = step_and_gradients(stepped, repeated, config)
+    restore(stepped, start)
+    once = step_and_gradients(stepped, merged, config)
+    assert_same_step(each, once)
+    assert each[0]["sequences"] == once[0]["sequences"] == 9
+    assert each[0]["kl"] == pytest.approx(once[0]["kl"], abs=1e-7)
 
 
 def test_shared_prefixes_leave_loss_and_gradient_unchanged(stepped: LoRATrainer) -> None:
