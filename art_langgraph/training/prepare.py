@@ -7,10 +7,10 @@ skips groups that carry no signal (empty, all rewards equal, older than
 `max_staleness`) and counts each kind (with `signal_share_scale`, scaling the step's
 advantages by the share of rollouts that carry a signal; with `flat_groups`, training
 the groups of one reward, or those above the step's mean, against the whole step
-(`compute_advantages` over all its rewards) instead of skipping them), warns about rollouts that train but may not be
-meant to (`check_step_rollouts`: a `train_nodes` name no rollout ran, a run still waiting
-at an interrupt), computes each group's advantages (per
-node too, where trajectories carry `node_rewards`: `node_advantages`), turns every
+(`compute_advantages` over all its rewards) instead of skipping them), warns about
+rollouts that train but may not be meant to (`check_step_rollouts`: a `train_nodes` name
+no rollout ran, a run still waiting at an interrupt), computes each group's advantages
+(per node too, where trajectories carry `node_rewards`: `node_advantages`), turns every
 trajectory into token-exact sequences (`tensorize.build_sequences`), and trains identical
 ones once, weighed by their count (`tensorize.merge_duplicates`; `duplicate_sequences`
 counts those merged away).
