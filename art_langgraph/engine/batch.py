@@ -6,7 +6,9 @@ its KV masked out until a new row fills it or the batch is compacted), the rows'
 New rows join by `merge` (into free slots in place when they fit, else by rebuilding the
 buffers with them appended); `free` retires a row without a copy, and `shrink` then
 compacts the batch, drops the columns no live row uses, or empties it; `squeeze_pads`
-drops the masked columns fast-forward steps leave between a row's tokens.
+drops the masked columns fast-forward steps leave between a row's tokens. Where every row
+opens with one prompt head, the batch holds that head's KV once (`head`) and the rows'
+cache and mask only what follows it; `dissolve_head` puts it back into every row.
 
 Left out: what the rows compute (`torch_engine.py`: prefill, decode, sampling, retiring)
 and which rows are admitted (its admission, under `TorchEngineConfig`'s budgets).
@@ -18,6 +20,7 @@ from typing import Any
 
 import torch
 
+from art_langgraph.engine.batch_head import BatchHead, dissolve
 from art_langgraph.engine.kv_cache import drop_left, fill_rows, merge_rows, squeeze_columns
 from art_langgraph.engine.request import Request
 from art_langgraph.runtime.heap import release_free_memory
@@ -38,6 +41,11 @@ class RunningBatch:
         """Rows admitted into free slots (no copy of the others)."""
         self.squeezed = 0
         """Times the batch was rebuilt without pads (`squeeze_pads`)."""
+        self.head: BatchHead | None = None
+        """The prompt head every row shares, its KV held once and not in the rows' cache
+        (`engine/batch_head.py`); None: each row holds its whole context."""
+        self.dissolved = 0
+        """Times a head was put back into the rows (`dissolve_head`)."""
 
     @property
     def active(self) -> int:
@@ -82,6 +90,19 @@ class RunningBatch:
         self.next = torch.cat([self.next, nxt])
         self.pos = torch.cat([self.pos, pos])
         self.rows = self.rows + list(new)
+
+    def dissolve_head(self) -> None:
+        """Put the head's KV back into every row (one copy of every row) and go on without
+        one: a row that does not share it is about to join."""
+        head, self.head = self.head, None
+        if head is None or not self.active:
+            return
+        assert self.mask is not None
+        dissolve(self.cache, head)
+        live = torch.tensor([r is not None for r in self.rows], dtype=self.mask.dtype)
+        lead = live.to(self.device)[:, None].expand(-1, head.length)
+        self.mask = torch.cat([lead, self.mask], 1)
+        self.dissolved += 1
 
     def free(self, i: int) -> None:
         """Row `i` has finished: its slot waits for a new row, its KV masked out."""
@@ -134,6 +155,7 @@ class RunningBatch:
     def reset(self) -> None:
         """Empty the batch; its KV cache's blocks go back to the OS (heap.py)."""
         self.rows, self.cache, self.mask, self.next, self.pos = [], None, None, None, None
+        self.head = None
         release_free_memory()
 
 

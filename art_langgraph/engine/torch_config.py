@@ -80,6 +80,14 @@ class TorchEngineConfig:
     run per row, instead of one decode step each: the same tokens and logprobs, fewer
     steps (`GrammarCompiler.forced_run`; SGLang's jump-forward decoding). Requests
     without a grammar, or with stop strings, decode one token a step either way."""
+    batch_head: bool = True
+    """Where the rows forming a batch share a prompt head (an agent's system prompt and
+    tools: at least 128 tokens, whole prefix-cache blocks), hold its KV once for the batch
+    instead of in every row: each decode step reads it once for all rows (its attention
+    runs in two parts, merged: `engine/batch_head.py`), and the KV budget counts it once,
+    so more rows decode together. A row that does not open with the head puts it back
+    into every row before it joins. Models with layers that are not full attention keep
+    it off."""
     chat_template: str | None = None
     """A Jinja chat template (its text, or a file path) replacing the tokenizer's own, as
     vLLM's --chat-template. None: the tokenizer's template; one that ignores tools gets them
