@@ -133,7 +133,11 @@ class TorchEngine:
         )
         self._head_on = self.config.batch_head and full_attention_only(model.config)
         if self._head_on:  # SDPA still, for every forward that has no head
-            model.set_attn_implementation(register_head_attention())
+            try:
+                model.set_attn_implementation(register_head_attention())
+            except (ValueError, AttributeError) as exc:  # an architecture without it
+                log.info("batch head off: %s", exc)
+                self._head_on = False
         if self._prefix.enabled and not full_attention_only(model.config):
             log.info("prefix cache off: the model has layers that are not full attention")
             self._prefix = PrefixCache(0, self.config.prefix_cache_block_size)

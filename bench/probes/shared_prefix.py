@@ -10,9 +10,10 @@ counts, in one process:
 - **per row** (the engine today): each row's cache holds the whole context (growing cache,
   grouped-query SDPA, weights packed as the engine runs them);
 - **shared head**: each row's cache holds only its own suffix, the head's KV is one
-  (1, kv heads, P, dim) tensor per layer, and attention runs as two parts merged by their
-  log-sum-exps: the head's (every row's queries stacked as one long query per key/value
-  head, so the head is read once) and the row's own suffix.
+  (1, kv heads, P, dim) tensor per layer, and attention is the engine's
+  (`engine/batch_head.py`: two parts merged by their log-sum-exps, the head's with every
+  row's queries stacked as one long query per key/value head, so the head is read once,
+  and the row's own suffix).
 
 Both arms feed the same tokens; the shared arm's logits are checked against the per-row
 arm's (max abs difference). `fits in 512 MiB` is how many rows of that shape the running
@@ -29,6 +30,7 @@ import statistics
 import time
 from typing import Any
 
+from art_langgraph.engine.batch_head import HEAD_ATTENTION
 from bench.readme import publish, results_dir
 from bench.trainer_roofline import cpu_flags
 
@@ -38,57 +40,10 @@ SHAPES = ((12, 850, 700), (32, 900, 700), (64, 900, 700), (128, 900, 700))
 BUDGET = 512 * 2**20
 """The engine's running-KV budget on a CPU (`TorchEngineConfig.max_kv_bytes`'s cap)."""
 
-_HEADS: dict[int, tuple[Any, Any]] = {}
-"""Layer index -> the shared head's (keys, values), (1, kv heads, P, dim)."""
 
-
-def shared_head_attention(
-    module: Any,
-    query: Any,
-    key: Any,
-    value: Any,
-    attention_mask: Any,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    **kwargs: Any,
-) -> tuple[Any, None]:
-    """Attention of each row's new tokens over the layer's shared head and the row's own
-    keys, causal within the row's new tokens (no padding mask: the probe's suffixes are
-    unpadded). Returns (B, q, heads, dim)."""
-    import torch
-
-    hk, hv = _HEADS[module.layer_idx]
-    b, hq, q, d = query.shape
-    hkv, s = key.shape[1], key.shape[2]
-    g = hq // hkv
-    scale = scaling if scaling is not None else d**-0.5
-    q5 = query.reshape(b, hkv, g, q, d)
-    # the head: every row's queries of a kv head as one long query, so it is read once
-    qs = q5.permute(1, 0, 2, 3, 4).reshape(hkv, b * g * q, d)
-    sp = torch.matmul(qs, hk[0].transpose(1, 2)) * scale  # (hkv, b*g*q, P)
-    mp = sp.amax(-1, keepdim=True)
-    ep = torch.exp(sp - mp)
-    op, lp = torch.matmul(ep, hv[0]), ep.sum(-1, keepdim=True)
-
-    def rows(x: Any) -> Any:  # (hkv, b*g*q, n) -> (b, hkv, g, q, n)
-        return x.reshape(hkv, b, g, q, x.shape[-1]).permute(1, 0, 2, 3, 4)
-
-    op, mp, lp = rows(op), rows(mp), rows(lp)
-    # each row's own keys, causal over its new tokens (the last q of its s)
-    ss = torch.matmul(q5, key.unsqueeze(2).transpose(-1, -2)) * scale  # (b, hkv, g, q, s)
-    if q > 1:
-        keep = torch.ones(q, s, dtype=torch.bool).tril(s - q)
-        ss = ss.masked_fill(~keep, float("-inf"))
-    ms = ss.amax(-1, keepdim=True)
-    es = torch.exp(ss - ms)
-    os_, ls = torch.matmul(es, value.unsqueeze(2)), es.sum(-1, keepdim=True)
-    m = torch.maximum(mp, ms)
-    wp, ws = torch.exp(mp - m), torch.exp(ms - m)
-    out = (op * wp + os_ * ws) / (lp * wp + ls * ws)  # (b, hkv, g, q, d)
-    return out.reshape(b, hq, q, d).transpose(1, 2).contiguous(), None
-
-
-def _steps(model: Any, cache: Any, nxt: Any, start: int, steps: int) -> tuple[float, Any]:
+def _steps(
+    model: Any, cache: Any, nxt: Any, start: int, steps: int, **kw: Any
+) -> tuple[float, Any]:
     import torch
 
     times, first = [], None
@@ -100,13 +55,14 @@ def _steps(model: Any, cache: Any, nxt: Any, start: int, steps: int) -> tuple[fl
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
+            **kw,
         ).logits
         times.append(time.perf_counter() - t0)
         first = logits if first is None else first
     return statistics.median(times[2:]) * 1000, first
 
 
-def measure(model: Any, rows: int, context: int, head: int, steps: int) -> dict[str, Any]:
+def measure(model: Any, rows: int, context: int, head_len: int, steps: int) -> dict[str, Any]:
     """One shape, both arms: step ms, tokens/s, KV MiB, rows the budget holds, logit diff."""
     import torch
 
@@ -116,8 +72,9 @@ def measure(model: Any, rows: int, context: int, head: int, steps: int) -> dict[
     dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     per_token = c.num_hidden_layers * c.num_key_value_heads * dim * 2 * 4
     torch.manual_seed(0)
-    prefix = torch.randint(0, 1000, (1, head))
-    ids = torch.cat([prefix.expand(rows, head), torch.randint(0, 1000, (rows, context - head))], 1)
+    prefix = torch.randint(0, 1000, (1, head_len))
+    tail = torch.randint(0, 1000, (rows, context - head_len))
+    ids = torch.cat([prefix.expand(rows, head_len), tail], 1)
     nxt = torch.randint(0, 1000, (rows, 1))
     model.set_attn_implementation("sdpa")
     cache = growing_cache(c)
@@ -125,37 +82,38 @@ def measure(model: Any, rows: int, context: int, head: int, steps: int) -> dict[
     full_ms, full = _steps(model, cache, nxt, context, steps)
     del cache
     # the head once, then each row's suffix after it
+    from art_langgraph.engine.batch_head import BatchHead
+
     head_cache = growing_cache(c)
     model(input_ids=prefix, past_key_values=head_cache, use_cache=True, logits_to_keep=1)
-    _HEADS.clear()
-    _HEADS.update(
-        {i: (layer.keys.clone(), layer.values.clone()) for i, layer in enumerate(head_cache.layers)}
-    )
+    layers = [(x.keys.clone(), x.values.clone()) for x in head_cache.layers]
+    head = BatchHead(tuple(prefix[0].tolist()), "base", layers)
     del head_cache
-    model.set_attn_implementation("shared_head")
+    model.set_attn_implementation(HEAD_ATTENTION)
     cache = growing_cache(c)
-    pos = torch.arange(head, context).unsqueeze(0).expand(rows, -1)
+    pos = torch.arange(head_len, context).unsqueeze(0).expand(rows, -1)
     model(
-        input_ids=ids[:, head:],
+        input_ids=ids[:, head_len:],
         position_ids=pos,
         past_key_values=cache,
         use_cache=True,
         logits_to_keep=1,
+        batch_head=head,
     )
-    shared_ms, shared = _steps(model, cache, nxt, context, steps)
+    shared_ms, shared = _steps(model, cache, nxt, context, steps, batch_head=head)
     model.set_attn_implementation("sdpa")
     return {
         "rows": rows,
         "context": context,
-        "head": head,
+        "head": head_len,
         "per_row_ms": full_ms,
         "shared_ms": shared_ms,
         "per_row_tok_s": rows / full_ms * 1000,
         "shared_tok_s": rows / shared_ms * 1000,
         "kv_mib_per_row": rows * context * per_token / 2**20,
-        "kv_mib_shared": (head + rows * (context - head)) * per_token / 2**20,
+        "kv_mib_shared": (head_len + rows * (context - head_len)) * per_token / 2**20,
         "fits_per_row": BUDGET // (context * per_token),
-        "fits_shared": (BUDGET - head * per_token) // ((context - head) * per_token),
+        "fits_shared": (BUDGET - head_len * per_token) // ((context - head_len) * per_token),
         "max_abs_logit_diff": float((full - shared).abs().max()),
     }
 
@@ -165,13 +123,10 @@ def main() -> None:
     p.add_argument("--base-model", default="smollm2-135m")
     p.add_argument("--steps", type=int, default=8)
     args = p.parse_args()
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
+    from art_langgraph.engine.batch_head import register_head_attention
     from bench.probes.engine_packed import _set_packed, load_float32
 
-    AttentionInterface.register("shared_head", shared_head_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register("shared_head", sdpa_mask)
+    register_head_attention()
     model = load_float32(args.base_model)
     _set_packed(model, True)
     rows = []

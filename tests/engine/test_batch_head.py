@@ -183,3 +183,34 @@ async def test_a_head_counted_once_lets_more_rows_decode_together(tiny_path: Pat
         finally:
             eng.close_sync()
     assert most[False] == 3 and most[True] == 8
+
+
+async def test_forced_tokens_after_a_head_match_an_engine_without_one(tiny_path: Path) -> None:
+    """Grammar-constrained rows (a forced tool call's runs fed in one forward) after a
+    head: the same tokens and logprobs as an engine whose rows each hold the whole prompt."""
+    schema = {
+        "type": "object",
+        "properties": {"name": {"enum": ["weather", "sum", "search"]}, "n": {"type": "integer"}},
+        "required": ["name", "n"],
+        "additionalProperties": False,
+    }
+    out: dict[bool, list[GenerateResult]] = {}
+    for on in (True, False):
+        eng = TorchEngine.from_pretrained(
+            str(tiny_path), TorchEngineConfig(dtype="float32", batch_head=on)
+        )
+        try:
+            g = eng.grammars.json_schema(schema)
+            prompts = _prompts(eng, ["call a tool", "call another", "one more call"])
+            sampling = [SamplingParams(max_tokens=30, seed=s, grammar=g) for s in range(3)]
+            out[on] = list(
+                await asyncio.gather(
+                    *(eng.generate(p, s) for p, s in zip(prompts, sampling, strict=True))
+                )
+            )
+            assert (eng.head_rows > 0) == on and eng.forced_tokens > 0
+        finally:
+            eng.close_sync()
+    for a, b in zip(out[True], out[False], strict=True):
+        assert a.completion_token_ids == b.completion_token_ids
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
