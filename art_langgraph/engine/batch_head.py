@@ -8,11 +8,12 @@ once, (1, kv heads, P, dim) per layer; each row's cache holds only what follows.
 
 `head_attention` is the attention of a forward over such a batch (registered with
 transformers as HEAD_ATTENTION; without the `batch_head` keyword it is SDPA as
-transformers runs it). For a decode step (a few new tokens a row) it runs in two parts
-merged by their log-sum-exps: the head's, with every row's queries of a key/value head
-stacked into one long query, so the head is read once for the batch; and the row's own
-keys under its mask. For a prefill (many new tokens) it puts the head before each row's
-keys and runs SDPA: that step is bound by compute, not by reading the head.
+transformers runs it). For a decode step (a few new tokens a row) on a CPU it runs in two
+parts, each torch's CPU flash kernel, merged by their log-sum-exps: the head's, with every
+row's queries of a key/value head stacked into one long query, so the head is read once
+for the batch; and the row's own keys under its mask. For a prefill (many new tokens), and on other devices, it puts the
+head before each row's keys and runs SDPA: a prefill is bound by compute, not by reading
+the head (on a GPU the budget still counts the head once).
 
 `head_length` picks a head for rows about to form a batch (their longest common prefix,
 whole prefix-cache blocks, leaving each row a token of its own), `covers` says whether a
@@ -187,39 +188,33 @@ def head_attention(
     b, hq, q, d = query.shape
     hkv, s = key.shape[1], key.shape[2]
     scale = scaling if scaling is not None else d**-0.5
-    if q > TWO_PART_MAX_QUERIES:
+    if q > TWO_PART_MAX_QUERIES or query.device.type != "cpu":
         return _prefill_attention(query, key, value, attention_mask, hk, hv, scale)
+    # torch's CPU flash kernel: grouped-query heads, a float mask, and the log-sum-exp
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     g = hq // hkv
-    q5 = query.reshape(b, hkv, g, q, d)
     # the head: every row's queries of one key/value head as one long query
-    qs = q5.permute(1, 0, 2, 3, 4).reshape(hkv, b * g * q, d)
-    sp = torch.matmul(qs, hk[0].transpose(1, 2)) * scale  # (hkv, b*g*q, P)
-    mp = sp.amax(-1, keepdim=True)
-    ep = torch.exp(sp - mp)
-    op, lp = torch.matmul(ep, hv[0]), ep.sum(-1, keepdim=True)
-
-    def per_row(x: torch.Tensor) -> torch.Tensor:  # (hkv, b*g*q, n) -> (b, hkv, g, q, n)
-        return x.reshape(hkv, b, g, q, x.shape[-1]).permute(1, 0, 2, 3, 4)
-
-    op, mp, lp = per_row(op), per_row(mp), per_row(lp)
-    # the row's own keys, under its mask
-    ss = torch.matmul(q5, key.unsqueeze(2).transpose(-1, -2)) * scale  # (b, hkv, g, q, s)
-    if attention_mask is None:
-        if q > 1:
-            causal = torch.ones(q, s, dtype=torch.bool, device=ss.device).tril(s - q)
-            ss = ss.masked_fill(~causal, float("-inf"))
-    elif attention_mask.dtype == torch.bool:
-        ss = ss.masked_fill(~attention_mask[:, :, None, -q:, -s:], float("-inf"))
-    else:
-        ss = ss + attention_mask[:, :, None, -q:, -s:]
-    # a query that sees none of its row's keys (a pad) takes the head alone
-    ms = ss.amax(-1, keepdim=True).clamp(min=torch.finfo(ss.dtype).min)
-    es = torch.exp(ss - ms)
-    os_, ls = torch.matmul(es, value.unsqueeze(2)), es.sum(-1, keepdim=True)
-    m = torch.maximum(mp, ms)
-    wp, ws = torch.exp(mp - m), torch.exp(ms - m)
-    out = (op * wp + os_ * ws) / (lp * wp + ls * ws)  # (b, hkv, g, q, d)
-    return out.reshape(b, hq, q, d).transpose(1, 2).contiguous(), None
+    stacked = query.reshape(b, hkv, g * q, d).transpose(0, 1).reshape(1, hkv, b * g * q, d)
+    o_head, l_head = flash(stacked, hk, hv, 0.0, False, scale=scale)
+    o_head = o_head.reshape(hkv, b, g * q, d).transpose(0, 1).reshape(b, hq, q, d)
+    l_head = l_head.reshape(hkv, b, g * q).transpose(0, 1).reshape(b, hq, q)
+    # the row's own keys, under its mask (causal over its new tokens when none is given)
+    if attention_mask is None and q > 1:
+        attention_mask = torch.ones(q, s, dtype=torch.bool, device=query.device).tril(s - q)
+    mask = attention_mask
+    if mask is not None and mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+            ~mask, float("-inf")
+        )
+    if mask is not None:
+        mask = mask[..., -q:, -s:].expand(b, 1, q, s)
+    o_own, l_own = flash(query, key, value, 0.0, False, attn_mask=mask, scale=scale)
+    if mask is not None:  # a query that sees none of its row's keys (a pad): the head alone
+        l_own = l_own.masked_fill((mask == float("-inf")).all(-1), float("-inf"))
+    # softmax over both parts: each part's output weighed by its share of the exp-sum
+    share = torch.sigmoid(l_head - l_own).unsqueeze(-1)
+    out = o_own + (o_head - o_own) * share
+    return out.transpose(1, 2).contiguous(), None
 
 
 def _prefill_attention(
