@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from art_langgraph.engine.batch_head import BatchHead, dissolve
+from art_langgraph.engine.batch_head import BatchHead, dissolve, head_length
 from art_langgraph.engine.kv_cache import drop_left, fill_rows, merge_rows, squeeze_columns
 from art_langgraph.engine.request import Request
 from art_langgraph.runtime.heap import release_free_memory
@@ -46,6 +46,8 @@ class RunningBatch:
         (`engine/batch_head.py`); None: each row holds its whole context."""
         self.dissolved = 0
         """Times a head was put back into the rows (`dissolve_head`)."""
+        self.condensed = 0
+        """Times a head was taken out of the rows of a running batch (`condense_head`)."""
 
     @property
     def active(self) -> int:
@@ -103,6 +105,32 @@ class RunningBatch:
         lead = live.to(self.device)[:, None].expand(-1, head.length)
         self.mask = torch.cat([lead, self.mask], 1)
         self.dissolved += 1
+
+    def condense_head(self, new: list[Request], block_size: int) -> None:
+        """Where this batch has no head (it formed from one row, or a row that shared none
+        has left) and its live rows and the `new` ones all open with one
+        (`batch_head.head_length`, under one weights identity): hold that head once, its
+        KV from the first live row's, and drop it from every row (one copy of every row,
+        `kv_cache.squeeze_columns`). Keys keep the positions they were computed at."""
+        live = self.live()
+        rows = [*live, *new]
+        if self.head is not None or not live or len({r.identity for r in rows}) > 1:
+            return
+        n = head_length([r.prompt_ids for r in rows], block_size)
+        if not n:
+            return
+        assert self.mask is not None
+        first = next(i for i, r in enumerate(self.rows) if r is not None)
+        cols = self.mask[first].nonzero().squeeze(1)[:n]
+        layers = [
+            (x.keys[first : first + 1, :, cols], x.values[first : first + 1, :, cols])
+            for x in self.cache.layers
+        ]
+        real = self.mask.cumsum(-1)
+        self.mask = self.mask.masked_fill((self.mask == 1) & (real <= n), 0)
+        self.mask = squeeze_columns(self.cache, self.mask)
+        self.head = BatchHead(tuple(live[0].prompt_ids[:n]), live[0].identity, layers)
+        self.condensed += 1
 
     def free(self, i: int) -> None:
         """Row `i` has finished: its slot waits for a new row, its KV masked out."""

@@ -377,8 +377,9 @@ class TorchEngine:
         its start, so the row layout is [pads | start | pads | suffix] with the pads masked
         out and positions continuing. All of it after the batch's head, when it has one
         (`engine/batch_head.py`): rows joining a batch hold only what follows its head (a
-        row that does not open with it dissolves it first), and rows forming a batch form
-        its head from their common prefix."""
+        row that does not open with it dissolves it first; rows that share a head with a
+        batch that has none condense it out of the batch's rows), and rows forming a batch
+        form its head from their common prefix."""
         pc, batch = self._prefix, self._batch
         for r in new:
             # A key retired while the request queued has no identity: share nothing.
@@ -387,6 +388,8 @@ class TorchEngine:
             batch.head.covers(r.prompt_ids, r.identity) for r in new
         ):
             batch.dissolve_head()
+        elif batch.active and batch.head is None and self._head_on and len(new) > 1:
+            batch.condense_head(new, pc.block_size)
         head = batch.head
         if not batch.active and self._head_on:
             head = form_head(new, pc, lambda ids, st, r: self._prefill_rows([ids], [st], [r], None))

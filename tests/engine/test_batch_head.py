@@ -214,3 +214,26 @@ async def test_forced_tokens_after_a_head_match_an_engine_without_one(tiny_path:
     for a, b in zip(out[True], out[False], strict=True):
         assert a.completion_token_ids == b.completion_token_ids
         assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
+
+
+async def test_a_batch_formed_by_one_row_condenses_its_head_when_others_join(
+    head_engine: TorchEngine,
+) -> None:
+    """An evaluation's first request can arrive alone: no head forms. When rows sharing
+    its head join, the head is taken out of the running rows, and every row stays exact."""
+    eng = head_engine
+    alone, *joins = _prompts(eng, ["sum 5 6", "weather in Kyiv", "x y", "search for it"])
+    greedy = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+    condensed, rows = eng._batch.condensed, eng.head_rows
+
+    async def joined() -> list[GenerateResult]:
+        start = eng.steps
+        while eng.steps < start + 3:
+            await asyncio.sleep(0.001)
+        return list(await asyncio.gather(*(eng.generate(p, greedy) for p in joins)))
+
+    first, rest = await asyncio.gather(eng.generate(alone, greedy), joined())
+    assert eng._batch.condensed - condensed == 1 and eng.head_rows - rows >= len(joins)
+    for p, r in zip([alone, *joins], [first, *rest], strict=True):
+        assert r.completion_token_ids == _greedy(eng, p, 24)
+        assert torch.allclose(torch.tensor(r.logprobs), _logprobs(eng, p, r), atol=1e-4)
