@@ -8,12 +8,12 @@ once, (1, kv heads, P, dim) per layer; each row's cache holds only what follows.
 
 `head_attention` is the attention of a forward over such a batch (registered with
 transformers as HEAD_ATTENTION; without the `batch_head` keyword it is SDPA as
-transformers runs it). For a decode step (a few new tokens a row) on a CPU it runs in two
-parts, each torch's CPU flash kernel, merged by their log-sum-exps: the head's, with every
-row's queries of a key/value head stacked into one long query, so the head is read once
-for the batch; and the row's own keys under its mask. For a prefill (many new tokens), and on other devices, it puts the
-head before each row's keys and runs SDPA: a prefill is bound by compute, not by reading
-the head (on a GPU the budget still counts the head once).
+transformers runs it). On a CPU it runs in two parts, each torch's CPU flash kernel, merged
+by their log-sum-exps: the head's, with every row's queries of a key/value head stacked
+into one long query, so the head is read once for the batch (and never copied into a
+row); and the row's own keys under its mask (converted once a forward). On other devices
+it puts the head before each row's keys and runs SDPA (the budget still counts the head
+once).
 
 `head_length` picks a head for rows about to form a batch (their longest common prefix,
 whole prefix-cache blocks, leaving each row a token of its own), `covers` says whether a
@@ -27,7 +27,7 @@ sliding-window layers (the engine keeps the head off for models that have them).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -44,9 +44,6 @@ HEAD_ATTENTION = "art_batch_head"
 """The name under which `head_attention` is registered with transformers."""
 MIN_HEAD_TOKENS = 128
 """A shorter common prefix is left in the rows: holding it apart saves too little."""
-TWO_PART_MAX_QUERIES = 16
-"""Forwards of at most this many new tokens a row (decode, a grammar's forced tokens) read
-the head once; longer ones (prefill) put it before each row's keys for SDPA."""
 
 
 @dataclass
@@ -59,10 +56,37 @@ class BatchHead:
     """The weights identity its KV was computed under (every row's)."""
     layers: list[tuple[torch.Tensor, torch.Tensor]]
     """Per layer, (keys, values), each (1, kv heads, P, head dim)."""
+    _mask: tuple[Any, tuple[int, int, int], Any, Any] | None = field(default=None, repr=False)
+    """The last forward's mask, converted (`own_mask`)."""
 
     @property
     def length(self) -> int:
         return len(self.ids)
+
+    def own_mask(
+        self, mask: torch.Tensor | None, b: int, q: int, s: int, dtype: Any, device: Any
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The rows' own-key mask as the CPU flash kernel takes it ((b, 1, q, s) additive,
+        or None), and where a query sees none of its row's keys ((b, 1, q) or None):
+        converted once a forward (every layer gets the same mask object) and kept until the
+        next one."""
+        if self._mask is not None and self._mask[0] is mask and self._mask[1] == (b, q, s):
+            return self._mask[2], self._mask[3]
+        out = blind = None
+        if mask is None and q > 1:
+            mask = torch.ones(q, s, dtype=torch.bool, device=device).tril(s - q)[None, None]
+        if mask is not None:
+            if mask.dtype == torch.bool:
+                keep = mask[..., -q:, -s:]
+                out = torch.zeros(keep.shape, dtype=dtype, device=device)
+                out = out.masked_fill(~keep, float("-inf")).expand(b, 1, q, s)
+                blind = ~keep.any(-1)
+            else:
+                out = mask[..., -q:, -s:].to(dtype).expand(b, 1, q, s)
+                blind = (out == float("-inf")).all(-1)
+            blind = blind if bool(blind.any()) else None
+        self._mask = (mask, (b, q, s), out, blind)
+        return out, blind
 
     def covers(self, prompt: Sequence[int], identity: str) -> bool:
         """Whether a row of `prompt` under `identity` can join: it opens with the head and
@@ -188,8 +212,8 @@ def head_attention(
     b, hq, q, d = query.shape
     hkv, s = key.shape[1], key.shape[2]
     scale = scaling if scaling is not None else d**-0.5
-    if q > TWO_PART_MAX_QUERIES or query.device.type != "cpu":
-        return _prefill_attention(query, key, value, attention_mask, hk, hv, scale)
+    if query.device.type != "cpu":
+        return _concat_attention(query, key, value, attention_mask, hk, hv, scale)
     # torch's CPU flash kernel: grouped-query heads, a float mask, and the log-sum-exp
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     g = hq // hkv
@@ -199,25 +223,17 @@ def head_attention(
     o_head = o_head.reshape(hkv, b, g * q, d).transpose(0, 1).reshape(b, hq, q, d)
     l_head = l_head.reshape(hkv, b, g * q).transpose(0, 1).reshape(b, hq, q)
     # the row's own keys, under its mask (causal over its new tokens when none is given)
-    if attention_mask is None and q > 1:
-        attention_mask = torch.ones(q, s, dtype=torch.bool, device=query.device).tril(s - q)
-    mask = attention_mask
-    if mask is not None and mask.dtype == torch.bool:
-        mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
-            ~mask, float("-inf")
-        )
-    if mask is not None:
-        mask = mask[..., -q:, -s:].expand(b, 1, q, s)
+    mask, blind = batch_head.own_mask(attention_mask, b, q, s, query.dtype, query.device)
     o_own, l_own = flash(query, key, value, 0.0, False, attn_mask=mask, scale=scale)
-    if mask is not None:  # a query that sees none of its row's keys (a pad): the head alone
-        l_own = l_own.masked_fill((mask == float("-inf")).all(-1), float("-inf"))
+    if blind is not None:  # a query that sees none of its row's keys (a pad): the head alone
+        l_own = l_own.masked_fill(blind, float("-inf"))
     # softmax over both parts: each part's output weighed by its share of the exp-sum
     share = torch.sigmoid(l_head - l_own).unsqueeze(-1)
     out = o_own + (o_head - o_own) * share
     return out.transpose(1, 2).contiguous(), None
 
 
-def _prefill_attention(
+def _concat_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
@@ -226,7 +242,7 @@ def _prefill_attention(
     hv: torch.Tensor,
     scale: float,
 ) -> tuple[torch.Tensor, None]:
-    """Many new tokens a row: the head put before each row's keys, one SDPA call."""
+    """Off the CPU: the head put before each row's keys, one SDPA call."""
     b, hq, q, _ = query.shape
     s, p = key.shape[2], hk.shape[2]
     k = torch.cat([hk.expand(b, -1, -1, -1), key], 2)

@@ -16,7 +16,13 @@ import torch.nn.functional as F
 
 from art_langgraph.engine import GenerateResult, SamplingParams, TorchEngine, TorchEngineConfig
 from art_langgraph.engine.adapter_slots import BASE_KEY
-from art_langgraph.engine.batch_head import BatchHead, SharedCount, head_attention, head_length
+from art_langgraph.engine.batch_head import (
+    BatchHead,
+    SharedCount,
+    _concat_attention,
+    head_attention,
+    head_length,
+)
 
 
 class _Layer(torch.nn.Module):
@@ -48,6 +54,9 @@ def test_head_attention_equals_sdpa_over_the_head_and_each_row(q_len: int) -> No
     out, _ = head_attention(_Layer(), q, k, v, mask, scaling=d**-0.5, batch_head=head)
     want = _reference(q, k, v, hk, hv, mask)
     assert torch.allclose(out, want, atol=1e-5), (out - want).abs().max()
+    # off the CPU the head goes before each row's keys: the same attention
+    out, _ = _concat_attention(q, k, v, mask, hk, hv, d**-0.5)
+    assert torch.allclose(out, want, atol=1e-5)
     if q_len > 1:  # without a mask: causal over the row's own new tokens
         out, _ = head_attention(_Layer(), q, k, v, None, scaling=d**-0.5, batch_head=head)
         want = _reference(q, k, v, hk, hv, causal[None, None].repeat(b, 1, 1, 1))
