@@ -116,7 +116,8 @@ def _logprobs(engine: TorchEngine, ids: list[int], r: GenerateResult) -> torch.T
 
 @pytest.fixture(scope="module")
 def head_engine(tiny_path: Path):  # type: ignore[no-untyped-def]
-    eng = TorchEngine.from_pretrained(str(tiny_path), TorchEngineConfig(dtype="float32"))
+    config = TorchEngineConfig(dtype="float32", batch_head=True)
+    eng = TorchEngine.from_pretrained(str(tiny_path), config)
     yield eng
     eng.close_sync()
 
