@@ -5,6 +5,8 @@ another in one run:
 
 - `torch-nocache`: our torch engine, prefix cache off (`prefix_cache_bytes=0`);
 - `torch-cache`: our torch engine with its prefix cache (the default);
+- `torch-head`: our torch engine with its prefix cache and a batch head (the shared system
+  prompt and tools held once: `TorchEngineConfig.batch_head=True`);
 - `vllm`: vLLM's CPU build with its automatic prefix caching (`VLLMEngineConfig`'s default).
 
 All in `--dtype`, the same for both engines; `auto` (the default): bfloat16 where the CPU
@@ -52,7 +54,7 @@ from bench.memory import tree_peak_rss_mib
 from bench.readme import ROOT, results_dir, update_docs, write_results
 
 RESULTS = results_dir("agent_rollouts") / "agent_rollouts.json"
-SETTINGS = ("torch-nocache", "torch-cache", "vllm")
+SETTINGS = ("torch-nocache", "torch-cache", "torch-head", "vllm")
 
 
 def _conversation(tokenizer: Any, n_tokens: int, tag: str) -> list[int]:
@@ -207,7 +209,11 @@ async def _one(setting: str, args: argparse.Namespace) -> dict[str, Any]:
 
             budget = 0 if setting == "torch-nocache" else None
             dtype = None if args.dtype == "auto" else args.dtype
-            kind, config = "torch", TorchEngineConfig(dtype=dtype, prefix_cache_bytes=budget)
+            head = setting == "torch-head"
+            kind, config = (
+                "torch",
+                TorchEngineConfig(dtype=dtype, prefix_cache_bytes=budget, batch_head=head),
+            )
         t0 = time.perf_counter()
         async with art.LocalBackend(
             path=tmp, engine=art.EngineChoice(kind, config=config)

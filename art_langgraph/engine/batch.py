@@ -6,7 +6,9 @@ its KV masked out until a new row fills it or the batch is compacted), the rows'
 New rows join by `merge` (into free slots in place when they fit, else by rebuilding the
 buffers with them appended); `free` retires a row without a copy, and `shrink` then
 compacts the batch, drops the columns no live row uses, or empties it; `squeeze_pads`
-drops the masked columns fast-forward steps leave between a row's tokens.
+drops the masked columns fast-forward steps leave between a row's tokens. Where every row
+opens with one prompt head, the batch holds that head's KV once (`head`) and the rows'
+cache and mask only what follows it; `dissolve_head` puts it back into every row.
 
 Left out: what the rows compute (`torch_engine.py`: prefill, decode, sampling, retiring)
 and which rows are admitted (its admission, under `TorchEngineConfig`'s budgets).
@@ -18,6 +20,7 @@ from typing import Any
 
 import torch
 
+from art_langgraph.engine.batch_head import BatchHead, dissolve, head_length
 from art_langgraph.engine.kv_cache import drop_left, fill_rows, merge_rows, squeeze_columns
 from art_langgraph.engine.request import Request
 from art_langgraph.runtime.heap import release_free_memory
@@ -38,6 +41,13 @@ class RunningBatch:
         """Rows admitted into free slots (no copy of the others)."""
         self.squeezed = 0
         """Times the batch was rebuilt without pads (`squeeze_pads`)."""
+        self.head: BatchHead | None = None
+        """The prompt head every row shares, its KV held once and not in the rows' cache
+        (`engine/batch_head.py`); None: each row holds its whole context."""
+        self.dissolved = 0
+        """Times a head was put back into the rows (`dissolve_head`)."""
+        self.condensed = 0
+        """Times a head was taken out of the rows of a running batch (`condense_head`)."""
 
     @property
     def active(self) -> int:
@@ -82,6 +92,45 @@ class RunningBatch:
         self.next = torch.cat([self.next, nxt])
         self.pos = torch.cat([self.pos, pos])
         self.rows = self.rows + list(new)
+
+    def dissolve_head(self) -> None:
+        """Put the head's KV back into every row (one copy of every row) and go on without
+        one: a row that does not share it is about to join."""
+        head, self.head = self.head, None
+        if head is None or not self.active:
+            return
+        assert self.mask is not None
+        dissolve(self.cache, head)
+        live = torch.tensor([r is not None for r in self.rows], dtype=self.mask.dtype)
+        lead = live.to(self.device)[:, None].expand(-1, head.length)
+        self.mask = torch.cat([lead, self.mask], 1)
+        self.dissolved += 1
+
+    def condense_head(self, new: list[Request], block_size: int) -> None:
+        """Where this batch has no head (it formed from one row, or a row that shared none
+        has left) and its live rows and the `new` ones all open with one
+        (`batch_head.head_length`, under one weights identity): hold that head once, its
+        KV from the first live row's, and drop it from every row (one copy of every row,
+        `kv_cache.squeeze_columns`). Keys keep the positions they were computed at."""
+        live = self.live()
+        rows = [*live, *new]
+        if self.head is not None or not live or len({r.identity for r in rows}) > 1:
+            return
+        n = head_length([r.prompt_ids for r in rows], block_size)
+        if not n:
+            return
+        assert self.mask is not None
+        first = next(i for i, r in enumerate(self.rows) if r is not None)
+        cols = self.mask[first].nonzero().squeeze(1)[:n]
+        layers = [
+            (x.keys[first : first + 1, :, cols], x.values[first : first + 1, :, cols])
+            for x in self.cache.layers
+        ]
+        real = self.mask.cumsum(-1)
+        self.mask = self.mask.masked_fill((self.mask == 1) & (real <= n), 0)
+        self.mask = squeeze_columns(self.cache, self.mask)
+        self.head = BatchHead(tuple(live[0].prompt_ids[:n]), live[0].identity, layers)
+        self.condensed += 1
 
     def free(self, i: int) -> None:
         """Row `i` has finished: its slot waits for a new row, its KV masked out."""
@@ -134,6 +183,7 @@ class RunningBatch:
     def reset(self) -> None:
         """Empty the batch; its KV cache's blocks go back to the OS (heap.py)."""
         self.rows, self.cache, self.mask, self.next, self.pos = [], None, None, None, None
+        self.head = None
         release_free_memory()
 
 

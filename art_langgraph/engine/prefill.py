@@ -77,6 +77,16 @@ def prefix_clusters(prompts: list[list[int]], cached: list[int]) -> list[tuple[l
     return runs[::-1]
 
 
+def start_after(hit: PrefixHit, skip: int, block_size: int) -> PrefillStart:
+    """A row's start from its prompt's prefix-cache `hit` when its first `skip` tokens are
+    the batch's head (`engine/batch_head.py`, whole blocks): what the hit holds past them."""
+    if hit.tokens <= skip:
+        return PrefillStart(0)
+    return PrefillStart(
+        hit.tokens - skip, hit=PrefixHit(hit.tokens - skip, hit.blocks[skip // block_size :])
+    )
+
+
 def fill_starts(
     cache: Any,
     starts: list[PrefillStart],

@@ -118,20 +118,27 @@ class PrefixCache:
 
     # ---------------------------------------------------------------- insert
     def insert_row(
-        self, identity: str, tokens: Sequence[int], cache: Any, row: int, mask: torch.Tensor
+        self,
+        identity: str,
+        tokens: Sequence[int],
+        cache: Any,
+        row: int,
+        mask: torch.Tensor,
+        skip: int = 0,
     ) -> int:
         """`insert` the full blocks of `tokens` from row `row` of a batch's KV `cache`, its
         real columns those where `mask` (T,) is 1. `tokens` are the row's prompt and
         completion: its KV holds all of them, or all but the last when that one was sampled
-        and never fed (a row that ends on a forced token fed them all). Returns the blocks
-        added."""
+        and never fed (a row that ends on a forced token fed them all). `skip`: the first
+        tokens' KV is not in the row but in its batch's head (`engine/batch_head.py`),
+        whose blocks the cache must hold already. Returns the blocks added."""
         columns = mask.nonzero().squeeze(1)
-        if not 0 <= len(tokens) - len(columns) <= 1:  # never expected; a wrong key is worse
-            log.warning("prefix cache: %d columns for %d tokens", len(columns), len(tokens))
+        if not 0 <= len(tokens) - skip - len(columns) <= 1:  # a wrong key is worse
+            log.warning("prefix cache: %d columns for %d tokens", len(columns), len(tokens) - skip)
             return 0
-        tokens = tokens[: len(columns)]
+        tokens = tokens[: skip + len(columns)]
         layers = [(layer.keys[row], layer.values[row]) for layer in cache.layers]
-        return self.insert(identity, tokens, layers, columns)
+        return self.insert(identity, tokens, layers, columns, skip)
 
     def insert(
         self,
@@ -139,10 +146,13 @@ class PrefixCache:
         tokens: Sequence[int],
         layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
         columns: torch.Tensor,
+        skip: int = 0,
     ) -> int:
         """Cache the full blocks of `tokens` whose KV is not cached yet. `layers` holds
-        each layer's (keys, values) of one row, (H, T, D), and `columns` (len(tokens),)
-        the time index in them of each token. Returns the blocks added."""
+        each layer's (keys, values) of one row, (H, T, D), and `columns` the time index in
+        them of each token after the first `skip` (len(tokens) - skip). The first `skip`
+        tokens' blocks must be cached already (none is added otherwise). Returns the
+        blocks added."""
         if not self.enabled or identity in self._dead:
             return 0
         bs = self.block_size
@@ -151,7 +161,7 @@ class PrefixCache:
             return 0
         known = self.lookup(identity, tokens, n_full * bs)
         first = len(known.blocks)
-        if first == n_full:
+        if first == n_full or first * bs < skip:
             return 0
         n_new = n_full - first
         k0 = layers[0][0]
@@ -163,7 +173,7 @@ class PrefixCache:
         n_new = min(n_new, self.budget_bytes // self.block_bytes - first)
         if n_new <= 0:
             return 0
-        cols = columns[first * bs : (first + n_new) * bs]
+        cols = columns[first * bs - skip : (first + n_new) * bs - skip]
         slab = k0.new_empty((n_new, len(layers), 2, h, bs, d))
         for i, (k, v) in enumerate(layers):
             # (H, n*bs, D) -> (n, H, bs, D)

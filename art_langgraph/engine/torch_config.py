@@ -80,6 +80,18 @@ class TorchEngineConfig:
     run per row, instead of one decode step each: the same tokens and logprobs, fewer
     steps (`GrammarCompiler.forced_run`; SGLang's jump-forward decoding). Requests
     without a grammar, or with stop strings, decode one token a step either way."""
+    batch_head: bool = False
+    """Where the rows forming a batch share a prompt head (an agent's system prompt and
+    tools: at least 128 tokens, whole prefix-cache blocks), hold its KV once for the batch
+    instead of in every row: each forward reads it once for all rows (its attention runs
+    in two parts, merged: `engine/batch_head.py`), and the KV budget counts it once, so more
+    rows decode together. A row that does not open with the head puts it back into every
+    row before it joins. Off by default until it is shown to pay beyond a host's noise: a
+    decode step of 64 rows of 900 tokens (700 shared) ran 1.69x faster with it, but a whole
+    org-chart evaluation, prefill-heavy, took 0.92x the time on one pair on a 2-core AMX
+    host (670 s against 727; the reference's two runs took 727 and 804 s), peaking 0.15 GiB
+    higher (docs/benchmarks.md#batch-head). Models with layers that are not full attention
+    keep it off."""
     chat_template: str | None = None
     """A Jinja chat template (its text, or a file path) replacing the tokenizer's own, as
     vLLM's --chat-template. None: the tokenizer's template; one that ignores tools gets them

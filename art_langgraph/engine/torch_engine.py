@@ -37,7 +37,6 @@ import asyncio
 import dataclasses
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -47,6 +46,7 @@ from typing import Any
 import torch
 
 from art_langgraph.engine.adapter_slots import BASE_KEY, AdapterSlots
+from art_langgraph.engine.admission import Inbox
 from art_langgraph.engine.base import (
     EngineMetrics,
     EngineTraits,
@@ -55,12 +55,18 @@ from art_langgraph.engine.base import (
     TokenEvent,
 )
 from art_langgraph.engine.batch import RunningBatch
+from art_langgraph.engine.batch_head import BatchHead, form_head, register_head_attention
 from art_langgraph.engine.budgets import kv_budget, kv_token_bytes, prefix_budget
 from art_langgraph.engine.constrained import GrammarCompiler
 from art_langgraph.engine.fast_forward import forced_width, read_ahead, record_fed, step_inputs
 from art_langgraph.engine.kv_cache import cache_keyword, growing_cache
 from art_langgraph.engine.packed_linear import pack_linears
-from art_langgraph.engine.prefill import PrefillStart, prefill_inputs, prefix_clusters
+from art_langgraph.engine.prefill import (
+    PrefillStart,
+    prefill_inputs,
+    prefix_clusters,
+    start_after,
+)
 from art_langgraph.engine.prefix_cache import PrefixCache, full_attention_only
 from art_langgraph.engine.request import Request, checked_prompt, to_future, to_queue
 from art_langgraph.engine.sampling import raw_logprobs, sample_rows, top_pairs
@@ -111,10 +117,6 @@ class TorchEngine:
         self.pad_token_id = int(pad if pad is not None else next(iter(self.eos_token_ids), 0))
         self.grammars = GrammarCompiler(tokenizer, self.vocab_size)
         self._generator = torch.Generator(device="cpu").manual_seed(self.config.seed)
-        self._inbox: queue.Queue[Any] = queue.Queue()
-        self._held: Request | None = None
-        """The oldest request that did not fit the batch: the next one admitted, ahead of the
-        inbox (re-queued, it could wait behind smaller requests for as long as they come)."""
         self._closing = False
         self._batch = RunningBatch(self.device)  # the rows decoding (the worker thread's)
         self.steps = 0
@@ -123,15 +125,30 @@ class TorchEngine:
         """Prompt tokens not prefilled because a batch shared them (for tests and metrics)."""
         self.forced_tokens = 0
         """Completion tokens a grammar forced (`fast_forward`; for tests and metrics)."""
-        self._kv_token_bytes = kv_token_bytes(model.config, next(model.parameters()).dtype)
-        self._kv_budget = kv_budget(self.config.max_kv_bytes, self.device)
+        self.head_rows = 0
+        """Rows admitted after a batch head, holding only what follows it (for tests)."""
         self._prefix = PrefixCache(
             prefix_budget(self.config.prefix_cache_bytes, self.device),
             self.config.prefix_cache_block_size,
         )
+        self._head_on = self.config.batch_head and full_attention_only(model.config)
+        if self._head_on:  # SDPA still, for every forward that has no head
+            try:
+                model.set_attn_implementation(register_head_attention())
+            except (ValueError, AttributeError) as exc:  # an architecture without it
+                log.info("batch head off: %s", exc)
+                self._head_on = False
         if self._prefix.enabled and not full_attention_only(model.config):
             log.info("prefix cache off: the model has layers that are not full attention")
             self._prefix = PrefixCache(0, self.config.prefix_cache_block_size)
+        self._inbox = Inbox(
+            self.config,
+            kv_budget(self.config.max_kv_bytes, self.device),
+            kv_token_bytes(model.config, next(model.parameters()).dtype),
+            heads=self._head_on,
+            block_size=self._prefix.block_size,
+        )
+        """Queued requests and commands, and which of them join the batch at a step."""
         self._slots = AdapterSlots(
             model,
             shared_base=self.shared_base,
@@ -235,7 +252,7 @@ class TorchEngine:
             prefix_cache_bytes=self._prefix.bytes,
             prefix_cache_capacity_bytes=self._prefix.budget_bytes,
             running=self.active,
-            waiting=self._inbox.qsize() + (self._held is not None),
+            waiting=self._inbox.waiting(),
         )
 
     @property
@@ -311,7 +328,9 @@ class TorchEngine:
         while not self._closing:
             new: list[Request] = []
             try:
-                new = self._take_inbox(block=not self.active)
+                new = self._inbox.take(
+                    self._batch, block=not self.active, closing=lambda: self._closing
+                )
                 if new:
                     self._prefill(new)
                 if self._batch.rows:
@@ -323,69 +342,18 @@ class TorchEngine:
                 for r in failed.values():
                     r.emit(InfrastructureError(f"engine step failed: {exc!r}"))
                 self._batch.reset()
-        for r in [*self._batch.live(), *([self._held] if self._held else [])]:
+        for r in self._batch.live():
             r.emit(r.result("abort"))
-        while not self._inbox.empty():
-            item = self._inbox.get_nowait()
-            if isinstance(item, Request):
-                item.emit(item.result("abort"))
+        self._inbox.abort_all()
 
-    def _take_inbox(self, *, block: bool) -> list[Request]:
-        new: list[Request] = []
-        room = self.config.max_batch_size - self.active
-        if self.config.scheduling == "dynamic" and self.active:
-            room = 0
-        running = self._batch.live()
-        width = max((r.kv_width() for r in running), default=0)
-        deadline = None
-        while True:
-            if self._held is not None:
-                item, self._held = self._held, None
-            else:
-                try:
-                    if block and not new:
-                        item = self._inbox.get(timeout=0.5)
-                    elif deadline is not None:
-                        item = self._inbox.get(timeout=max(0.0, deadline - time.perf_counter()))
-                    else:
-                        item = self._inbox.get_nowait()
-                except queue.Empty:
-                    if block and not new and not self._closing:
-                        continue
-                    break
-            if item is None:
-                break
-            if isinstance(item, tuple):
-                _, fn, done = item
-                try:
-                    fn()
-                    done(None)
-                except Exception as exc:
-                    done(exc)
-                continue
-            if item.cancelled:
-                continue
-            rows = len(running) + len(new) + 1
-            wide = max(width, item.kv_width())
-            if room <= len(new) or (
-                # The KV budget (TorchEngineConfig.max_kv_bytes): every row counted at the
-                # widest row; the first request of an empty batch always runs.
-                self._kv_budget
-                and rows > 1
-                and rows * wide * self._kv_token_bytes > self._kv_budget
-            ):
-                self._held = item  # no room: it is the first to join at a later step
-                break
-            width = wide
-            item.t_start = time.perf_counter()
-            new.append(item)
-            if block and deadline is None:
-                deadline = time.perf_counter() + self.config.admit_wait_s
-        return new
-
-    def _forward(self, input_ids, mask, pos, cache, keys: list[str], keep: int = 1) -> torch.Tensor:
-        """The logits of each row's last token (B, V), or of its last `keep` (B, keep, V)."""
+    def _forward(
+        self, input_ids, mask, pos, cache, keys: list[str], keep: int = 1, head: Any = None
+    ) -> torch.Tensor:
+        """The logits of each row's last token (B, V), or of its last `keep` (B, keep, V);
+        `head`: the `BatchHead` the rows' cache follows (None: the cache holds it all)."""
         model, scope, kwargs = self._slots.route(keys)
+        if head is not None:
+            kwargs = {**kwargs, "batch_head": head}
         t = cache.get_seq_length()
         q = input_ids.shape[1]
         with scope:
@@ -407,18 +375,34 @@ class TorchEngine:
         prompt prefix (a group's system prompt and first turn), that head runs once and
         every such row starts from it. The rest of each prompt then runs left-padded after
         its start, so the row layout is [pads | start | pads | suffix] with the pads masked
-        out and positions continuing."""
-        pc = self._prefix
-        starts: list[PrefillStart] = []
+        out and positions continuing. All of it after the batch's head, when it has one
+        (`engine/batch_head.py`): rows joining a batch hold only what follows its head (a
+        row that does not open with it dissolves it first; rows that share a head with a
+        batch that has none condense it out of the batch's rows), and rows forming a batch
+        form its head from their common prefix."""
+        pc, batch = self._prefix, self._batch
         for r in new:
             # A key retired while the request queued has no identity: share nothing.
             r.identity = self._slots.identity(r.adapter_key)
+        if batch.head is not None and not all(
+            batch.head.covers(r.prompt_ids, r.identity) for r in new
+        ):
+            batch.dissolve_head()
+        elif batch.active and batch.head is None and self._head_on and len(new) > 1:
+            batch.condense_head(new, pc.block_size)
+        head = batch.head
+        if not batch.active and self._head_on:
+            head = form_head(new, pc, lambda ids, st, r: self._prefill_rows([ids], [st], [r], None))
+        skip = head.length if head is not None else 0
+        starts: list[PrefillStart] = []
+        for r in new:
             hit = pc.lookup(r.identity, r.prompt_ids, len(r.prompt_ids) - 1)
             r.cached = hit.tokens
-            starts.append(PrefillStart(hit.tokens, hit=hit))
+            starts.append(start_after(hit, skip, pc.block_size))
             self._counts.prompt_tokens += len(r.prompt_ids)
             self._counts.prefix_cache_queries += len(r.prompt_ids)
             self._counts.prefix_cache_hits += hit.tokens
+        prompts = [r.prompt_ids[skip:] for r in new]
         groups: dict[str, list[int]] = {}
         for i, r in enumerate(new):
             groups.setdefault(r.adapter_key, []).append(i)
@@ -426,22 +410,23 @@ class TorchEngine:
             ([idx[k] for k in members], shared)
             for idx in groups.values()
             for members, shared in prefix_clusters(
-                [new[i].prompt_ids for i in idx], [starts[i].tokens for i in idx]
+                [prompts[i] for i in idx], [starts[i].tokens for i in idx]
             )
         ]
         if clusters:
             # Each cluster's shared head runs once, all heads in one forward; every row of
             # a cluster then starts from its head's KV (its real columns: heads of other
             # lengths are left-padded in that forward).
-            heads = [new[m[0]].prompt_ids[:shared] for m, shared in clusters]
+            firsts = [new[m[0]] for m, _ in clusters]
             hits = [
-                pc.lookup(new[m[0]].identity, h, len(h) - 1)
-                for (m, _), h in zip(clusters, heads, strict=True)
+                pc.lookup(r.identity, r.prompt_ids[: skip + n], skip + n - 1)
+                for r, (_, n) in zip(firsts, clusters, strict=True)
             ]
             cache, mask, _, _ = self._prefill_rows(
-                heads,
-                [PrefillStart(h.tokens, hit=h) for h in hits],
-                [new[m[0]] for m, _ in clusters],
+                [r.prompt_ids[skip : skip + n] for r, (_, n) in zip(firsts, clusters, strict=True)],
+                [start_after(h, skip, pc.block_size) for h in hits],
+                firsts,
+                head,
             )
             for j, (members, shared) in enumerate(clusters):
                 cols = mask[j].nonzero().squeeze(1)
@@ -453,30 +438,40 @@ class TorchEngine:
                     starts[i] = PrefillStart(shared, head=layers)
                 self.shared_prefix_tokens += shared * (len(members) - 1)
             del cache
-        cache, mask, pos, logits = self._prefill_rows([r.prompt_ids for r in new], starts, new)
+        cache, mask, pos, logits = self._prefill_rows(prompts, starts, new, head)
         now = time.perf_counter()
         for r in new:
             r.t_first = now
         tokens = self._sample(new, logits)
         nxt = tokens.to(self.device)
         last = pos[:, -1] + 1
-        self._batch.merge(new, cache, mask, nxt, last)
+        batch.merge(new, cache, mask, nxt, last)
+        batch.head = head
+        self.head_rows += len(new) if head is not None else 0
         self._retire_finished()
 
     def _prefill_rows(
-        self, prompts: list[list[int]], starts: list[PrefillStart], rows: list[Request]
+        self,
+        prompts: list[list[int]],
+        starts: list[PrefillStart],
+        rows: list[Request],
+        head: BatchHead | None,
     ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One prefill forward of `prompts`, each row after its start's KV; every full block
-        of each prompt goes into the prefix cache. Returns the cache, the (B, T) mask, the
-        (B, S) positions of the suffix and the (B, V) logits of each row's last token."""
+        """One prefill forward of `prompts` (what follows `head`, when given), each row
+        after its start's KV; every full block of each prompt goes into the prefix cache.
+        Returns the cache, the (B, T) mask, the (B, S) positions of the suffix and the
+        (B, V) logits of each row's last token."""
         cache = growing_cache(self.model.config)
         ids, mask, pos = prefill_inputs(
             cache, prompts, starts, self.pad_token_id, self._prefix.block_size, self.device
         )
-        logits = self._forward(ids, mask, pos, cache, [r.adapter_key for r in rows])
+        skip = head.length if head is not None else 0
+        pos = pos + skip
+        logits = self._forward(ids, mask, pos, cache, [r.adapter_key for r in rows], head=head)
         if self._prefix.enabled:
+            lead = list(head.ids) if head is not None else []
             for i, (p, r) in enumerate(zip(prompts, rows, strict=True)):
-                self._prefix.insert_row(r.identity, p, cache, i, mask[i])
+                self._prefix.insert_row(r.identity, lead + p, cache, i, mask[i], skip)
         return cache, mask, pos, logits
 
     def _decode(self) -> None:
@@ -501,6 +496,7 @@ class TorchEngine:
             batch.pos.unsqueeze(1),
             batch.cache,
             [r.adapter_key if r is not None else fill for r in batch.rows],
+            head=batch.head,
         )
         if len(live) < b:
             idx = torch.tensor(live, device=self.device)
@@ -533,6 +529,7 @@ class TorchEngine:
             batch.cache,
             [r.adapter_key if r is not None else fill for r in batch.rows],
             keep=q,
+            head=batch.head,
         )
         logits = logits.unsqueeze(1) if q == 1 else logits  # (B, q, V)
         self.steps += 1
@@ -592,7 +589,8 @@ class TorchEngine:
                 continue
             if self._prefix.enabled and len(r.completion) > 1:
                 seen = r.prompt_ids + r.completion  # the last one fed or not: insert_row
-                self._prefix.insert_row(r.identity, seen, batch.cache, i, batch.mask[i])
+                skip = batch.head.length if batch.head is not None else 0
+                self._prefix.insert_row(r.identity, seen, batch.cache, i, batch.mask[i], skip)
             r.emit(r.result(done[0], done[1]))
             batch.free(i)
             retired = True

@@ -451,7 +451,7 @@ async def test_the_kv_budget_holds_rows_back_and_changes_no_output(tiny_path: Pa
     from art_langgraph.engine import TorchEngineConfig
 
     probe = TorchEngine.from_pretrained(str(tiny_path), TorchEngineConfig(dtype="float32"))
-    per_token = probe._kv_token_bytes
+    per_token = probe._inbox.kv_token_bytes
     probe.close_sync()
     prompts = [_prompt(probe, f"word {k} " * 3) for k in range(5)]
     width = max(len(p) for p in prompts) + 16
@@ -491,7 +491,7 @@ async def test_a_request_held_back_by_the_kv_budget_joins_before_later_ones(
     from art_langgraph.engine import TorchEngineConfig
 
     probe = TorchEngine.from_pretrained(str(tiny_path), TorchEngineConfig(dtype="float32"))
-    per_token = probe._kv_token_bytes
+    per_token = probe._inbox.kv_token_bytes
     probe.close_sync()
     long = _prompt(probe, "word " * 60)
     shorts = [_prompt(probe, f"hi {k}") for k in range(8)]
