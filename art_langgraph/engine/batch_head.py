@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from art_langgraph.engine.kv_cache import GrowingLayer
 
@@ -202,8 +203,6 @@ def head_attention(
     """Attention over the batch head (`batch_head`, its layer `module.layer_idx`) and each
     row's own keys (`key`/`value`, (B, kv heads, S, D), masked by `attention_mask`: a
     (B, 1, q, S) boolean where True attends, or None for causal). Returns (B, q, heads, D)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     if batch_head is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs

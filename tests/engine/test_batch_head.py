@@ -23,6 +23,7 @@ from art_langgraph.engine.batch_head import (
     head_attention,
     head_length,
 )
+from tests.engine.test_torch_engine import _greedy_reference
 
 
 class _Layer(torch.nn.Module):
@@ -95,18 +96,6 @@ def _prompts(engine: TorchEngine, questions: list[str]) -> list[list[int]]:
     ]
 
 
-def _greedy(engine: TorchEngine, ids: list[int], n: int) -> list[int]:
-    with torch.inference_mode():
-        out = engine.base_model.generate(
-            input_ids=torch.tensor([ids]),
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            max_new_tokens=n,
-            min_new_tokens=n,
-            do_sample=False,
-        )
-    return out[0, len(ids) :].tolist()
-
-
 def _logprobs(engine: TorchEngine, ids: list[int], r: GenerateResult) -> torch.Tensor:
     full = torch.tensor([ids + r.completion_token_ids])
     with torch.inference_mode():
@@ -146,7 +135,7 @@ async def test_rows_forming_joining_and_dissolving_a_head_are_exact(
     assert eng.head_rows - rows_before >= len(first) + len(joins)
     assert eng._batch.dissolved - dissolved_before == 1  # `other` shares no head
     for p, r in zip([*first, *joins, other], results, strict=True):
-        assert r.completion_token_ids == _greedy(eng, p, 24)
+        assert r.completion_token_ids == _greedy_reference(eng, p, 24)
         assert torch.allclose(torch.tensor(r.logprobs), _logprobs(eng, p, r), atol=1e-4)
 
 
@@ -160,7 +149,9 @@ async def test_rows_after_a_head_go_into_the_prefix_cache_whole(head_engine: Tor
         hit = eng.prefix_cache.lookup(BASE_KEY, seen, len(seen))
         assert hit.tokens >= len(seen) - 16  # every whole block, the head's and the row's
         again = await eng.generate(seen, SamplingParams(max_tokens=4, temperature=0))
-        assert again.completion_token_ids == _greedy(eng, seen, len(again.completion_token_ids))
+        assert again.completion_token_ids == _greedy_reference(
+            eng, seen, len(again.completion_token_ids)
+        )
 
 
 async def test_a_head_counted_once_lets_more_rows_decode_together(tiny_path: Path) -> None:
@@ -189,7 +180,7 @@ async def test_a_head_counted_once_lets_more_rows_decode_together(tiny_path: Pat
             watcher.cancel()
             most[on] = peak
             for p, r in zip(prompts, results, strict=True):
-                assert r.completion_token_ids == _greedy(eng, p, 16)
+                assert r.completion_token_ids == _greedy_reference(eng, p, 16)
         finally:
             eng.close_sync()
     assert most[False] == 3 and most[True] == 8
@@ -245,5 +236,5 @@ async def test_a_batch_formed_by_one_row_condenses_its_head_when_others_join(
     first, rest = await asyncio.gather(eng.generate(alone, greedy), joined())
     assert eng._batch.condensed - condensed == 1 and eng.head_rows - rows >= len(joins)
     for p, r in zip([alone, *joins], [first, *rest], strict=True):
-        assert r.completion_token_ids == _greedy(eng, p, 24)
+        assert r.completion_token_ids == _greedy_reference(eng, p, 24)
         assert torch.allclose(torch.tensor(r.logprobs), _logprobs(eng, p, r), atol=1e-4)
