@@ -1,8 +1,9 @@
 """A backend stops what it started however its script ends (art_langgraph/backend/shutdown.py).
 
-The slow tests run the exit soak's scripts (bench/probes/exit_soak.py) as fresh processes
-on the real model: a script that never closes its backend and returns, raises, is stopped by
-SIGTERM or by SIGINT while calls are in flight, or logs to W&B offline. Each must exit as
+The slow tests run each of the exit soak's scripts (bench/probes/exit_soak.py) once, as a
+fresh process on the real model: a script that never closes its backend and returns,
+raises, is stopped by SIGTERM or by SIGINT while calls are in flight, or logs to W&B
+offline. Each must exit as
 Python would without us, with no abort, its logger flushed, and no process left. Before
 the fix the SIGINT script aborted in 2 of 3 runs, and the SIGTERM one lost its logger's
 records in 3 of 3 (the issue 52 closing note has the soak's counts on the plain script).
@@ -106,15 +107,14 @@ async def test_a_closed_backend_refuses_new_models_and_closes_once(tmp_path: Pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("variant", "runs"),
-    [("plain", 3), ("raises", 2), ("sigterm", 2), ("sigint", 3), ("wandb", 2)],
-)
+@pytest.mark.parametrize("variant", ["plain", "raises", "sigterm", "sigint", "wandb"])
 def test_a_script_that_never_closes_its_backend_exits_as_python_would(
-    variant: str, runs: int, tmp_path: Path
+    variant: str, tmp_path: Path
 ) -> None:
-    outcomes = [run_variant(variant, tmp_path / str(i)) for i in range(runs)]
-    assert all(o.ok for o in outcomes), [o.why for o in outcomes if not o.ok]
+    """One run of each script: the soak (`python -m bench.probes.exit_soak`) repeats them
+    to count how often an end goes wrong; CI checks that each ends right."""
+    outcome = run_variant(variant, tmp_path)
+    assert outcome.ok, outcome.why
 
 
 def test_a_hung_script_is_reported_with_its_threads_and_leaves_no_process(
