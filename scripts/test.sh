@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The test command: sets up .venv, then runs lint, format check, the type checker, the
-# docs build and the whole test suite, in two jobs: the main job, then the slow job (tests
-# marked `slow_job`: a slower path to what a main-job test already proves, such as a second
-# front end on the vLLM engine). Both run by default, as CI runs them; `--main` runs only
-# the main job, `--slow-job` only the slow job's tests. Other arguments go to pytest. Tests
-# run on two pytest-xdist workers, but those marked `serial` run alone afterwards.
+# docs build and the whole test suite: the main job and the slow job (tests marked
+# `slow_job`: a slower path to what a main-job test already proves, such as a second front
+# end on the vLLM engine). Both run by default, as CI runs them, in one pytest run on two
+# pytest-xdist workers; `--main` runs only the main job, `--slow-job` only the slow job's
+# tests. Other arguments go to pytest.
 set -euo pipefail
 job=all
 case "${1:-}" in
@@ -71,45 +71,27 @@ if [ -n "$bfcl_setup" ]; then
   bfcl_setup=""
   export ART_REQUIRE_BFCL=1
 fi
-# pytest's exit 5 (no test collected) is a failure, not a pass. With arguments that pick
-# tests (-k, a path), some of the runs below may find none of them; one must.
-filtered=no
-if [ "$#" -gt 0 ] && [ "$*" != "-q" ]; then filtered=yes; fi
-runs=0
-empty=0
-run_pytest() {
-  runs=$((runs + 1))
-  set +e
-  "$venv/bin/python" -m pytest "$@"
-  local rc=$?
-  set -e
-  if [ "$rc" -eq 5 ] && [ "$filtered" = "yes" ]; then
-    empty=$((empty + 1))
-    return 0
-  fi
-  if [ "$rc" -eq 5 ]; then
-    echo "test: pytest collected no tests; that is a failure" >&2
-    return 1
-  fi
-  return "$rc"
-}
 # Two pytest-xdist workers ($ART_TEST_WORKERS; 0 runs one process): most tests start a
 # server or a CLI process and keep one core busy, so two at a time fill both cores
 # (docs/development.md has the timings). tests/conftest.py keeps each file, every SmolLM2
-# file and every vLLM file on one worker (WORKER_GROUPS). Tests marked `serial` (the
-# learning test, whose budget is both cores) run alone after them.
+# file and every vLLM file on one worker (WORKER_GROUPS) and hands out first the group of
+# long tests (the BFCL learning arm, the main job), one after the other on one worker,
+# while the other worker takes the rest. Both jobs (the default) are one pytest run, so
+# no group's fixtures start twice and no job waits on the other's last test.
 workers="${ART_TEST_WORKERS:-2}"
-if [ "$job" != "slow" ]; then
-  echo "test: the main job" >&2
-  run_pytest -n "$workers" --dist loadscope -m "not slow_job and not serial" "$@"
-  echo "test: the main job's serial tests" >&2
-  run_pytest -m "serial and not slow_job" "$@"
-fi
-if [ "$job" != "main" ]; then
-  echo "test: the slow job (tests marked slow_job)" >&2
-  run_pytest -n "$workers" --dist loadscope -m "slow_job" "$@"
-fi
-if [ "$empty" -eq "$runs" ]; then
-  echo "test: pytest collected no tests in any run; that is a failure" >&2
+case "$job" in
+  main) echo "test: the main job" >&2; marks=(-m "not slow_job") ;;
+  slow) echo "test: the slow job (tests marked slow_job)" >&2; marks=(-m "slow_job") ;;
+  *) echo "test: the main job and the slow job" >&2; marks=() ;;
+esac
+# pytest's exit 5 (no test collected, as a -k or a path that picks nothing in the job
+# gives) is a failure, not a pass.
+set +e
+"$venv/bin/python" -m pytest -n "$workers" --dist loadscope "${marks[@]}" "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "test: pytest collected no tests; that is a failure" >&2
   exit 1
 fi
+exit "$rc"

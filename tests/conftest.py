@@ -125,6 +125,11 @@ async def fresh_model(
     return model
 
 
+LONG = "long"
+"""The group of the tests that take many minutes alone (the BFCL learning arm and the main
+job, each a real-model run in a subprocess of its own): handed out first, so one worker
+runs them one after the other while the other takes the rest, and neither ends the run."""
+
 WORKER_GROUPS = {
     "tests/engine/test_vllm_engine.py": "vllm",
     "tests/scaleout/test_vllm_replicas.py": "vllm",
@@ -132,6 +137,8 @@ WORKER_GROUPS = {
     "tests/mcp/test_real_model.py": "smol",
     "tests/mcp/test_turns_extend.py": "smol",
     "tests/presets/test_smollm2.py": "smol",
+    "tests/examples/test_bfcl_learning.py": LONG,
+    "tests/test_demo.py": LONG,
 }
 """Files that share a pytest-xdist worker (the test command runs two): every file with a
 `vllm` test, so two vLLM servers never run at once, and every file with a SmolLM2 test
@@ -152,6 +159,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             path = nodeid.split("::", 1)[0]
             return WORKER_GROUPS.get(path, path)
 
+    # the order is pytest_collection_modifyitems' (the long group first), not xdist's own
+    # by number of tests, which would hand out a group of one long test last
+    config.option.loadscopereorder = False
     return FileGroups(config, log)
 
 
@@ -184,6 +194,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             "ART_REQUIRE_VLLM=1 but no vLLM environment: run scripts/setup-vllm.sh"
         )
+    _long_first(items)
     for item in items:
         path = item.nodeid.split("::", 1)[0]
         group = "vllm" if "vllm" in item.keywords else "smol" if _uses_smol(item) else None
@@ -195,6 +206,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(no_vllm)
         if "bfcl" in item.keywords and not has_bfcl:
             item.add_marker(no_bfcl)
+
+
+def _long_first(items: list[pytest.Item]) -> None:
+    """Order `items` as pytest-xdist hands out their groups: the long group first, then
+    the groups with more tests before those with fewer (xdist's own order, which
+    `pytest_xdist_make_scheduler` turns off), in the order they were collected."""
+    groups = [WORKER_GROUPS.get(p, p) for p in (i.nodeid.split("::", 1)[0] for i in items)]
+    size: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for k, g in enumerate(groups):
+        size[g] = size.get(g, 0) + 1
+        first.setdefault(g, k)
+    order = sorted(
+        range(len(items)), key=lambda k: (groups[k] != LONG, -size[groups[k]], first[groups[k]], k)
+    )
+    items[:] = [items[k] for k in order]
 
 
 def _has_bfcl() -> bool:

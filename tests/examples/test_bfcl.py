@@ -252,14 +252,22 @@ def test_the_app_trains_and_scores_end_to_end(tmp_path: Path) -> None:
     assert -1 <= step["trained_reward_calls_correlation"] <= 1
 
 
-@pytest.mark.slow
-@pytest.mark.bfcl
-def test_the_ci_arm_evaluates_only_what_it_names(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def ci_arm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kept run of the CI arm's shape on the tiny model: one step of 4 groups, greedy on
+    two validation items of simple_python."""
+    out = tmp_path_factory.mktemp("ci_arm")
     args = ["--base-model", "tiny", "--steps", "1", "--groups-per-step", "4"]
     args += ["--eval-categories", "simple_python", "--eval-modes", "greedy", "--eval-limit", "2"]
     args += ["--eval-split", "validation", "--train-categories", "simple_python"]
-    _example("examples.bfcl", *args, "--out", str(tmp_path))
-    result = json.loads((tmp_path / "result.json").read_text())
+    _example("examples.bfcl", *args, "--out", str(out))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.bfcl
+def test_the_ci_arm_evaluates_only_what_it_names(ci_arm_run: Path) -> None:
+    result = json.loads((ci_arm_run / "result.json").read_text())
     assert set(result["accuracy"]) == {"simple_python/greedy"}
     scored = set(result["per_item"]["before"]["simple_python/greedy"])
     assert scored <= set(load_splits()["validation"]["simple_python"]) and len(scored) == 2
@@ -270,12 +278,9 @@ def test_the_ci_arm_evaluates_only_what_it_names(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.bfcl
-def test_the_whole_categories_score_a_kept_run_untrained_and_after(tmp_path: Path) -> None:
-    run = ["--base-model", "tiny", "--steps", "1", "--groups-per-step", "4"]
-    run += ["--eval-categories", "simple_python", "--eval-modes", "greedy", "--eval-limit", "1"]
-    _example("examples.bfcl", *run, "--out", str(tmp_path))
-    _example("examples.bfcl.whole", "--run", str(tmp_path), "--limit", "2")
-    whole = json.loads((tmp_path / "whole.json").read_text())
+def test_the_whole_categories_score_a_kept_run_untrained_and_after(ci_arm_run: Path) -> None:
+    _example("examples.bfcl.whole", "--run", str(ci_arm_run), "--limit", "2")
+    whole = json.loads((ci_arm_run / "whole.json").read_text())
     cats = whole["table"]["after"]["categories"]
     assert set(cats) == {*CATEGORIES, "simple_java", "simple_javascript", "irrelevance_auto"}
     assert all(c["total_count"] == 2 for c in cats.values())

@@ -66,7 +66,6 @@ def test_the_margin_sits_above_every_control_and_came_from_these_arguments() -> 
 
 
 @pytest.mark.slow
-@pytest.mark.serial
 @pytest.mark.bfcl
 def test_rl_makes_the_real_model_call_bfcls_functions_better(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "examples.bfcl", "--seed", "0", *CI_ARGS, "--out", str(tmp_path)]
