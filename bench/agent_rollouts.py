@@ -53,7 +53,17 @@ from typing import Any
 from bench.memory import tree_peak_rss_mib
 from bench.readme import ROOT, results_dir, update_docs, write_results
 
-RESULTS = results_dir("agent_rollouts") / "agent_rollouts.json"
+
+def host_name(flags: set[str]) -> str:
+    """This result's name by host class (the CPU's flags), so that one class's run never
+    overwrites another's: "agent_rollouts" on AVX2 (the first table), else with "_amx" or
+    "_avx512bf16" added; the file under bench/results/agent_rollouts and the docs block."""
+    for flag, key in (("amx_bf16", "amx"), ("avx512_bf16", "avx512bf16")):
+        if flag in flags:
+            return f"agent_rollouts_{key}"
+    return "agent_rollouts"
+
+
 SETTINGS = ("torch-nocache", "torch-cache", "torch-head", "vllm")
 
 
@@ -298,7 +308,7 @@ def main() -> None:
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args()
     from art_langgraph.runtime.allocator import reexec_with_tcmalloc
-    from art_langgraph.runtime.devices import cpu_has_fast_bf16
+    from art_langgraph.runtime.devices import cpu_flags, cpu_has_fast_bf16
 
     reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/runtime/allocator.py); children inherit it
 
@@ -344,8 +354,9 @@ def main() -> None:
         f", both engines in {args.dtype}\n\n" + _table(rows) + extra
     )
     print(table)
+    name = host_name(cpu_flags())
     write_results(
-        RESULTS,
+        results_dir("agent_rollouts") / f"{name}.json",
         {
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
@@ -355,7 +366,7 @@ def main() -> None:
             "table": table,
         },
     )
-    update_docs("agent_rollouts", table)
+    update_docs(name, table)
 
 
 if __name__ == "__main__":
