@@ -11,7 +11,8 @@ after another, each in a child process of its own (so each peak is its own):
   1/64 of RAM, at most 256 MiB; the prefix cache's was 1/32, at most 1 GiB, until this
   bench's first table);
 - `kv<K>-prefix<P>`: K MiB of running KV and a P MiB prefix cache (0: off);
-- either with `+decommit`: tcmalloc returns freed spans to the system at once
+- either with `+head`: the engine forms a batch head (`TorchEngineConfig.batch_head`);
+- either with `+decommit` (after `+head`): tcmalloc returns freed spans to the system at once
   (`TCMALLOC_AGGRESSIVE_DECOMMIT=1`) instead of keeping them for reuse.
 
 Every child runs on tcmalloc, as `art-mcp` does (`reexec_with_tcmalloc`).
@@ -60,7 +61,7 @@ from bench.readme import results_dir, update_docs, write_results
 from bench.trainer_roofline import cpu_flags
 
 RESULTS = results_dir("engine_memory")
-_ARM = re.compile(r"(?:default|kv(\d+)-prefix(\d+))(\+decommit)?")
+_ARM = re.compile(r"(?:default|kv(\d+)-prefix(\d+))(\+head)?(\+decommit)?")
 
 
 def budgets(arm: str) -> tuple[int | None, int | None]:
@@ -68,11 +69,18 @@ def budgets(arm: str) -> tuple[int | None, int | None]:
     m = _ARM.fullmatch(arm)
     if m is None:
         raise SystemExit(
-            f"an arm is 'default' or kv<MiB>-prefix<MiB>, either optionally +decommit; not {arm!r}"
+            f"an arm is 'default' or kv<MiB>-prefix<MiB>, either optionally +head, then "
+            f"optionally +decommit; not {arm!r}"
         )
     if m[1] is None:
         return None, None
     return int(m[1]) << 20, int(m[2]) << 20
+
+
+def has_head(arm: str) -> bool:
+    """Whether an arm runs the engine with a batch head (`TorchEngineConfig.batch_head`)."""
+    m = _ARM.fullmatch(arm.removeprefix("ref:"))
+    return m is not None and m[3] is not None
 
 
 def arm_env(arm: str, ref: Path | None = None) -> dict[str, str]:
@@ -104,7 +112,9 @@ async def _evaluate(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         eval_scenarios=args.eval_scenarios or eval_scenarios(args.task),
         **({"base_model": args.base_model} if args.base_model else {}),
     )
-    config = TorchEngineConfig(max_kv_bytes=kv, prefix_cache_bytes=prefix)
+    config = TorchEngineConfig(
+        max_kv_bytes=kv, prefix_cache_bytes=prefix, batch_head=has_head(args.child)
+    )
     lines: list[str] = []
     async with art.LocalBackend(
         path=str(folder), engine=art.EngineChoice("torch", config=config)

@@ -9,13 +9,15 @@ import json
 import pytest
 
 from art_langgraph.runtime.allocator import allocator_path
-from bench.engine_memory import budgets, main, table
+from bench.engine_memory import budgets, has_head, main, table
 
 
 def test_arms_name_budgets_in_mib_and_a_malformed_arm_is_refused() -> None:
     assert budgets("default") == (None, None)
     assert budgets("kv512-prefix0") == (512 << 20, 0) == budgets("kv512-prefix0+decommit")
-    assert budgets("default+decommit") == (None, None)
+    assert budgets("default+decommit") == (None, None) == budgets("default+head+decommit")
+    assert has_head("default+head") and has_head("ref:kv512-prefix0+head+decommit")
+    assert not has_head("default+decommit")
     with pytest.raises(SystemExit, match="kv<MiB>-prefix<MiB>"):
         budgets("kv512")
 
