@@ -91,8 +91,9 @@ class TorchEngineConfig:
     org-chart evaluation, prefill-heavy, took 0.92x the time on one pair on a 2-core AMX
     host (670 s against 727; the reference's two runs took 727 and 804 s), peaking 0.15 GiB
     higher (docs/benchmarks.md#batch-head). One RL step's 32 agent rollouts ran 1.12x,
-    1.35x and 1.69x faster with it on three pairs on that host (bench.agent_rollouts); a
-    whole training run is not yet measured. Models with layers that are not full attention
+    1.35x and 1.69x faster with it on three pairs on that host (bench.agent_rollouts), and
+    a second evaluation pair took 0.84x (806 s against 963); a whole training run is not
+    yet measured. Models with layers that are not full attention
     keep it off."""
     chat_template: str | None = None
     """A Jinja chat template (its text, or a file path) replacing the tokenizer's own, as
