@@ -55,13 +55,14 @@ from bench.readme import ROOT, results_dir, update_docs, write_results
 
 
 def host_name(flags: set[str]) -> str:
-    """This result's name by host class (the CPU's flags), so that one class's run never
-    overwrites another's: "agent_rollouts" on AVX2 (the first table), else with "_amx" or
-    "_avx512bf16" added; the file under bench/results/agent_rollouts and the docs block."""
-    for flag, key in (("amx_bf16", "amx"), ("avx512_bf16", "avx512bf16")):
-        if flag in flags:
-            return f"agent_rollouts_{key}"
-    return "agent_rollouts"
+    """This result's name by host class (`bench.learning.host_key` of the CPU's flags), so
+    that one class's run never overwrites another's: "agent_rollouts" on AVX2 (the first
+    table), else with "_amx" or "_avx512bf16" added; the file under
+    bench/results/agent_rollouts and the docs block."""
+    from bench.learning import host_key
+
+    key = host_key(" ".join(sorted(flags)))
+    return "agent_rollouts" if key == "avx2" else f"agent_rollouts_{key}"
 
 
 SETTINGS = ("torch-nocache", "torch-cache", "torch-head", "vllm")

@@ -156,8 +156,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     class FileGroups(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return WORKER_GROUPS.get(path, path)
+            return _group(nodeid)
 
     # the order is pytest_collection_modifyitems' (the long group first), not xdist's own
     # by number of tests, which would hand out a group of one long test last
@@ -208,11 +207,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(no_bfcl)
 
 
+def _group(nodeid: str) -> str:
+    """A test's worker group: its file's in `WORKER_GROUPS`, else its file."""
+    path = nodeid.split("::", 1)[0]
+    return WORKER_GROUPS.get(path, path)
+
+
 def _long_first(items: list[pytest.Item]) -> None:
     """Order `items` as pytest-xdist hands out their groups: the long group first, then
     the groups with more tests before those with fewer (xdist's own order, which
     `pytest_xdist_make_scheduler` turns off), in the order they were collected."""
-    groups = [WORKER_GROUPS.get(p, p) for p in (i.nodeid.split("::", 1)[0] for i in items)]
+    groups = [_group(i.nodeid) for i in items]
     size: dict[str, int] = {}
     first: dict[str, int] = {}
     for k, g in enumerate(groups):
