@@ -8,6 +8,7 @@ outputs) into a temp folder.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -61,14 +62,18 @@ def keyed_server(engine: TorchEngine, registry: ModelRegistry) -> Iterator[Serve
         yield handle
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def smol_server() -> Iterator[tuple[TorchEngine, ServerHandle]]:
-    """One SmolLM2-135M-Instruct engine and server (served as "smol") for every real-model
-    test: one copy of its 540 MB of weights in the suite, built only if a test asks."""
+    """A SmolLM2-135M-Instruct engine and server (served as "smol") for a file's real-model
+    tests, built only if a test asks and freed when the file ends: the files that use it
+    share a worker (`WORKER_GROUPS`), so one copy of its weights is in memory at a time,
+    and the next group on that worker (the vLLM files) starts without it."""
     eng = TorchEngine.from_pretrained("smollm2-135m")
     with start_server(eng, ModelRegistry("smol")) as handle:
         yield eng, handle
     eng.close_sync()
+    del eng, handle
+    gc.collect()  # the stopped server's app sits in reference cycles (FastAPI's, uvicorn's)
 
 
 @pytest.fixture(scope="session")

@@ -149,11 +149,13 @@ class TorchEngine:
             block_size=self._prefix.block_size,
         )
         """Queued requests and commands, and which of them join the batch at a step."""
+        batch = self._batch  # not `self`: a closure over the engine would keep a closed
+        # engine's weights and caches alive until the garbage collector's next full pass
         self._slots = AdapterSlots(
             model,
             shared_base=self.shared_base,
             prefix=self._prefix,
-            in_use=lambda: {r.adapter_key for r in self._batch.live()},
+            in_use=lambda: {r.adapter_key for r in batch.live()},
             merge_latest=self.config.merge_latest,
             prepack_weights=self.config.prepack_weights,
         )

@@ -22,6 +22,10 @@ model or an endpoint not served (its message lists the ones served; 405 likewise
 wrong method), 500 when the engine fails. The key guards `/metrics` as it guards `/v1/models`
 (the Guard).
 
+The routes reach the engine and the services through the request's app
+(`app.state.served`, `_Served`), never through a closure: FastAPI keeps endpoint
+functions in module-level caches, and a closure would keep a stopped server's engine.
+
 Left out: the legacy `/v1/completions`, embeddings, stored responses (`GET
 /v1/responses/{id}` and the like are 404s), and adapter management over HTTP (the
 backend loads adapters in-process).
@@ -71,21 +75,9 @@ def create_app(
     if api_key is not None and not api_key.strip():
         raise UsageError("the API key is empty or whitespace: pass a real key, or none")
     limits = config or ServerConfig()
-    service = ChatService(engine, registry, limits)
-    responses = ResponsesService(service)
-    exposition = ServerMetrics(engine, registry.base_name)
     app = FastAPI(title="art_langgraph", docs_url=None, redoc_url=None)
+    app.state.served = _Served(engine, registry, limits)
     app.add_middleware(Guard, api_key=api_key, max_body_bytes=limits.max_body_bytes)
-    # Parsing, validation, chat templates and tokenization run here, one request at a time,
-    # never on the event loop: a large prompt must not stall /health or other clients.
-    cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="art-render")
-
-    async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(cpu, fn, *args)
-
-    def parse_and_plan(raw: bytes) -> tuple[ChatCompletionRequest, Plan | None]:
-        req = service.parse(raw)
-        return req, None if registry.is_paused(req.model) else service.plan(req)
 
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
@@ -99,19 +91,21 @@ def create_app(
     async def _starlette(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         where = f"{request.method} {request.url.path}"
         if exc.status_code == 404:
-            message = f"Invalid URL ({where}): this server serves {_served(app)}"
+            message = f"Invalid URL ({where}): this server serves {_endpoints(request.app)}"
             return _error(ServiceError(404, message))
         if exc.status_code == 405:
-            message = f"Method not allowed ({where}): this server serves {_served(app)}"
+            message = f"Method not allowed ({where}): this server serves {_endpoints(request.app)}"
             return _error(ServiceError(405, message))
         return _error(ServiceError(exc.status_code, str(exc.detail)))
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "models": registry.labels(), "adapters": engine.list_adapters()}
+    async def health(request: Request) -> dict[str, Any]:
+        s = _served_by(request)
+        return {"status": "ok", "models": s.registry.labels(), "adapters": s.engine.list_adapters()}
 
     @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
+    async def models(request: Request) -> dict[str, Any]:
+        registry = _served_by(request).registry
         created = int(time.time())
         data = [
             {"id": name, "object": "model", "created": created, "owned_by": "art_langgraph"}
@@ -120,27 +114,18 @@ def create_app(
         return {"object": "list", "data": data}
 
     @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(exposition.render(), media_type=CONTENT_TYPE)
-
-    async def ready_plan(request: Request, req: ChatCompletionRequest, plan: Plan | None) -> Any:
-        """The plan, once the model is not training (None if the client left meanwhile)."""
-        if plan is None:
-            while registry.is_paused(req.model):  # a step is training: wait (ART's semantics)
-                if await request.is_disconnected():
-                    return None
-                await asyncio.sleep(0.005)
-            plan = await off_loop(service.plan, req)
-        await service.ensure_adapter(plan)
-        return plan
+    async def metrics(request: Request) -> Response:
+        return Response(_served_by(request).exposition.render(), media_type=CONTENT_TYPE)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
+        s = _served_by(request)
+        service = s.service
         raw = await request.body()  # the Guard bounds its size
         # One trip to the worker for both when the model is not training (the common case);
         # otherwise the plan waits for the new step, which it must resolve to.
-        req, plan = await off_loop(parse_and_plan, raw)
-        if (plan := await ready_plan(request, req, plan)) is None:
+        req, plan = await s.off_loop(s.parse_and_plan, raw)
+        if (plan := await s.ready_plan(request, req, plan)) is None:
             return None
         if req.stream:
             return StreamingResponse(service.stream(plan), media_type="text/event-stream")
@@ -150,17 +135,13 @@ def create_app(
         body = service.response(plan, results).model_dump_json()
         return Response(body, media_type="application/json")
 
-    def parse_and_plan_responses(
-        raw: bytes,
-    ) -> tuple[ResponsesRequest, ChatCompletionRequest, Plan | None]:
-        rreq, req = responses.parse(raw)
-        return rreq, req, None if registry.is_paused(req.model) else service.plan(req)
-
     @app.post("/v1/responses")
     async def create_response(request: Request) -> Any:
+        s = _served_by(request)
+        service, responses = s.service, s.responses
         raw = await request.body()
-        rreq, req, plan = await off_loop(parse_and_plan_responses, raw)
-        if (plan := await ready_plan(request, req, plan)) is None:
+        rreq, req, plan = await s.off_loop(s.parse_and_plan_responses, raw)
+        if (plan := await s.ready_plan(request, req, plan)) is None:
             return None
         if rreq.stream:
             return StreamingResponse(responses.stream(rreq, plan), media_type="text/event-stream")
@@ -173,7 +154,56 @@ def create_app(
     return app
 
 
-def _served(app: FastAPI) -> str:
+class _Served:
+    """What an app's routes serve, held by the app alone (`app.state.served`): the routes
+    reach it through their request (`_served_by`), never through a closure. FastAPI
+    (0.165) keeps every endpoint function it has classified in module-level caches of 4096
+    entries, so a closure over the engine would keep a stopped server's engine, weights
+    and caches (1.5 GiB for SmolLM2-135M) alive for the rest of the process."""
+
+    def __init__(self, engine: InferenceEngine, registry: ModelRegistry, limits: ServerConfig):
+        self.engine = engine
+        self.registry = registry
+        self.service = ChatService(engine, registry, limits)
+        self.responses = ResponsesService(self.service)
+        self.exposition = ServerMetrics(engine, registry.base_name)
+        # Parsing, validation, chat templates and tokenization run here, one request at a
+        # time, never on the event loop: a large prompt must not stall /health or others.
+        self.cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="art-render")
+
+    async def off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.cpu, fn, *args)
+
+    def parse_and_plan(self, raw: bytes) -> tuple[ChatCompletionRequest, Plan | None]:
+        req = self.service.parse(raw)
+        return req, None if self.registry.is_paused(req.model) else self.service.plan(req)
+
+    def parse_and_plan_responses(
+        self, raw: bytes
+    ) -> tuple[ResponsesRequest, ChatCompletionRequest, Plan | None]:
+        rreq, req = self.responses.parse(raw)
+        return rreq, req, None if self.registry.is_paused(req.model) else self.service.plan(req)
+
+    async def ready_plan(
+        self, request: Request, req: ChatCompletionRequest, plan: Plan | None
+    ) -> Any:
+        """The plan, once the model is not training (None if the client left meanwhile)."""
+        if plan is None:
+            while self.registry.is_paused(req.model):  # a step is training: wait (ART's)
+                if await request.is_disconnected():
+                    return None
+                await asyncio.sleep(0.005)
+            plan = await self.off_loop(self.service.plan, req)
+        await self.service.ensure_adapter(plan)
+        return plan
+
+
+def _served_by(request: Request) -> _Served:
+    served: _Served = request.app.state.served
+    return served
+
+
+def _endpoints(app: FastAPI) -> str:
     """The endpoints `app` serves, as 'GET /health, POST /v1/responses, ...'."""
     routes = []
     for route in app.routes:
