@@ -68,12 +68,13 @@ def smol_server() -> Iterator[tuple[TorchEngine, ServerHandle]]:
     tests, built only if a test asks and freed when the file ends: the files that use it
     share a worker (`WORKER_GROUPS`), so one copy of its weights is in memory at a time,
     and the next group on that worker (the vLLM files) starts without it."""
+    # the previous file's copy goes first: its stopped server's app sits in reference
+    # cycles (FastAPI's, uvicorn's), which only a collection frees
+    gc.collect()
     eng = TorchEngine.from_pretrained("smollm2-135m")
     with start_server(eng, ModelRegistry("smol")) as handle:
         yield eng, handle
     eng.close_sync()
-    del eng, handle
-    gc.collect()  # the stopped server's app sits in reference cycles (FastAPI's, uvicorn's)
 
 
 @pytest.fixture(scope="session")

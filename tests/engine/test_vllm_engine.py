@@ -12,6 +12,7 @@ and `art-mcp train --engine vllm` end to end.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -93,6 +94,7 @@ async def test_logprobs_match_the_torch_engine(
     step = await model.get_step()
     adapter = model.inference_name(step)
     folder = str(backend.path / "p" / "models" / "v" / "checkpoints" / f"{step:04d}")
+    gc.collect()  # a closed SmolLM2 server of an earlier file on this worker goes first
     torch_engine = TorchEngine.from_pretrained("smollm2-135m", TorchEngineConfig(dtype="float32"))
     try:
         await torch_engine.load_adapter(adapter, folder)
