@@ -309,7 +309,7 @@ def main() -> None:
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args()
     from art_langgraph.runtime.allocator import reexec_with_tcmalloc
-    from art_langgraph.runtime.devices import cpu_flags, cpu_has_fast_bf16
+    from art_langgraph.runtime.devices import cpu_flags, cpu_has_fast_bf16, matmul_flags
 
     reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/runtime/allocator.py); children inherit it
 
@@ -351,8 +351,9 @@ def main() -> None:
             f"Peak RSS with the step: {step.get('peak_rss_mib', 0):.0f} MiB."
         )
     table = (
-        f"{os.cpu_count()} cores, {'AMX/AVX-512-BF16' if fast else 'AVX2 only (no hardware bf16)'}"
-        f", both engines in {args.dtype}\n\n" + _table(rows) + extra
+        f"{os.cpu_count()} cores, CPU flags {matmul_flags()}, both engines in {args.dtype}\n\n"
+        + _table(rows)
+        + extra
     )
     print(table)
     name = host_name(cpu_flags())
@@ -363,6 +364,7 @@ def main() -> None:
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
             "args": vars(args),
             "hardware_bf16": fast,
+            "cpu_flags": matmul_flags(),
             "rows": rows,
             "table": table,
         },
