@@ -17,7 +17,9 @@ each seed's figures beside; saved to bench/results/bfcl_mix/bfcl_<host>_mix_<tag
 Arms: `calling` (the four calling categories), `all` (those and irrelevance in turn: 1
 group in 5), `third` (irrelevance 2 groups in 6), `half` (1 group in 2), and `third-batch`
 (`third` with `TrainConfig(flat_groups="batch_baseline")`), `third-batchpos` (with
-`"batch_baseline_positive"`). Needs BFCL's
+`"batch_baseline_positive"`), `noparallel` (simple_python, multiple and irrelevance in
+turn, 1 group in 3 each: the calling categories that need one call, without the parallel
+ones, whose several calls pull the untrained model's count the other way). Needs BFCL's
 environment (scripts/setup-bfcl.sh). Left out: choosing for the user (the table shows the
 trade; the docs say which arm was taken and why).
 """
@@ -46,6 +48,7 @@ ARMS = {
     "half": tuple(x for c in _C for x in (c, "irrelevance")),
     "third-batch": TRAINED,
     "third-batchpos": TRAINED,
+    "noparallel": ("simple_python", "multiple", "irrelevance"),
 }
 """Each arm's `--train-categories`."""
 TRAIN_CONFIGS = {
