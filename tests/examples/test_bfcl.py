@@ -21,7 +21,9 @@ from examples.bfcl.app import (
     TRAINED,
     Run,
     Tally,
+    _check_args,
     calls_of,
+    parser,
     partial_credit,
     rollout_diagnostics,
     step_categories,
@@ -96,10 +98,17 @@ def test_declining_beside_a_call_fails_both_ways(checker: BfclChecker) -> None:
 def test_the_steps_draw_every_trained_category_in_turn() -> None:
     drawn = [c for step in range(len(TRAINED)) for c in step_categories(step, 8)]
     assert {c: drawn.count(c) for c in TRAINED} == {c: 8 * TRAINED.count(c) for c in TRAINED}
-    assert TRAINED.count("irrelevance") == 2  # 2 groups in 6: the mix chosen on validation
+    assert TRAINED.count("irrelevance") == 1  # 1 group in 3: the mix chosen on validation
     assert step_categories(1, 8)[0] == TRAINED[8 % len(TRAINED)]  # continued, not restarted
     half = step_categories(0, 8, ("simple_python", "irrelevance", "multiple", "irrelevance"))
     assert half.count("irrelevance") == 4
+
+
+def test_a_run_may_train_on_categories_the_default_mix_leaves_out() -> None:
+    args = _check_args(parser().parse_args(["--train-categories", "parallel,irrelevance"]))
+    assert args.train_categories == "parallel,irrelevance"
+    with pytest.raises(SystemExit, match="unknown"):
+        _check_args(parser().parse_args(["--train-categories", "simple_java"]))
 
 
 @pytest.mark.bfcl
