@@ -67,7 +67,8 @@ from examples.bfcl.splits import load_splits
 CALLING = ("simple_python", "multiple", "parallel", "parallel_multiple")
 """The categories whose items ask for calls: the mean of them is the rise."""
 TRAINABLE = (*CALLING, "irrelevance")
-"""The categories a run may train on (`--train-categories`): their training halves."""
+"""The categories a run may train on (`--train-categories`, their training halves) and
+evaluate (`--eval-categories`, their held-out sample or validation slice)."""
 TRAINED = ("simple_python", "multiple", "irrelevance")
 """The categories a step draws its items from, in turn (the default `--train-categories`):
 the calling categories that ask for one call, and irrelevance (whose items pass only when
@@ -175,9 +176,7 @@ class Run:
         self.args = args
         self.checker = BfclChecker()
         self.splits = load_splits()
-        self.items = {
-            it["id"]: it for c in (*CALLING, "irrelevance") for it in self.checker.items(c)
-        }
+        self.items = {it["id"]: it for c in TRAINABLE for it in self.checker.items(c)}
 
     async def verdict(self, item: dict[str, Any], output: dict[str, Any]) -> bool:
         result = await asyncio.to_thread(self.checker.check, item, calls_of(output))
@@ -536,7 +535,7 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--eval-categories",
-        default=",".join((*CALLING, "irrelevance")),
+        default=",".join(TRAINABLE),
         help="the held-out categories evaluated (comma-separated; the CI arm evaluates fewer)",
     )
     ap.add_argument(
@@ -571,7 +570,7 @@ def _check_args(args: argparse.Namespace) -> argparse.Namespace:
     calling category evaluated greedy."""
     cats, modes = args.eval_categories.split(","), args.eval_modes.split(",")
     unknown = (
-        set(cats) - {*CALLING, "irrelevance"}
+        set(cats) - set(TRAINABLE)
         or set(modes) - {"greedy", "sampled"}
         or set(args.train_categories.split(",")) - set(TRAINABLE)
     )
