@@ -164,7 +164,7 @@ def _mean(xs: list[float]) -> float:
 
 
 def _sd(xs: list[float]) -> float:
-    return statistics.stdev(xs) if len(xs) > 1 else float("nan")
+    return statistics.stdev(xs)
 
 
 def table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
@@ -199,7 +199,8 @@ def table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
             f"| {_mean(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)}) "
             f"| {ph['untrained_eval_s']:.1f} | {ph['evals_s']:.1f} | {ph['rollouts_s']:.1f} "
             f"| {ph['training_s']:.1f} | {ph['other_s']:.1f} "
-            f"| {_mean(up):+.2f} ± {_sd(up):.2f} ({', '.join(f'{x:+.2f}' for x in up)}) "
+            f"| {_mean(up):+.2f}{f' ± {_sd(up):.2f}' if len(up) > 1 else ''} "
+            f"({', '.join(f'{x:+.2f}' for x in up)}) "
             f"| {_mean([r['rl_rise'] for r in rs]):+.2f} "
             f"| {max(r['peak_rss_mib'] for r in rs) / 1024:.2f} |"
         )

@@ -68,6 +68,11 @@ def test_the_verdict_pairs_seeds_and_holds_the_rise() -> None:
     assert ttr.table(rows)[1]["held"] is False  # 0.06 below the reference's
 
 
+def test_one_run_a_checkout_has_no_spread() -> None:
+    text, _ = ttr.table([_row("ref", 1, 600.0, 0.5), _row("ours", 1, 300.0, 0.46)])
+    assert "nan" not in text and "| +0.46 (+0.46) |" in text
+
+
 def test_runs_of_different_task_files_are_never_pooled(tmp_path: Path) -> None:
     for r in (_row("ref", 1, 600.0, 0.5), {**_row("ours", 1, 300.0, 0.5), "task_files": "u"}):
         (tmp_path / f"{r['run']}.json").write_text(json.dumps(r))
