@@ -192,10 +192,13 @@ class TrainableModel(Model):
         *,
         epochs: int = 1,
         batch_size: int = 8,
+        stop_loss: float | None = None,
     ) -> TrainResult:
-        """Supervised warm start on trajectories or conversations; one checkpoint at the end."""
+        """Supervised warm start on trajectories or conversations; one checkpoint at the end.
+        With `stop_loss`, fewer than `epochs` once an epoch's last quarter of batches has a
+        mean token loss at or under it; the metrics give each epoch's losses and the time."""
         return await self.backend().train_sft(
-            self, list(items), config or TrainConfig(), epochs, batch_size
+            self, list(items), config or TrainConfig(), epochs, batch_size, stop_loss=stop_loss
         )
 
     async def record_evaluation(self, step: int, score: float) -> PromotionDecision:

@@ -270,6 +270,16 @@ class HarnessConfig(BaseModel):
             "(bench/results/warm_start)."
         ),
     )
+    sft_stop_loss: float | None = Field(
+        None,
+        ge=0,
+        description=(
+            "End the SFT warm start before `sft_epochs` once an epoch's last quarter of "
+            "batches has a mean token loss (nats) at or under this; the first epoch's are "
+            "measured on demonstrations not yet trained on. None: every epoch runs. The log "
+            "gives each epoch's tail loss and the warm start's time."
+        ),
+    )
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
         description=(

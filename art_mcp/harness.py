@@ -55,7 +55,14 @@ from art_mcp.evaluation import (
     log_to_langfuse,
     transcript,
 )
-from art_mcp.progress import EngineTally, TrainingProgress, say, terminal, trained_note
+from art_mcp.progress import (
+    EngineTally,
+    TrainingProgress,
+    say,
+    terminal,
+    trained_note,
+    warm_start_line,
+)
 from art_mcp.recipe import check_recipe, default_name, recipe_of, server_label
 from art_mcp.report import (
     Report,
@@ -279,10 +286,9 @@ class _Run:
                     art.TrainConfig(learning_rate=cfg.sft_learning_rate),
                     epochs=epochs,
                     batch_size=8,
+                    stop_loss=cfg.sft_stop_loss,
                 )
-                log(
-                    f"SFT warm start on {len(demos)} demonstrations: loss {res.metrics['sft_loss_first']:.2f} -> {res.metrics['sft_loss_last']:.2f}"
-                )
+                log(warm_start_line(len(demos), epochs, res.metrics))
         start_step = await model.get_step()
         if grpo_done == 0 and not any(e.rl_step == 0 and e.step == start_step for e in evaluations):
             self.phase = "the held-out evaluation before RL"

@@ -3,7 +3,7 @@
 `say` is the default log (stdout, flushed per line); progress bars draw only on a terminal
 (`terminal`); `TrainingProgress` is the trainer's `progress` callback (trained tokens,
 as a bar); `trained_note` says what a step trained on when it is not every group, or why
-it trained on nothing; `EngineTally` says what an embedded engine computed over a phase
+it trained on nothing; `warm_start_line` what the SFT warm start did and how long it took; `EngineTally` says what an embedded engine computed over a phase
 (prompt tokens, the share its prefix cache served, tokens generated).
 
 Left out: the report (report.py), which is rebuilt from the saved journal, not from these
@@ -40,6 +40,20 @@ def trained_note(m: dict[str, float], judge_params: dict[str, Any] | None) -> st
     if zv:
         return f" ({zv} of {groups} groups had one reward for all rollouts: not trained on)"
     return ""
+
+
+def warm_start_line(demonstrations: int, epochs: int, m: dict[str, float]) -> str:
+    """The log line of a warm start from `train_sft`'s metrics: "SFT warm start on 128
+    demonstrations: 2 of 3 epochs in 240 s (stopped at loss 0.01), loss 0.58 -> 0.00;
+    epochs' tail losses 0.04, 0.01"."""
+    ran = int(m.get("sft_epochs", epochs))
+    tails = ", ".join(f"{m[f'sft_epoch{k}_tail_loss']:.2f}" for k in range(1, ran + 1))
+    stopped = f" (stopped at loss {m[f'sft_epoch{ran}_tail_loss']:.2f})" if ran < epochs else ""
+    return (
+        f"SFT warm start on {demonstrations} demonstrations: {ran} of {epochs} epochs in "
+        f"{m.get('sft_seconds', 0):.0f} s{stopped}, loss {m['sft_loss_first']:.2f} -> "
+        f"{m['sft_loss_last']:.2f}; epochs' tail losses {tails}"
+    )
 
 
 def terminal() -> bool:

@@ -50,7 +50,7 @@ from bench.trainer_roofline import cpu_flags
 RESULTS = results_dir("time_to_rise")
 HELD = 0.05
 """How far our mean untrained -> last rise may sit below the reference's (issue 55)."""
-PHASES = ("untrained_eval_s", "evals_s", "rollouts_s", "training_s", "other_s")
+PHASES = ("untrained_eval_s", "evals_s", "warm_start_s", "rollouts_s", "training_s", "other_s")
 """A run's phases, in seconds (`phases`): together its wall time."""
 _CD = 'cd "$1" && shift && exec "$@"'
 """Runs the rest of its arguments from the folder given first: the checkout's own code."""
@@ -80,18 +80,21 @@ def task_digest(checkout: Path, task: str) -> str:
 _EVAL = re.compile(r"^(.*held-out evaluation[^:]*): (\d+) episodes in (\d+) s", re.M)
 _ROLLOUTS = re.compile(r"^RL step \d+: \d+ of \d+ rollouts.*? in (\d+) s", re.M)
 _TRAINED = re.compile(r"^RL step \d+: trained .* in (\d+) s", re.M)
+_WARM = re.compile(r"^SFT warm start on \d+ demonstrations: .*? in (\d+) s", re.M)
+"""The warm start's line; code before its time was logged leaves it in `other_s`."""
 
 
 def phases(log: str, wall_s: float) -> dict[str, float]:
     """Where a run's wall time went, from its own lines: the untrained evaluation, the
-    other evaluations, the steps' rollouts and training, and the rest (start-up, the warm
-    start, swaps, saves: whatever no line times); with how many evaluations and steps the
-    lines showed."""
+    other evaluations, the SFT warm start, the steps' rollouts and training, and the rest
+    (start-up, swaps, saves: whatever no line times); with how many evaluations and steps
+    the lines showed."""
     evals = [(label, float(s)) for label, _, s in _EVAL.findall(log)]
     rollouts, trained = _ROLLOUTS.findall(log), _TRAINED.findall(log)
     out = {
         "untrained_eval_s": sum(s for label, s in evals if "untrained" in label),
         "evals_s": sum(s for label, s in evals if "untrained" not in label),
+        "warm_start_s": sum(float(s) for s in _WARM.findall(log)),
         "rollouts_s": sum(float(s) for s in rollouts),
         "training_s": sum(float(s) for s in trained),
     }
@@ -182,14 +185,15 @@ def table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         head,
         "",
         "| checkout | runs | wall min (each) | vs ref (per seed) | untrained eval | other evals "
-        "| rollouts | training | rest | rise untrained -> last (each) | RL rise | peak RSS GiB |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|---|---:|---:|",
+        "| warm start | rollouts | training | rest | rise untrained -> last (each) | RL rise "
+        "| peak RSS GiB |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     verdict: dict[str, Any] = {}
     for lab in labels:
         rs = [by[lab][s] for s in sorted(by[lab])]
         walls = [r["wall_s"] / 60 for r in rs]
-        ph = {k: _mean([r["phases"][k] for r in rs]) / 60 for k in PHASES}
+        ph = {k: _mean([r["phases"].get(k, 0.0) for r in rs]) / 60 for k in PHASES}
         paired = [s for s in by[lab] if "ref" in by and s in by["ref"]]
         ratios = [by[lab][s]["wall_s"] / by["ref"][s]["wall_s"] for s in paired]
         up = [r["rise"] for r in rs if r["rise"] is not None]
@@ -197,7 +201,8 @@ def table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
             f"| {lab} {', '.join(sorted({r['commit'] for r in rs}))} | {len(rs)} "
             f"| {_mean(walls):.1f} ({', '.join(f'{w:.1f}' for w in walls)}) "
             f"| {_mean(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)}) "
-            f"| {ph['untrained_eval_s']:.1f} | {ph['evals_s']:.1f} | {ph['rollouts_s']:.1f} "
+            f"| {ph['untrained_eval_s']:.1f} | {ph['evals_s']:.1f} | {ph['warm_start_s']:.1f} "
+            f"| {ph['rollouts_s']:.1f} "
             f"| {ph['training_s']:.1f} | {ph['other_s']:.1f} "
             f"| {_mean(up):+.2f}{f' ± {_sd(up):.2f}' if len(up) > 1 else ''} "
             f"({', '.join(f'{x:+.2f}' for x in up)}) "
@@ -207,7 +212,8 @@ def table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         verdict[lab] = {"wall_ratio": _mean(ratios), "rise": _mean(up), "seeds": sorted(by[lab])}
     lines.append("")
     lines.append(
-        "Phases in minutes, means over the runs; `rest` is start-up, the warm start, swaps and saves."
+        "Phases in minutes, means over the runs; `rest` is start-up, swaps and saves, and the "
+        "warm start where the code did not log its time (0.0 in `warm start`)."
     )
     if "ref" in verdict and len(verdict) > 1:
         (ours,) = [v for k, v in verdict.items() if k != "ref"]

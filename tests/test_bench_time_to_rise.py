@@ -34,7 +34,8 @@ def test_the_phases_read_the_harness_lines() -> None:
     log = "\n".join(
         [
             "the untrained model's held-out evaluation: 72 episodes in 120 s; engine: ...",
-            "SFT warm start on 46 demonstrations: loss 0.71 -> 0.00",
+            "SFT warm start on 46 demonstrations: 2 of 3 epochs in 40 s (stopped at loss "
+            "0.01), loss 0.71 -> 0.00; epochs' tail losses 0.03, 0.01",
             "held-out evaluation after the SFT warm start, before RL: 72 episodes in 80 s",
             "RL step 1: 32 of 32 rollouts in 34 s; engine: 75k prompt tokens; training",
             "RL step 1: trained 1 micro-batches (2617 tokens) in 70 s",
@@ -45,7 +46,8 @@ def test_the_phases_read_the_harness_lines() -> None:
     )
     ph = ttr.phases(log, 500.0)
     assert ph["untrained_eval_s"] == 120 and ph["evals_s"] == 170
-    assert ph["rollouts_s"] == 64 and ph["training_s"] == 130 and ph["other_s"] == 16
+    assert ph["rollouts_s"] == 64 and ph["training_s"] == 130 and ph["warm_start_s"] == 40
+    assert ph["other_s"] == 500 - 120 - 170 - 64 - 130 - 40
     assert ph["evaluations"] == 3 and ph["steps"] == 2
 
 

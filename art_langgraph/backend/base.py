@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from art_langgraph.errors import UsageError
+
 if TYPE_CHECKING:
     from art_langgraph.backend.promotion import PromotionDecision
     from art_langgraph.training.base import ProgressFn
@@ -66,6 +68,14 @@ class TrainResult(BaseModel):
     """Rewards, loss, clip fraction, sampler/trainer mismatch, counts of skipped groups, timings."""
 
 
+def check_sft_args(epochs: int, batch_size: int, stop_loss: float | None) -> None:
+    """`Backend.train_sft`'s arguments, checked before anything is sent or trained."""
+    if epochs < 1 or batch_size < 1:
+        raise UsageError(f"epochs and batch_size must be >= 1, got {epochs} and {batch_size}")
+    if stop_loss is not None and not stop_loss >= 0:  # NaN fails too
+        raise UsageError(f"stop_loss must be a loss >= 0 or None, got {stop_loss}")
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Serves models over an OpenAI-compatible endpoint and trains their LoRA adapters."""
@@ -95,8 +105,12 @@ class Backend(Protocol):
         config: TrainConfig,
         epochs: int,
         batch_size: int,
+        *,
+        stop_loss: float | None = None,
     ) -> TrainResult:
-        """A supervised warm start on trajectories or conversations; one new step."""
+        """A supervised warm start on trajectories or conversations; one new step. With
+        `stop_loss`, it ends after the first epoch whose tail loss is at or under it
+        (`art_langgraph.training.sft`)."""
         ...
 
     async def log(self, model: ModelRef, items: list[Any], split: str) -> None:

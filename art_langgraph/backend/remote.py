@@ -40,7 +40,7 @@ from art_langgraph.backend.api.wire import (
     encode_body,
     idempotency_key,
 )
-from art_langgraph.backend.base import ModelRef, TrainableModelRef, TrainResult
+from art_langgraph.backend.base import ModelRef, TrainableModelRef, TrainResult, check_sft_args
 from art_langgraph.backend.promotion import PromotionDecision
 from art_langgraph.errors import InfrastructureError, NotRegisteredError, UsageError
 from art_langgraph.trajectories.loggers import LoggerSet, RunInfo, TrajectoryLogger
@@ -190,15 +190,17 @@ class RemoteBackend:
         config: TrainConfig,
         epochs: int,
         batch_size: int,
+        *,
+        stop_loss: float | None = None,
     ) -> TrainResult:
-        if epochs < 1 or batch_size < 1:
-            raise UsageError(f"epochs and batch_size must be >= 1, got {epochs} and {batch_size}")
+        check_sft_args(epochs, batch_size, stop_loss)
         body = SFTRequest(
             model=ModelSpec.of(model),
             items=[SFTItem.of(i) for i in items],
             config=config,
             epochs=epochs,
             batch_size=batch_size,
+            stop_loss=stop_loss,
         )
         return await self._stream(model, "/train_sft", body, None)
 

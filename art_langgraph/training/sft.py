@@ -7,7 +7,12 @@ end-of-turn token) is trained: `ChatFormat.training_ids` finds it from `{% gener
 markers, or from the rendered text for templates without them. A `Trajectory` is trained on the exact ids its calls
 recorded, through the same tensorization as RL.
 
-Left out: loss on the prompt.
+`train_sft`'s `stop_loss` ends the warm start early: after an epoch whose last quarter of
+batches (`tail_loss`) had a mean token loss at or under it. Each of the first epoch's
+losses is measured before its batch is trained on, so that epoch's tail is the loss on
+demonstrations the model has not yet been trained on; later epochs' tails are on seen ones.
+
+Left out: loss on the prompt; a held-out slice of demonstrations.
 """
 
 from __future__ import annotations
@@ -47,6 +52,30 @@ def _conversation(tokenizer: Any, item: Any, index: int, max_seq_length: int) ->
             f"(it has {len(ids)} tokens): raise max_seq_length or shorten the conversation"
         )
     return seq
+
+
+def tail_loss(losses: list[float]) -> float:
+    """The mean of an epoch's last quarter of batch losses (at least its last batch)."""
+    tail = losses[-max(1, len(losses) // 4) :]
+    return sum(tail) / len(tail)
+
+
+def sft_metrics(per_epoch: list[list[float]], seconds: float) -> dict[str, float]:
+    """A warm start's metrics from each epoch's batch losses: the first and last batch's,
+    each epoch's mean and tail (`sft_epoch<k>_loss`, `sft_epoch<k>_tail_loss`, k from 1),
+    the epochs and optimizer steps it ran, and its seconds."""
+    flat = [x for epoch in per_epoch for x in epoch]
+    out = {
+        "sft_loss_first": flat[0],
+        "sft_loss_last": flat[-1],
+        "sft_steps": float(len(flat)),
+        "sft_epochs": float(len(per_epoch)),
+        "sft_seconds": seconds,
+    }
+    for k, losses in enumerate(per_epoch, 1):
+        out[f"sft_epoch{k}_loss"] = sum(losses) / len(losses)
+        out[f"sft_epoch{k}_tail_loss"] = tail_loss(losses)
+    return out
 
 
 def sft_sequences(

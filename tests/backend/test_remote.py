@@ -124,6 +124,17 @@ async def test_train_through_remote_backend(backend_server: Backend) -> None:
     assert await again.get_step() == 2
 
 
+async def test_sft_stop_loss_crosses_the_wire(backend_server: Backend) -> None:
+    model = art.TrainableModel(name="remote-sft", project="r", base_model="tiny")
+    await model.register(art.RemoteBackend(backend_server.url, api_key=KEY))
+    convos = [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]] * 4
+    with pytest.raises(art.UsageError, match="stop_loss"):  # refused before it is sent
+        await model.train_sft(convos, stop_loss=-1.0)
+    result = await model.train_sft(convos, epochs=3, batch_size=2, stop_loss=1e9)
+    assert result.step == 1 and result.metrics["sft_epochs"] == 1
+    assert result.metrics["sft_steps"] == 2
+
+
 async def test_a_retried_request_trains_once(backend_server: Backend) -> None:
     backend = art.RemoteBackend(backend_server.url, api_key=KEY)
     model = art.TrainableModel(name="remote-b", project="r", base_model="tiny")

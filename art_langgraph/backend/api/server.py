@@ -190,7 +190,13 @@ class _TrainingAPI:
         return self.stream(
             key,
             lambda _: self.backend.train_sft(
-                model, items, req.config, req.epochs, req.batch_size, request_id=key
+                model,
+                items,
+                req.config,
+                req.epochs,
+                req.batch_size,
+                stop_loss=req.stop_loss,
+                request_id=key,
             ),
         )
 

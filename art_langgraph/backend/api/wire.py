@@ -126,6 +126,7 @@ class SFTRequest(_Wire):
     config: TrainConfig
     epochs: int = Field(ge=1)
     batch_size: int = Field(ge=1)
+    stop_loss: float | None = Field(None, ge=0)
 
 
 class LogRequest(_Wire):
