@@ -200,6 +200,19 @@ class HarnessConfig(BaseModel):
             "batch_baseline_positive (only the flat groups above the step's mean)."
         ),
     )
+    stop_when_flat: int = Field(
+        2,
+        ge=0,
+        description=(
+            "End RL after this many steps in a row that trained on nothing (every group, "
+            "refills included, gave all its rollouts one reward: the adapter is unchanged and "
+            "the next step samples the same policy), then evaluate; the log and the report say "
+            "so, and a restart keeps it. 0: every step runs. Replayed over the 114 runs on "
+            "record (bench/results/flat_stop), 2 ended none of them and 1 would have ended 3 "
+            "that found signal later; on the capitals task after the warm start 5 of 6 steps "
+            "were flat (docs/benchmarks.md#time-to-rise)."
+        ),
+    )
     eval_untrained: bool = Field(
         True,
         description=(

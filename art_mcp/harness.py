@@ -69,6 +69,7 @@ from art_mcp.report import (
     append_journal,
     build_report,
     eval_line,
+    flat_run,
     grpo_steps,
     journal_evaluations,
     read_journal,
@@ -313,14 +314,21 @@ class _Run:
             initial_step=grpo_done,
         )
         for batch in batches:
-            if batch.step >= cfg.steps:
+            if batch.step >= cfg.steps or self.ended_flat():
                 break
             await self.rl_step(batch.step, batch.items, first_here=batch.step == grpo_done)
+
+    def ended_flat(self) -> bool:
+        """Whether RL has ended early: the last `stop_when_flat` GRPO steps, in a row,
+        trained on nothing (read from the folder, so a restart keeps the verdict)."""
+        k = self.cfg.stop_when_flat
+        return bool(k) and flat_run(grpo_steps(self.folder, read_journal(self.folder))) >= k
 
     async def rl_step(self, index: int, items: list[Scenario], *, first_here: bool) -> None:
         """RL step `index + 1`: its rollouts (and the pre-flight summary on step 1), the
         control arm's shuffle, the GRPO step, the estimate after the first step this
-        process ran, the review queue, the journal, and the evaluation when one is due."""
+        process ran, the review queue, the journal, and the evaluation when one is due
+        (after the last step, every `eval_every`, and when RL ends early: `ended_flat`)."""
         cfg, log, model = self.cfg, self.log, self.model
         done = index + 1
         self.phase = f"RL step {done}"
@@ -390,7 +398,8 @@ class _Run:
             self.folder, "step", {"step": result.step, **{k: m[k] for k in _STEP_KEYS if k in m}}
         )
         train_reward = m.get("reward", float("nan"))
-        if done == cfg.steps or (cfg.eval_every and done % cfg.eval_every == 0):
+        ends = done < cfg.steps and self.ended_flat()
+        if done == cfg.steps or ends or (cfg.eval_every and done % cfg.eval_every == 0):
             held = eval_line(await self.evaluate(result.step, done))
         else:
             held = "-"
@@ -398,6 +407,11 @@ class _Run:
             f"RL step {done}: train reward {train_reward:.2f}{trained_note(m, self.ruler_params)}, "
             f"held-out {held}"
         )
+        if ends:
+            log(
+                f"RL ends after step {done} of {cfg.steps}: {cfg.stop_when_flat} steps in a row "
+                "trained on nothing (--stop-when-flat; 0 runs every step)"
+            )
         self.save_report()
 
     async def gather(
@@ -422,7 +436,8 @@ class _Run:
         grpo_done = len(grpo_steps(self.folder, read_journal(self.folder)))
         step = await self.model.get_step()
         evaluations = journal_evaluations(read_journal(self.folder))
-        if grpo_done and grpo_done >= cfg.steps and not any(e.step == step for e in evaluations):
+        ended = grpo_done >= cfg.steps or self.ended_flat()
+        if grpo_done and ended and not any(e.step == step for e in evaluations):
             # The last step's evaluation was cut off by an interrupt: run it now.
             self.phase = f"the held-out evaluation after RL step {grpo_done}"
             ev = await self.evaluate(step, grpo_done)
@@ -518,6 +533,7 @@ class _Run:
             model=self.name,
             server=self.label,
             steps=self.cfg.steps,
+            stop_when_flat=self.cfg.stop_when_flat,
             folder=self.folder,
             scored_by=self.scored_by,
             seconds=time.perf_counter() - self.t0,

@@ -59,6 +59,9 @@ class Report(BaseModel):
     """Held-out reward at the last evaluation."""
     val_reward_best: float | None = None
     """Best held-out reward after RL step 0."""
+    ended_after: int | None = None
+    """The RL step after which RL ended before `steps`, because `stop_when_flat` steps in a
+    row had trained on nothing; None: it did not end early."""
     untrained_steps: list[int] = Field(default_factory=list)
     """RL steps that trained on nothing: every group had one reward for all its rollouts
     (or was empty or stale). Such a step still advances the checkpoint, with the adapter
@@ -146,11 +149,22 @@ def eval_row(ev: Evaluation) -> dict[str, float]:
     }
 
 
+def flat_run(records: list[dict[str, Any]]) -> int:
+    """How many of the last GRPO steps (`grpo_steps` records), in a row, trained on nothing."""
+    run = 0
+    for h in reversed(records):
+        if h.get("nothing_trainable") != 1:
+            break
+        run += 1
+    return run
+
+
 def build_report(
     *,
     model: str,
     server: str,
     steps: int,
+    stop_when_flat: int = 0,
     folder: Path,
     scored_by: str,
     seconds: float,
@@ -182,7 +196,10 @@ def build_report(
                 **eval_row(before),
             }
         )
-    for i, h in enumerate(grpo_steps(folder, journal), start=1):
+    done = grpo_steps(folder, journal)
+    if stop_when_flat and len(done) < steps and flat_run(done) >= stop_when_flat:
+        report.ended_after = len(done)
+    for i, h in enumerate(done, start=1):
         row: dict[str, float] = {
             "step": float(h["step"]),
             "rl_step": float(i),
@@ -316,6 +333,11 @@ def summary_lines(report: Report) -> list[str]:
         out.append(
             f"- {len(report.untrained_steps)} of {len(report.rows) - 1} RL steps trained on "
             f"nothing (every group's rollouts had one reward): step {steps}"
+        )
+    if report.ended_after is not None:
+        out.append(
+            f"- RL ended after step {report.ended_after} of {report.steps}: the last steps "
+            "trained on nothing, in a row (`stop_when_flat`)"
         )
     cal = report.judge_calibration
     if cal is not None and cal.pairs:

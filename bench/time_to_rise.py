@@ -116,6 +116,11 @@ def rises(report: dict[str, Any]) -> dict[str, float | None]:
     }
 
 
+def grpo_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report's rows of RL steps (those that recorded their groups)."""
+    return [r for r in report.get("rows", []) if "groups" in r and "zero_variance_groups" in r]
+
+
 def run_one(
     checkout: Path, label: str, task: str, seed: int, out: Path, extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
@@ -157,6 +162,9 @@ def run_one(
         "peak_rss_mib": peak,
         "phases": phases(text, wall),
         **rises(report),
+        # each RL step's flat groups and groups, for bench.flat_stop's replay
+        "zero_variance_groups": [r["zero_variance_groups"] for r in grpo_rows(report)],
+        "groups": [r["groups"] for r in grpo_rows(report)],
     }
     write_results(out / f"{name}.json", row)
     return row

@@ -20,6 +20,7 @@ def test_a_cold_run_is_timed_phase_by_phase_from_its_own_lines(tmp_path: Path) -
     ph = row["phases"]
     # the untrained model's (no warm start: it is also RL's baseline) and the last step's
     assert ph["evaluations"] == 2 and ph["steps"] == 2
+    assert len(row["zero_variance_groups"]) == len(row["groups"]) == 2
     assert all(ph[k] >= 0 for k in ttr.PHASES), ph
     assert sum(ph[k] for k in ttr.PHASES) == pytest.approx(row["wall_s"])
     assert row["rise"] is not None and -1 <= row["rise"] <= 1 and row["rl_rise"] == row["rise"]
