@@ -1,0 +1,176 @@
+"""How many epochs the SFT warm start needs, per task, and the loss at which it may stop.
+
+`art-mcp train` warm-starts on a task's demonstrations before RL (`HarnessConfig.sft_epochs`:
+three epochs); `--sft-stop-loss` ends it after the first epoch whose last quarter of
+batches has a mean token loss at or under a value (the first epoch's measured before each
+batch trains on it: demonstrations not yet seen). What value may it be? Each arm here
+warm-starts the defaults for 1, 2 or 3 epochs on a task's validation slice
+(`bench.learning.validation_file`: training entities only) and stops before RL
+(`--steps 0`, no untrained evaluation), so its one evaluation is held-out success after
+that many epochs; the warm start's own record (history.jsonl) gives each epoch's tail
+loss and its seconds. The tasks are the bundled ones that ship demonstrations (capitals:
+every scenario; the two-hop org chart: 64). For each candidate stop loss the table then
+says, per task, the epoch the rule would stop at, the success there against three epochs',
+and the warm-start time it saves.
+
+    .venv/bin/python -m bench.warm_stop --out runs/warm_stop [--tasks capitals,org] [--seed 1]
+    .venv/bin/python -m bench.warm_stop --out runs/warm_stop --combine
+
+Each run lands in `--out` as `<task>-e<epochs>-s<seed>.json` and is not run again;
+`--combine` tabulates them into bench/results/warm_stop/warm_stop_<host>.json and the docs
+(docs/benchmarks.md#warm-stop). Left out: RL after the warm start (bench.time_to_rise
+times whole runs), and other learning rates (bench.warm_start chose 3e-3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from art_langgraph.backend.checkpoints import CheckpointFolder
+from bench.learning import TASK_EVAL, host_key, run_one, validation_file
+from bench.readme import results_dir, update_docs, write_results
+from bench.trainer_roofline import cpu_flags
+
+ROOT = Path(__file__).resolve().parent.parent
+TASKS = ("capitals", "org")
+"""The bundled tasks whose scenarios carry demonstrations."""
+EPOCHS = (1, 2, 3)
+"""The arms' epochs: up to `DEFAULT_SFT_EPOCHS`."""
+CANDIDATES = (0.005, 0.01, 0.02, 0.05, 0.1)
+"""Stop losses the table tries (nats per trained token)."""
+
+
+def flags(task: str, epochs: int) -> list[str]:
+    """An arm's `art-mcp train` flags beside the task's: the warm start alone, evaluated
+    as the task's runs of the defaults are."""
+    ev = TASK_EVAL.get(task, [])
+    scen = ev[ev.index("--eval-scenarios") : ev.index("--eval-scenarios") + 2] if ev else []
+    return ["--steps", "0", "--sft-epochs", str(epochs), "--eval-untrained", "false", *scen]
+
+
+def warm_record(folder: Path, name: str) -> dict[str, float]:
+    """The warm start's metrics as the backend recorded them (its history line)."""
+    model = CheckpointFolder(folder / "mcp" / "models" / name)
+    (rec,) = [h for h in model.history() if "sft_steps" in h]
+    return {k: float(v) for k, v in rec.items() if k.startswith("sft_")}
+
+
+def run_all(out: Path, tasks: list[str], seed: int) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for task in tasks:
+        for epochs in EPOCHS:
+            name = f"{task}-e{epochs}-s{seed}"
+            dest = out / f"{name}.json"
+            if dest.exists():
+                print(f"{dest.name}: landed already", flush=True)
+                continue
+            scen = validation_file(task, out)
+            row = run_one(task, seed, False, flags(task, epochs), out, name=name, scenarios=scen)
+            row.update(task=task, epochs=epochs, flags=flags(task, epochs), cpu_flags=cpu_flags())
+            row["sft"] = warm_record(out, name)
+            write_results(dest, row)
+            print(f"{name}: {line(row)}", flush=True)
+
+
+def line(row: dict[str, Any]) -> str:
+    tails = ", ".join(f"{t:.3f}" for t in tails_of(row))
+    return (
+        f"held-out sampled {row['sampled_before']:.2f}, greedy {row['greedy_before']:.2f}; "
+        f"tail losses {tails}; {row['sft']['sft_seconds']:.0f} s"
+    )
+
+
+def tails_of(row: dict[str, Any]) -> list[float]:
+    sft = row["sft"]
+    return [sft[f"sft_epoch{k}_tail_loss"] for k in range(1, int(sft["sft_epochs"]) + 1)]
+
+
+def stop_epoch(tails: list[float], loss: float) -> int:
+    """The epoch `--sft-stop-loss loss` ends the warm start after (1-based), given each
+    epoch's tail loss; the last when none is at or under it."""
+    return next((k for k, t in enumerate(tails, 1) if t <= loss), len(tails))
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    by = {(r["task"], r["epochs"]): r for r in rows}
+    lines = [
+        "| task | epochs | held-out sampled | held-out greedy | tail loss, each epoch | warm start s |",
+        "|---|---:|---:|---:|---|---:|",
+    ]
+    for (task, e), r in sorted(by.items()):
+        lines.append(
+            f"| {task} | {e} | {r['sampled_before']:.2f} | {r['greedy_before']:.2f} | "
+            f"{', '.join(f'{t:.3f}' for t in tails_of(r))} | {r['sft']['sft_seconds']:.0f} |"
+        )
+    tasks = sorted({t for t, _ in by})
+    full = {t: by.get((t, max(EPOCHS))) for t in tasks}
+    lines += [
+        "",
+        "| stop loss | "
+        + " | ".join(f"{t}: epochs, sampled (3 epochs'), time saved" for t in tasks)
+        + " |",
+        "|---:|" + "---|" * len(tasks),
+    ]
+    for loss in CANDIDATES:
+        cells = []
+        for t in tasks:
+            ref = full[t]
+            if ref is None:
+                cells.append("-")
+                continue
+            k = stop_epoch(tails_of(ref), loss)
+            at = by.get((t, k))
+            saved = 1 - (at["sft"]["sft_seconds"] / ref["sft"]["sft_seconds"]) if at else 0.0
+            sampled = f"{at['sampled_before']:.2f}" if at else "-"
+            cells.append(f"{k}, {sampled} ({ref['sampled_before']:.2f}), {saved:.0%}")
+        lines.append(f"| {loss:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def combine(out: Path) -> str:
+    rows = [json.loads(p.read_text()) for p in sorted(out.glob("*-e[0-9]-s[0-9]*.json"))]
+    if not rows:
+        raise SystemExit(f"no runs in {out}")
+    commits = sorted({r["commit"] for r in rows})
+    hosts = {host_key(r["cpu_flags"]) for r in rows}
+    if len(commits) > 1 or len(hosts) > 1:
+        raise SystemExit(f"runs of different commits or hosts, never pooled: {commits} {hosts}")
+    host = hosts.pop()
+    seeds = sorted({r["seed"] for r in rows})
+    text = (
+        f"The SFT warm start alone, 1-3 epochs, on each task's validation slice (held-out "
+        f"success after it: greedy and 2 samples at T=1); seed {', '.join(map(str, seeds))}; "
+        f"commit {commits[0]}; host {host} (CPU flags: {rows[0]['cpu_flags']}).\n\n" + table(rows)
+    )
+    write_results(
+        results_dir("warm_stop") / f"warm_stop_{host}.json", {"table": text, "runs": rows}
+    )
+    update_docs("warm_stop", text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tasks", default=",".join(TASKS))
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", type=Path, required=True, help="the runs' folder (kept)")
+    p.add_argument("--combine", action="store_true", help="tabulate the runs in --out")
+    args = p.parse_args(argv)
+    tasks = args.tasks.split(",")
+    if unknown := set(tasks) - set(TASKS):
+        p.error(f"no demonstrations in task {sorted(unknown)}")
+    if args.combine:
+        print(combine(args.out))
+        return
+    out = args.out.resolve()
+    os.chdir(ROOT)  # the task's server is a module of this repository
+    run_all(out, tasks, args.seed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
