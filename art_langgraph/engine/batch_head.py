@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from art_langgraph.engine.gqa_attention import gqa_attention
 from art_langgraph.engine.kv_cache import GrowingLayer
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ def head_attention(
     row's own keys (`key`/`value`, (B, kv heads, S, D), masked by `attention_mask`: a
     (B, 1, q, S) boolean where True attends, or None for causal). Returns (B, q, heads, D)."""
     if batch_head is None:
-        return sdpa_attention_forward(
+        return gqa_attention(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     hk, hv = batch_head.layers[module.layer_idx]
