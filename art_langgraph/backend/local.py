@@ -35,13 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from art_langgraph.backend.base import (
-    ModelRef,
-    TrainableModelRef,
-    TrainResult,
-    check_sft_args,
-    is_trainable,
-)
+from art_langgraph.backend import base
+from art_langgraph.backend.base import ModelRef, TrainableModelRef, TrainResult, is_trainable
 from art_langgraph.backend.checkpoints import CheckpointFolder, CheckpointStore
 from art_langgraph.backend.choices import EngineChoice, EngineKind, ServerChoice, TrainerChoice
 from art_langgraph.backend.engines import start_engine
@@ -59,7 +54,7 @@ from art_langgraph.serving.runner import ServerHandle, start_app_server
 from art_langgraph.training.base import ProgressFn, Trainer
 from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.training.prepare import prepare_step
-from art_langgraph.training.sft import sft_metrics, sft_sequences, tail_loss
+from art_langgraph.training.sft import run_sft, sft_sequences
 from art_langgraph.training.tensorize import TrainSequence
 from art_langgraph.trajectories.loggers import LoggerSet, RunInfo, TrajectoryLogger
 from art_langgraph.trajectories.records import finite_numbers
@@ -477,7 +472,7 @@ class LocalBackend:
         stop_loss: float | None = None,
         request_id: str | None = None,
     ) -> TrainResult:
-        check_sft_args(epochs, batch_size, stop_loss)
+        base.check_sft_args(epochs, batch_size, stop_loss)
         config = config.for_model(model.base_model)
         run = self._run(model)
         async with run.lock:
@@ -490,18 +485,7 @@ class LocalBackend:
             metrics: dict[str, float] = {f"tensorize/{k}": float(v) for k, v in vars(stats).items()}
 
             def work(trainer: Trainer) -> dict[str, float]:
-                t0 = time.perf_counter()
-                per_epoch: list[list[float]] = []
-                while len(per_epoch) < epochs:
-                    per_epoch.append(
-                        [
-                            trainer.sft_step(seqs[i : i + batch_size], config)["loss"]
-                            for i in range(0, len(seqs), batch_size)
-                        ]
-                    )
-                    if stop_loss is not None and tail_loss(per_epoch[-1]) <= stop_loss:
-                        break
-                return sft_metrics(per_epoch, time.perf_counter() - t0)
+                return run_sft(trainer, seqs, config, epochs, batch_size, stop_loss)
 
             return await self._commit(run, run.step + 1, metrics, work, request_id)
 

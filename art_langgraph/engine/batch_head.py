@@ -26,6 +26,7 @@ sliding-window layers (the engine keeps the head off for models that have them).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,13 +34,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from art_langgraph.engine.gqa_attention import gqa_attention
+from art_langgraph.engine.gqa_attention import gqa_attention, register_gqa_attention
 from art_langgraph.engine.kv_cache import GrowingLayer
 
 if TYPE_CHECKING:
     from art_langgraph.engine.prefill import PrefillStart
     from art_langgraph.engine.prefix_cache import PrefixCache
     from art_langgraph.engine.request import Request
+
+log = logging.getLogger(__name__)
 
 HEAD_ATTENTION = "art_batch_head"
 """The name under which `head_attention` is registered with transformers."""
@@ -267,6 +270,24 @@ def register_head_attention() -> str:
     AttentionInterface.register(HEAD_ATTENTION, head_attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(HEAD_ATTENTION, sdpa_mask)
     return HEAD_ATTENTION
+
+
+def set_engine_attention(model: Any, head: bool, device: torch.device) -> bool:
+    """Give the engine's `model` its attention function: `head_attention` when `head` (SDPA
+    still for forwards without a head), else on the CPU `gqa_attention`; an architecture
+    that takes neither keeps transformers' SDPA. Returns whether the batch head is on."""
+    if head:
+        try:
+            model.set_attn_implementation(register_head_attention())
+            return True
+        except (ValueError, AttributeError) as exc:  # an architecture without it
+            log.info("batch head off: %s", exc)
+    if device.type == "cpu":
+        try:  # grouped-query heads without copies where several tokens are fed
+            model.set_attn_implementation(register_gqa_attention())
+        except (ValueError, AttributeError) as exc:
+            log.info("grouped-query attention left to transformers: %s", exc)
+    return False
 
 
 def dissolve(cache: Any, head: BatchHead) -> None:

@@ -55,11 +55,10 @@ from art_langgraph.engine.base import (
     TokenEvent,
 )
 from art_langgraph.engine.batch import RunningBatch
-from art_langgraph.engine.batch_head import BatchHead, form_head, register_head_attention
+from art_langgraph.engine.batch_head import BatchHead, form_head, set_engine_attention
 from art_langgraph.engine.budgets import kv_budget, kv_token_bytes, prefix_budget
 from art_langgraph.engine.constrained import GrammarCompiler
 from art_langgraph.engine.fast_forward import forced_width, read_ahead, record_fed, step_inputs
-from art_langgraph.engine.gqa_attention import register_gqa_attention
 from art_langgraph.engine.kv_cache import cache_keyword, growing_cache
 from art_langgraph.engine.packed_linear import pack_linears
 from art_langgraph.engine.prefill import (
@@ -132,18 +131,8 @@ class TorchEngine:
             prefix_budget(self.config.prefix_cache_bytes, self.device),
             self.config.prefix_cache_block_size,
         )
-        self._head_on = self.config.batch_head and full_attention_only(model.config)
-        if self._head_on:  # SDPA still (gqa_attention), for every forward that has no head
-            try:
-                model.set_attn_implementation(register_head_attention())
-            except (ValueError, AttributeError) as exc:  # an architecture without it
-                log.info("batch head off: %s", exc)
-                self._head_on = False
-        if not self._head_on and self.device.type == "cpu":
-            try:  # grouped-query heads without copies where several tokens are fed
-                model.set_attn_implementation(register_gqa_attention())
-            except (ValueError, AttributeError) as exc:  # an architecture without it
-                log.info("grouped-query attention left to transformers: %s", exc)
+        want_head = self.config.batch_head and full_attention_only(model.config)
+        self._head_on = set_engine_attention(model, want_head, self.device)
         if self._prefix.enabled and not full_attention_only(model.config):
             log.info("prefix cache off: the model has layers that are not full attention")
             self._prefix = PrefixCache(0, self.config.prefix_cache_block_size)

@@ -17,13 +17,18 @@ Left out: loss on the prompt; a held-out slice of demonstrations.
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 from art_langgraph.chat.format import template_messages
 from art_langgraph.chat.templates import ChatFormat
 from art_langgraph.errors import UsageError
 from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, build_sequences
 from art_langgraph.trajectories.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from art_langgraph.training.base import Trainer
+    from art_langgraph.training.config import TrainConfig
 
 
 def _conversation(tokenizer: Any, item: Any, index: int, max_seq_length: int) -> TrainSequence:
@@ -76,6 +81,28 @@ def sft_metrics(per_epoch: list[list[float]], seconds: float) -> dict[str, float
         out[f"sft_epoch{k}_loss"] = sum(losses) / len(losses)
         out[f"sft_epoch{k}_tail_loss"] = tail_loss(losses)
     return out
+
+
+def run_sft(
+    trainer: Trainer,
+    seqs: list[TrainSequence],
+    config: TrainConfig,
+    epochs: int,
+    batch_size: int,
+    stop_loss: float | None,
+) -> dict[str, float]:
+    """Up to `epochs` passes of SFT steps over `seqs` in batches of `batch_size`, ending
+    after an epoch whose `tail_loss` is at or under `stop_loss`; `sft_metrics`."""
+    t0 = time.perf_counter()
+    per_epoch: list[list[float]] = []
+    while len(per_epoch) < epochs:
+        steps = range(0, len(seqs), batch_size)
+        per_epoch.append(
+            [trainer.sft_step(seqs[i : i + batch_size], config)["loss"] for i in steps]
+        )
+        if stop_loss is not None and tail_loss(per_epoch[-1]) <= stop_loss:
+            break
+    return sft_metrics(per_epoch, time.perf_counter() - t0)
 
 
 def sft_sequences(
