@@ -313,6 +313,11 @@ class _Run:
             seed=cfg.seed,
             initial_step=grpo_done,
         )
+        if grpo_done < cfg.steps and self.ended_flat():
+            self.log(
+                f"RL ended after step {grpo_done} of {cfg.steps}: its last {cfg.stop_when_flat} "
+                "steps trained on nothing (--stop-when-flat 0 goes on)"
+            )
         for batch in batches:
             if batch.step >= cfg.steps or self.ended_flat():
                 break

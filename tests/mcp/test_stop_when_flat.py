@@ -49,6 +49,7 @@ async def test_rl_ends_after_flat_steps_and_a_restart_keeps_it(tmp_path: Path) -
     again = await train(SERVER, _cfg(tmp_path), scenarios=SCENARIOS, reward=_flat,
                         log=said.append)  # fmt: skip
     assert "RL step" not in "\n".join(said) and again.ended_after == 2
+    assert "RL ended after step 2 of 3: its last 2 steps trained on nothing" in "\n".join(said)
     said.clear()
     every = await train(SERVER, _cfg(tmp_path / "every", stop_when_flat=0), scenarios=SCENARIOS,
                         reward=_flat, log=said.append)  # fmt: skip
