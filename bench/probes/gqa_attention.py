@@ -29,6 +29,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from art_langgraph.engine.gqa_attention import gqa_attention
 from art_langgraph.engine.packed_linear import bucket_rows
+from art_langgraph.runtime.devices import matmul_flags
 from bench.readme import publish, results_dir
 
 RESULTS = results_dir("gqa_attention") / "gqa_attention.json"
@@ -94,7 +95,8 @@ def main() -> None:
     attention = [_attention(b, s, q, args.repeats) for b, s, q in ATTENTION]
     padding = [_padding(m, w, args.repeats * 5) for m, w in PADS]
     lines = [
-        f"float32, {args.threads} threads, median of {args.repeats}; torch {torch.__version__}",
+        f"float32, {args.threads} threads, median of {args.repeats}; torch {torch.__version__}; "
+        f"CPU flags: {matmul_flags()}",
         "",
         "| rows x keys, query tokens | transformers' SDPA ms | grouped heads ms | speed-up |",
         "|---|---:|---:|---:|",
