@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from art_langgraph.engine.gqa_attention import gqa_attention, register_gqa_attention
 from art_langgraph.engine.kv_cache import GrowingLayer
 
 if TYPE_CHECKING:
@@ -207,7 +207,7 @@ def head_attention(
     row's own keys (`key`/`value`, (B, kv heads, S, D), masked by `attention_mask`: a
     (B, 1, q, S) boolean where True attends, or None for causal). Returns (B, q, heads, D)."""
     if batch_head is None:
-        return gqa_attention(
+        return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     hk, hv = batch_head.layers[module.layer_idx]
@@ -272,22 +272,18 @@ def register_head_attention() -> str:
     return HEAD_ATTENTION
 
 
-def set_engine_attention(model: Any, head: bool, device: torch.device) -> bool:
-    """Give the engine's `model` its attention function: `head_attention` when `head` (SDPA
-    still for forwards without a head), else on the CPU `gqa_attention`; an architecture
-    that takes neither keeps transformers' SDPA. Returns whether the batch head is on."""
-    if head:
-        try:
-            model.set_attn_implementation(register_head_attention())
-            return True
-        except (ValueError, AttributeError) as exc:  # an architecture without it
-            log.info("batch head off: %s", exc)
-    if device.type == "cpu":
-        try:  # grouped-query heads without copies where several tokens are fed
-            model.set_attn_implementation(register_gqa_attention())
-        except (ValueError, AttributeError) as exc:
-            log.info("grouped-query attention left to transformers: %s", exc)
-    return False
+def set_engine_attention(model: Any, head: bool) -> bool:
+    """Give the engine's `model` `head_attention` when `head` (SDPA still for forwards
+    without a head); an architecture that cannot take it keeps its own. Returns whether
+    the batch head is on."""
+    if not head:
+        return False
+    try:
+        model.set_attn_implementation(register_head_attention())
+        return True
+    except (ValueError, AttributeError) as exc:  # an architecture without it
+        log.info("batch head off: %s", exc)
+        return False
 
 
 def dissolve(cache: Any, head: BatchHead) -> None:

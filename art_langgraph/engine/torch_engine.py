@@ -132,7 +132,7 @@ class TorchEngine:
             self.config.prefix_cache_block_size,
         )
         want_head = self.config.batch_head and full_attention_only(model.config)
-        self._head_on = set_engine_attention(model, want_head, self.device)
+        self._head_on = set_engine_attention(model, want_head)
         if self._prefix.enabled and not full_attention_only(model.config):
             log.info("prefix cache off: the model has layers that are not full attention")
             self._prefix = PrefixCache(0, self.config.prefix_cache_block_size)
