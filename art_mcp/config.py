@@ -284,13 +284,18 @@ class HarnessConfig(BaseModel):
         ),
     )
     sft_stop_loss: float | None = Field(
-        None,
+        0.005,
         ge=0,
         description=(
             "End the SFT warm start before `sft_epochs` once an epoch's last quarter of "
             "batches has a mean token loss (nats) at or under this; the first epoch's are "
             "measured on demonstrations not yet trained on. None: every epoch runs. The log "
-            "gives each epoch's tail loss and the warm start's time."
+            "gives each epoch's tail loss and the warm start's time. On the validation "
+            "slices (bench/results/warm_stop), capitals' epochs ended at 0.016, 0.003, 0.013 "
+            "(held-out sampled success 0.60, 1.00, 0.98 after 1, 2, 3 epochs) and the two-hop "
+            "org chart's at 0.089, 0.040, 0.004 (0.18, 0.31, 0.70): 0.005 stops capitals "
+            "after two and the org chart after three; 0.02 would have stopped capitals at "
+            "0.60."
         ),
     )
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
