@@ -170,6 +170,13 @@ def run_one(
     return row
 
 
+def _ratio_cell(ratios: list[float]) -> str:
+    """Our wall over the reference's, mean and per seed; "-" without a reference run."""
+    if not ratios:
+        return "-"
+    return f"{_mean(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)})"
+
+
 def _mean(xs: list[float]) -> float:
     return statistics.fmean(xs) if xs else float("nan")
 
@@ -208,7 +215,7 @@ def table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         lines.append(
             f"| {lab} {', '.join(sorted({r['commit'] for r in rs}))} | {len(rs)} "
             f"| {_mean(walls):.1f} ({', '.join(f'{w:.1f}' for w in walls)}) "
-            f"| {_mean(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)}) "
+            f"| {_ratio_cell(ratios)} "
             f"| {ph['untrained_eval_s']:.1f} | {ph['evals_s']:.1f} | {ph['warm_start_s']:.1f} "
             f"| {ph['rollouts_s']:.1f} "
             f"| {ph['training_s']:.1f} | {ph['other_s']:.1f} "

@@ -74,6 +74,8 @@ def test_the_verdict_pairs_seeds_and_holds_the_rise() -> None:
 def test_one_run_a_checkout_has_no_spread() -> None:
     text, _ = ttr.table([_row("ref", 1, 600.0, 0.5), _row("ours", 1, 300.0, 0.46)])
     assert "nan" not in text and "| +0.46 (+0.46) |" in text
+    alone, _ = ttr.table([_row("ours", 1, 300.0, 0.46)])  # no reference: no ratio
+    assert "nan" not in alone and "| 5.0 (5.0) | - |" in alone
 
 
 def test_runs_of_different_task_files_are_never_pooled(tmp_path: Path) -> None:
