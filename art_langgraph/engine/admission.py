@@ -10,6 +10,12 @@ idle. A request that does not fit is *held*: it is the first to join at a later 
 (re-queued, it could wait behind smaller requests for as long as they come). Commands run
 as they are taken; cancelled requests are dropped.
 
+Each step first moves every queued item into the worker's own `pending` line, in order,
+and hands each new request to `pin` (set by the engine: it pins the request's cached
+prefix, `PrefixCache.pin`, so the KV it will start from outlives its wait); a request
+dropped or aborted before its prefill goes to `unpin`, and the engine unpins the ones
+that joined after their prefill.
+
 Left out: prefilling the rows taken (`torch_engine.py`).
 """
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import queue
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -47,16 +54,37 @@ class Inbox:
         self.queue: queue.Queue[Any] = queue.Queue()
         self.held: Request | None = None
         """The oldest request that did not fit the batch: the next one admitted."""
+        self.pending: deque[Any] = deque()
+        """Items moved off `queue` by the worker, in order, not yet taken."""
+        self.pin: Callable[[Request], None] = _nothing
+        """Called on the worker for each request as it leaves `queue`."""
+        self.unpin: Callable[[Request], None] = _nothing
+        """Called on the worker for a pinned request dropped before its prefill."""
 
     def put(self, item: Any) -> None:
         """A request, a command ("cmd", fn, done), or None (wake the worker: closing)."""
         self.queue.put(item)
 
     def empty(self) -> bool:
-        return self.queue.empty()
+        return self.queue.empty() and not self.pending
 
     def waiting(self) -> int:
-        return self.queue.qsize() + (self.held is not None)
+        mine = sum(isinstance(item, Request) for item in self.pending)
+        return self.queue.qsize() + mine + (self.held is not None)
+
+    def _arrived(self, item: Any) -> Any:
+        if isinstance(item, Request) and not item.cancelled:
+            self.pin(item)
+        return item
+
+    def _drain(self) -> None:
+        """Move every queued item to `pending`, pinning each request's prefix."""
+        while True:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                return
+            self.pending.append(self._arrived(item))
 
     def take(
         self, batch: RunningBatch, *, block: bool, closing: Callable[[], bool]
@@ -76,9 +104,12 @@ class Inbox:
             block_size=self.block_size,
         )
         deadline = None
+        self._drain()
         while True:
             if self.held is not None:
                 item, self.held = self.held, None
+            elif self.pending:
+                item = self.pending.popleft()
             else:
                 try:
                     if block and not new:
@@ -91,6 +122,7 @@ class Inbox:
                     if block and not new and not closing():
                         continue
                     break
+                self._arrived(item)
             if item is None:
                 break
             if isinstance(item, tuple):
@@ -102,6 +134,7 @@ class Inbox:
                     done(exc)
                 continue
             if item.cancelled:
+                self.unpin(item)
                 continue
             rows = len(running) + len(new) + 1
             wide = max(width, item.kv_width())
@@ -125,10 +158,16 @@ class Inbox:
 
     def abort_all(self) -> None:
         """End the held request and every queued one with "abort" (the engine closed)."""
+        self._drain()
         if self.held is not None:
-            self.held.emit(self.held.result("abort"))
+            self.pending.appendleft(self.held)
             self.held = None
-        while not self.queue.empty():
-            item = self.queue.get_nowait()
+        while self.pending:
+            item = self.pending.popleft()
             if isinstance(item, Request):
+                self.unpin(item)
                 item.emit(item.result("abort"))
+
+
+def _nothing(request: Request) -> None:
+    """The default `pin` and `unpin`: no prefix cache."""

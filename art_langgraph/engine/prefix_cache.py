@@ -22,6 +22,13 @@ byte budget. A lookup or an insert touches a chain from its last block to its fi
 so a parent is always more recently used than its children and eviction always takes
 a leaf: a chain is shortened from its end, never cut in the middle.
 
+Pins: a request waiting in the engine's queue pins the chain it will start from (`pin`,
+looked up when it arrives), until its prefill has read it (`unpin`). An evaluation puts
+every episode in flight at once; the batch runs a dozen rows, so an episode's next turn
+waits while the others' turns finish and insert theirs, and under plain LRU those
+inserts evicted its history first, every time: the working set cycles, LRU's worst case.
+Pinned blocks are never evicted; an insert that finds no unpinned room caches less.
+
 Left out: paged attention (the batch's KV stays a dense tensor, `engine/kv_cache.py`;
 a hit is copied into it), partial blocks, sliding-window layers (the engine turns the
 cache off for models that have them), and offloading to disk.
@@ -32,7 +39,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +92,8 @@ class PrefixCache:
         """Bytes of one block (set by the first insert)."""
         self.evictions = 0
         """Blocks evicted for room or dropped with a retired identity."""
+        self._pins: dict[int, int] = {}
+        """Block id -> how many waiting requests pinned it."""
 
     @property
     def enabled(self) -> bool:
@@ -169,8 +178,10 @@ class PrefixCache:
         block_bytes = len(layers) * 2 * h * bs * d * k0.element_size()
         if self.block_bytes == 0:
             self.block_bytes = block_bytes
-        # The chain's known blocks stay; what does not fit beside them is not cached.
-        n_new = min(n_new, self.budget_bytes // self.block_bytes - first)
+        # The chain's known blocks and the pinned ones stay; what does not fit beside them
+        # is not cached.
+        fixed = {b.id for b in known.blocks} | self._pins.keys()
+        n_new = min(n_new, self.budget_bytes // self.block_bytes - len(fixed))
         if n_new <= 0:
             return 0
         cols = columns[first * bs - skip : (first + n_new) * bs - skip]
@@ -195,6 +206,27 @@ class PrefixCache:
         self._touch([*known.blocks, *added])
         return len(added)
 
+    # ------------------------------------------------------------------ pins
+    def pin(self, blocks: Sequence[_Block]) -> None:
+        """Keep `blocks` (a lookup's chain) from eviction until `unpin`ned as often."""
+        for b in blocks:
+            self._pins[b.id] = self._pins.get(b.id, 0) + 1
+
+    def unpin(self, blocks: Sequence[_Block]) -> None:
+        """Undo one `pin` of `blocks` (blocks dropped since, with their identity, are
+        skipped)."""
+        for b in blocks:
+            n = self._pins.get(b.id, 0) - 1
+            if n > 0:
+                self._pins[b.id] = n
+            else:
+                self._pins.pop(b.id, None)
+
+    @property
+    def pinned(self) -> int:
+        """Blocks pinned now."""
+        return len(self._pins)
+
     # -------------------------------------------------------------- eviction
     def retire(self, identity: str) -> None:
         """Drop every block computed under `identity` and refuse it from now on (its
@@ -204,6 +236,7 @@ class PrefixCache:
         for block_id in ids:
             block = self._lru.pop(block_id)
             del self._blocks[block.key]
+            self._pins.pop(block_id, None)
         self.evictions += len(ids)
 
     def clear(self) -> None:
@@ -211,6 +244,7 @@ class PrefixCache:
         self._blocks.clear()
         self._lru.clear()
         self._by_identity.clear()
+        self._pins.clear()
 
     def _touch(self, chain: list[_Block]) -> None:
         for block in reversed(chain):  # the root last: the most recently used
@@ -218,8 +252,9 @@ class PrefixCache:
             self._lru.move_to_end(block.id)
 
     def _make_room(self, n: int, keep: list[_Block]) -> None:
-        """Evict least recently used leaves until `n` more blocks fit; never `keep`."""
-        keep_ids = {b.id for b in keep}
+        """Evict least recently used leaves until `n` more blocks fit; never `keep` nor
+        a pinned block (a pinned chain is pinned whole, so its parents are too)."""
+        keep_ids = {b.id for b in keep} | self._pins.keys()
         limit = self.budget_bytes // self.block_bytes
         while len(self._lru) + n > limit:
             victim = next((b for b in self._lru.values() if b.id not in keep_ids), None)
@@ -239,6 +274,25 @@ class PrefixCache:
         if block.parent is not None:
             block.parent.children -= 1
         self.evictions += 1
+
+
+def waiting_pins(
+    cache: PrefixCache, identity: Callable[[str], str]
+) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
+    """The engine inbox's `pin` and `unpin` of a waiting request (`engine/request.py`'s
+    `Request`): pin the chain its prompt would start from now, under the weights identity
+    of its adapter key; unpin what it pinned."""
+
+    def pin(r: Any) -> None:
+        hit = cache.lookup(identity(r.adapter_key), r.prompt_ids, len(r.prompt_ids) - 1)
+        cache.pin(hit.blocks)
+        r.pinned = hit.blocks
+
+    def unpin(r: Any) -> None:
+        cache.unpin(r.pinned)
+        r.pinned = []
+
+    return pin, unpin
 
 
 def full_attention_only(config: Any) -> bool:

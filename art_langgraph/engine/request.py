@@ -72,6 +72,9 @@ class Request:
     """The weights identity the KV was computed under (prefix-cache key), set at admission."""
     cached: int = 0
     """Prompt tokens served from the prefix cache."""
+    pinned: list[Any] = field(default_factory=list)
+    """The prefix-cache blocks it pinned while it waits (`PrefixCache.pin`), till its
+    prefill."""
     t_submit: float = field(default_factory=time.perf_counter)
     """When it was submitted (`time.perf_counter`)."""
     t_start: float = 0.0

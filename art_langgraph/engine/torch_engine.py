@@ -67,7 +67,7 @@ from art_langgraph.engine.prefill import (
     prefix_clusters,
     start_after,
 )
-from art_langgraph.engine.prefix_cache import PrefixCache, full_attention_only
+from art_langgraph.engine.prefix_cache import PrefixCache, full_attention_only, waiting_pins
 from art_langgraph.engine.request import Request, checked_prompt, to_future, to_queue
 from art_langgraph.engine.sampling import raw_logprobs, sample_rows, top_pairs
 from art_langgraph.engine.torch_config import TorchEngineConfig
@@ -155,6 +155,7 @@ class TorchEngine:
             prepack_weights=self.config.prepack_weights,
         )
         """The model and its LoRA adapters (`engine/adapter_slots.py`; the worker thread's)."""
+        self._inbox.pin, self._inbox.unpin = waiting_pins(self._prefix, self._slots.identity)
         self._counts = EngineMetrics(prefix_cache_capacity_bytes=self._prefix.budget_bytes)
         self._thread = threading.Thread(target=self._run, name="art-torch-engine", daemon=True)
         self._thread.start()
@@ -330,6 +331,8 @@ class TorchEngine:
                 )
                 if new:
                     self._prefill(new)
+                    for r in new:
+                        self._inbox.unpin(r)
                 if self._batch.rows:
                     self._decode()
                 self._slots.free_retired()
@@ -337,6 +340,7 @@ class TorchEngine:
                 log.exception("engine step failed")
                 failed = {id(r): r for r in [*self._batch.live(), *new]}
                 for r in failed.values():
+                    self._inbox.unpin(r)
                     r.emit(InfrastructureError(f"engine step failed: {exc!r}"))
                 self._batch.reset()
         for r in self._batch.live():

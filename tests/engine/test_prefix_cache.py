@@ -307,3 +307,60 @@ async def test_reset_prefix_cache_frees_it_and_the_next_turn_recomputes(tiny_pat
             _same(g, w)
     finally:
         engine.close_sync()
+
+
+def test_a_pinned_chain_is_never_evicted_and_inserts_cache_less() -> None:
+    """`PrefixCache.pin`: a waiting request's chain stays however much is inserted after
+    it; with no unpinned room left an insert caches less; `unpin` frees it again."""
+    import torch
+
+    cache = PrefixCache(budget_bytes=4 * 16, block_size=2)  # 4 blocks
+
+    def layers(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        t = torch.arange(n, dtype=torch.float32).view(1, n, 1)
+        return [(t, t + 100)]
+
+    cache.insert("w", [1, 2, 3, 4], layers(4), torch.arange(4))
+    hit = cache.lookup("w", [1, 2, 3, 4, 5], 5)
+    cache.pin(hit.blocks)
+    assert cache.pinned == 2
+    assert cache.insert("w", [7, 7, 8, 8, 9, 9], layers(6), torch.arange(6)) == 2  # room for 2
+    assert cache.lookup("w", [1, 2, 3, 4, 5], 5).tokens == 4
+    assert cache.insert("w", [5, 5, 6, 6], layers(4), torch.arange(4)) == 2  # evicts [7, 8]
+    assert cache.lookup("w", [1, 2, 3, 4, 5], 5).tokens == 4 and cache.evictions == 2
+    cache.unpin(hit.blocks)
+    assert cache.pinned == 0
+    assert cache.insert("w", [3, 3, 4, 4, 6, 6, 8, 8], layers(8), torch.arange(8)) == 4
+    assert cache.lookup("w", [1, 2, 3, 4, 5], 5).tokens == 0  # unpinned: evicted
+
+
+async def test_a_queued_turn_keeps_its_history_while_others_fill_the_cache(
+    tiny_path: Path, pair: tuple[TorchEngine, TorchEngine]
+) -> None:
+    """An agent's next turn queued behind other requests (one row at a time) starts from
+    its history: the engine pins it on arrival. Under plain LRU the others' inserts
+    evicted it (0 cached tokens: the case of an evaluation with every episode in flight)."""
+    plain = pair[1]
+    probe = TorchEngine.from_pretrained(str(tiny_path), FP32)
+    cfg = probe.model.config
+    probe.close_sync()
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    block = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * 16 * head_dim * 4
+    engine = TorchEngine.from_pretrained(
+        str(tiny_path),
+        TorchEngineConfig(dtype="float32", prefix_cache_bytes=18 * block, max_batch_size=1),
+    )
+    try:
+        first = _turn(engine, "queued agent " * 12)
+        turn1 = await engine.generate(first, GREEDY)
+        second = first + turn1.completion_token_ids + _turn(engine, "tool result " * 3)
+        others = [_turn(engine, f"{i} other request " * 12) for i in range(4)]
+        *_, got = await asyncio.gather(
+            *(engine.generate(p, GREEDY) for p in others), engine.generate(second, GREEDY)
+        )
+        assert got.cached_tokens >= len(first) // 16 * 16
+        _same(got, await plain.generate(second, GREEDY))
+        assert engine.metrics().prefix_cache_evictions > 0
+        assert engine.prefix_cache.pinned == 0
+    finally:
+        engine.close_sync()
