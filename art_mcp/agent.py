@@ -49,7 +49,8 @@ def force_tool_calls(
     ends with an answer (LangChain's `early_stopping_method="generate"`); None: no such
     turn. `after_repeat` (`HarnessConfig.after_repeat`): after a turn whose calls all repeat
     earlier calls of the rollout (name and arguments), "answer" lets the next turn call only
-    `complete_task`, "switch" any tool but the repeated ones, "allow" any."""
+    `complete_task`, "switch" any tool but the repeated ones (`allowed_tools`: the prompt
+    keeps them all), "allow" any."""
     from langchain.agents.middleware import wrap_model_call
     from langchain_core.messages import AIMessage
 
@@ -64,9 +65,9 @@ def force_tool_calls(
             choice: Any = "complete_task"
         elif required or repeated:
             choice = "required"
-            if repeated:  # "switch": the repeated calls' tools are left out of this turn
+            if repeated:  # "switch": the repeated calls' tools may not be called this turn
                 again = {c["name"] for c in turns[-1].tool_calls}
-                tools = [t for t in tools if _tool_name(t) not in again]
+                choice = allowed_tools([n for t in tools if (n := _tool_name(t)) not in again])
         else:
             return await handler(request)
         settings = {**request.model_settings, "parallel_tool_calls": False}
@@ -75,6 +76,18 @@ def force_tool_calls(
         )
 
     return force
+
+
+def allowed_tools(names: list[str]) -> Any:
+    """OpenAI's `allowed_tools` tool choice: one or more calls, each of a tool `names`
+    lists, while the prompt still shows every tool, so this turn's prompt extends the last
+    one's and its prefix stays cached (leaving the tools out re-rendered the whole
+    conversation after the tool specs: half the prompt tokens an untrained evaluation of
+    the capitals task computed). "required" when `names` is empty."""
+    if not names:
+        return "required"
+    tools = [{"type": "function", "function": {"name": n}} for n in names]
+    return {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": tools}}
 
 
 def _tool_name(tool: Any) -> str:

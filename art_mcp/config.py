@@ -126,8 +126,10 @@ class HarnessConfig(BaseModel):
             "What the turn after one whose tool calls all repeat earlier calls of the rollout "
             "(name and arguments) may call: allow: any tool; answer: only complete_task (what "
             "it looked up it has); switch: any tool but the repeated ones (another lookup, or "
-            "the answer), so an agent stuck re-making one call moves on, and a task of several "
-            "different lookups keeps its turns (the sweep's choice, with 6 turns). Assumes "
+            "the answer; the prompt still shows every tool, OpenAI's allowed_tools, so its "
+            "prefix stays cached), so an agent stuck re-making one call moves on, and a task of "
+            "several different lookups keeps its turns (the sweep's choice, with 6 turns). "
+            "Assumes "
             "repeating a call returns what it did: a polling tool wants allow."
         ),
     )

@@ -104,12 +104,14 @@ async def _evaluate(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 
     kv, prefix = budgets(args.child)
     server, scenarios, reward = task_parts(args.task)
+    # the task's runs' count, else the harness's default (None would evaluate them all)
+    count = args.eval_scenarios or eval_scenarios(args.task)
     cfg = HarnessConfig(
+        **({"eval_scenarios": count} if count else {}),
         path=str(folder),
         steps=0,
         sft_epochs=0,
         seed=args.seed,
-        eval_scenarios=args.eval_scenarios or eval_scenarios(args.task),
         **({"base_model": args.base_model} if args.base_model else {}),
     )
     config = TorchEngineConfig(

@@ -105,6 +105,23 @@ class NamedToolChoice(BaseModel):
     function: NamedFunction
 
 
+class AllowedTools(BaseModel):
+    mode: Literal["auto", "required"]
+    """"required": call one or more of `tools` ("auto", text or a call, is refused)."""
+    tools: list[NamedToolChoice] = Field(min_length=1)
+    """The tools that may be called, by name: a subset of the request's `tools`."""
+
+
+class AllowedToolsChoice(BaseModel):
+    """OpenAI's `{"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}`: call only
+    these of the request's tools, while the prompt still shows them all, so it stays the
+    prefix it was at the previous turn (an agent that forbids a tool for one turn keeps
+    its prefix cache, and its trajectory one sequence)."""
+
+    type: Literal["allowed_tools"]
+    allowed_tools: AllowedTools
+
+
 def _check_json_schema(schema: dict[str, Any]) -> None:
     import jsonschema
 
@@ -129,8 +146,12 @@ class ChatCompletionRequest(BaseModel):
     """OpenAI-format messages."""
     tools: list[Tool] | None = None
     """OpenAI function tools: `{"type": "function", "function": {name, description, parameters}}`."""
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    """"none", "auto" (default with tools), "required", or `{"type": "function", "function": {"name": ...}}`."""
+    tool_choice: (
+        Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice | None
+    ) = None
+    """"none", "auto" (default with tools), "required", `{"type": "function", "function":
+    {"name": ...}}`, or `{"type": "allowed_tools", "allowed_tools": {"mode": "required",
+    "tools": [named choices]}}`."""
     parallel_tool_calls: bool = True
     """Allow several tool calls in one turn (applies to forced calls)."""
     temperature: float | None = Field(default=None, ge=0, le=2)
@@ -225,7 +246,8 @@ class ChatCompletionRequest(BaseModel):
         return self.max_completion_tokens or self.max_tokens
 
     def mode(self) -> Literal["none", "auto", "required", "named"]:
-        """How tools are used for this request."""
+        """How tools are used for this request (`allowed_tools` is "required": one or more
+        calls, of the tools `allowed_names` lists)."""
         if not self.tools:
             return "none"
         tc = self.tool_choice
@@ -235,7 +257,20 @@ class ChatCompletionRequest(BaseModel):
             return "none"
         if tc == "required":
             return "required"
+        if isinstance(tc, AllowedToolsChoice):
+            if tc.allowed_tools.mode != "required":
+                raise ValueError(
+                    'allowed_tools with mode "auto" is not supported: use mode "required"'
+                )
+            return "required"
         return "named"
+
+    def allowed_names(self) -> list[str] | None:
+        """The names of the tools a call may name (`allowed_tools`); None: every tool."""
+        tc = self.tool_choice
+        if isinstance(tc, AllowedToolsChoice):
+            return [t.function.name for t in tc.allowed_tools.tools]
+        return None
 
     def message_dicts(self) -> list[dict[str, Any]]:
         """The messages as plain dicts (unknown fields kept), for the chat template."""

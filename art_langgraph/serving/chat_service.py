@@ -194,6 +194,11 @@ class ChatService:
             return grammars.json_object()
         if mode == "required":
             assert tools is not None
+            if (allowed := req.allowed_names()) is not None:
+                missing = sorted(set(allowed) - {t["function"]["name"] for t in tools})
+                if missing:
+                    raise UsageError(f"allowed_tools names {missing}, not among the tools")
+                tools = [t for t in tools if t["function"]["name"] in allowed]
             return grammars.tool_calls(tools, parallel=req.parallel_tool_calls)
         if mode == "named":
             assert tools is not None and isinstance(req.tool_choice, NamedToolChoice)

@@ -96,7 +96,8 @@ async def test_after_a_repeated_call_the_next_turn_answers_or_moves_on(
 ) -> None:
     """`after_repeat`: the turn after one whose calls all repeat earlier calls (name and
     arguments) may only call complete_task ("answer"), or any tool but the repeated ones
-    ("switch"); every other turn may call any tool. Greedy on the tiny preset, which
+    ("switch": an `allowed_tools` choice, every tool still in the prompt, and no call of a
+    repeated one); every other turn may call any tool. Greedy on the tiny preset, which
     repeats its lookups."""
     agent: Any = create_agent(
         fresh_model.chat_model(max_tokens=48, temperature=0),
@@ -114,16 +115,26 @@ async def test_after_a_repeated_call_the_next_turn_answers_or_moves_on(
         for call in traj.calls:
             offered = {t["function"]["name"] for t in call.tools or []}
             choice = call.tool_choice
-            named = isinstance(choice, dict) and choice["function"]["name"] == "complete_task"
+            named = (
+                isinstance(choice, dict)
+                and choice.get("function", {}).get("name") == "complete_task"
+            )
             if rule == "answer":
                 assert named == bool(repeated), (call.tool_choice, repeated)
-            else:
-                assert choice == "required" and offered == every - repeated, (offered, repeated)
+            else:  # every tool still in the prompt; the grammar allows the others
+                assert offered == every, offered
+                allowed = (
+                    {t["function"]["name"] for t in choice["allowed_tools"]["tools"]}
+                    if isinstance(choice, dict)
+                    else every
+                )
+                assert choice == "required" if not repeated else allowed == every - repeated
             forced += bool(repeated)
             made = [
                 (c["function"]["name"], json.loads(c["function"]["arguments"]))
                 for c in call.response_message.get("tool_calls") or []
             ]
+            assert not {m[0] for m in made} & (repeated if rule == "switch" else set()), made
             keys = [json.dumps(m, sort_keys=True) for m in made]
             repeated = {m[0] for m in made} if made and all(k in seen for k in keys) else set()
             seen.update(keys)

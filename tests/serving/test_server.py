@@ -212,6 +212,33 @@ async def test_named_tool_choice_and_a_multi_turn_tool_conversation(client: Asyn
     assert r2.choices[0].finish_reason in ("stop", "length", "tool_calls")
 
 
+async def test_allowed_tools_restrict_the_call_but_not_the_prompt(
+    client: AsyncOpenAI,
+) -> None:
+    """OpenAI's `allowed_tools` choice: every call names an allowed tool, and the prompt is
+    the one every tool renders (the same prompt tokens as plain "required"), so an agent
+    that forbids a tool for a turn keeps the prefix it has cached. "auto" mode and names
+    outside `tools` get a 400."""
+
+    def allowed(mode: str, *names: str) -> dict[str, Any]:
+        tools = [{"type": "function", "function": {"name": n}} for n in names]
+        return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": tools}}
+
+    kw: dict[str, Any] = {"model": "tiny", "messages": USER, "tools": [WEATHER, ADD]}
+    kw |= {"max_tokens": 60, "extra_body": {"return_token_ids": True}}
+    names, prompts = set(), set()
+    for seed in range(4):
+        for choice in ("required", allowed("required", "add")):
+            r = await client.chat.completions.create(**kw, tool_choice=choice, seed=seed)  # type: ignore[arg-type]
+            prompts.add(r.usage.prompt_tokens if r.usage else None)
+            if choice != "required":
+                names |= {c.function.name for c in r.choices[0].message.tool_calls or []}
+    assert names == {"add"} and len(prompts) == 1
+    for bad, match in ((allowed("auto", "add"), "mode"), (allowed("required", "zz"), "zz")):
+        with pytest.raises(openai.BadRequestError, match=match):
+            await client.chat.completions.create(**kw, tool_choice=bad)  # type: ignore[arg-type]
+
+
 async def test_malformed_tool_call_comes_back_as_content(client: AsyncOpenAI) -> None:
     # Force the model to write a broken tool call; the server must hand it back as text.
     broken = (
