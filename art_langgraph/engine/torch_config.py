@@ -55,11 +55,14 @@ class TorchEngineConfig:
     """Memory budget of the prefix cache, in bytes: the KV of earlier requests, kept so a new
     request prefills only what no earlier request under the same weights computed (an
     agent's next turn, a group's shared prompt; see `engine/prefix_cache.py`). Least
-    recently used blocks are evicted past it. 0 turns the cache off. None: on the CPU 1/64
-    of the machine's RAM, at most 256 MiB: on an untrained 48-scenario evaluation of the
-    two-hop org task (144 six-turn episodes in flight, SmolLM2-135M fp32), 256 MiB served
-    81% of the prompt tokens against 84% for 753 MiB (1/32 of 24 GiB), as fast (0.96x the
-    wall time) and 470 MiB lower at the peak (`bench.engine_memory`, docs/benchmarks.md);
+    recently used blocks are evicted past it, except those a queued request pinned (the
+    chain it will start from). 0 turns the cache off. None: on the CPU 1/64 of the
+    machine's RAM, at most 256 MiB: on an untrained 48-scenario evaluation of the two-hop
+    org task (144 six-turn episodes in flight, SmolLM2-135M fp32), 256 MiB served 81% of
+    the prompt tokens against 84% for 753 MiB (1/32 of 24 GiB), as fast (0.96x the wall
+    time) and 470 MiB lower at the peak, before the pins (`bench.engine_memory`,
+    docs/benchmarks.md#what-a-waiting-turn-keeps: with them, and the agent's tool lists
+    kept whole, a capitals evaluation got 92-93% at 256 MiB);
     on CUDA 1/32 of its memory, at most 1 GiB. A new adapter's step starts from an empty
     cache, as the previous step's KV is dropped with its weights. Negative budgets, and
     budgets beyond the device's memory, are refused at construction."""
