@@ -181,6 +181,12 @@ def _mean(xs: list[float]) -> float:
     return statistics.fmean(xs) if xs else float("nan")
 
 
+def _mean_cell(xs: list[float | None]) -> str:
+    """The mean of the values there are, 2 decimals; "-" for none."""
+    have = [x for x in xs if x is not None]
+    return f"{_mean(have):.2f}" if have else "-"
+
+
 def _sd(xs: list[float]) -> float:
     return statistics.stdev(xs)
 
@@ -200,9 +206,9 @@ def table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         head,
         "",
         "| checkout | runs | wall min (each) | vs ref (per seed) | untrained eval | other evals "
-        "| warm start | rollouts | training | rest | rise untrained -> last (each) | RL rise "
-        "| peak RSS GiB |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+        "| warm start | rollouts | training | rest | sampled untrained -> last "
+        "| rise untrained -> last (each) | RL rise | peak RSS GiB |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|",
     ]
     verdict: dict[str, Any] = {}
     for lab in labels:
@@ -219,6 +225,8 @@ def table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
             f"| {ph['untrained_eval_s']:.1f} | {ph['evals_s']:.1f} | {ph['warm_start_s']:.1f} "
             f"| {ph['rollouts_s']:.1f} "
             f"| {ph['training_s']:.1f} | {ph['other_s']:.1f} "
+            f"| {_mean_cell([r.get('untrained_sampled') for r in rs])} -> "
+            f"{_mean_cell([r.get('last_sampled') for r in rs])} "
             f"| {_mean(up):+.2f}{f' ± {_sd(up):.2f}' if len(up) > 1 else ''} "
             f"({', '.join(f'{x:+.2f}' for x in up)}) "
             f"| {_mean([r['rl_rise'] for r in rs]):+.2f} "

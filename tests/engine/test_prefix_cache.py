@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from art_langgraph.engine import GenerateResult, SamplingParams, TorchEngine, TorchEngineConfig
-from art_langgraph.engine.budgets import device_memory, prefix_budget
+from art_langgraph.engine.budgets import device_memory, kv_token_bytes, prefix_budget
 from art_langgraph.engine.prefix_cache import PrefixCache
 from art_langgraph.errors import UsageError
 from tests.conftest import FP32
@@ -200,11 +200,7 @@ async def test_eviction_under_a_tiny_budget_stays_exact(
     tiny_path: Path, pair: tuple[TorchEngine, TorchEngine]
 ) -> None:
     plain = pair[1]
-    probe = TorchEngine.from_pretrained(str(tiny_path), FP32)
-    cfg = probe.model.config
-    probe.close_sync()
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    block = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * 16 * head_dim * 4
+    block = kv_token_bytes(plain.model.config, torch.float32) * 16  # one fp32 block
     small = TorchEngine.from_pretrained(
         str(tiny_path), TorchEngineConfig(dtype="float32", prefix_cache_bytes=6 * block)
     )
@@ -341,11 +337,7 @@ async def test_a_queued_turn_keeps_its_history_while_others_fill_the_cache(
     its history: the engine pins it on arrival. Under plain LRU the others' inserts
     evicted it (0 cached tokens: the case of an evaluation with every episode in flight)."""
     plain = pair[1]
-    probe = TorchEngine.from_pretrained(str(tiny_path), FP32)
-    cfg = probe.model.config
-    probe.close_sync()
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    block = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * 16 * head_dim * 4
+    block = kv_token_bytes(plain.model.config, torch.float32) * 16  # one fp32 block
     engine = TorchEngine.from_pretrained(
         str(tiny_path),
         TorchEngineConfig(dtype="float32", prefix_cache_bytes=18 * block, max_batch_size=1),
