@@ -14,9 +14,14 @@ says, per task, the epoch the rule would stop at, the success there against thre
 and the warm-start time it saves.
 
     .venv/bin/python -m bench.warm_stop --out runs/warm_stop [--tasks capitals,org] [--seed 1]
+        [--epochs 1,2,3] [--compute-dtype float32|bfloat16]
     .venv/bin/python -m bench.warm_stop --out runs/warm_stop --combine
 
-Each run lands in `--out` as `<task>-e<epochs>-s<seed>.json` and is not run again;
+`--compute-dtype` runs the warm start's matmuls in that dtype (`--compute-dtype` of
+`art-mcp train`; the engine that evaluates keeps its own): an arm of its own, named with
+a `-bf16` or `-fp32` suffix, tabulated beside the default's rows.
+
+Each run lands in `--out` as `<task>-e<epochs>-s<seed>[-<dtype>].json` and is not run again;
 `--combine` tabulates them into bench/results/warm_stop/warm_stop_<host>.json and the docs
 (docs/benchmarks.md#warm-stop). Left out: RL after the warm start (bench.time_to_rise
 times whole runs), and other learning rates (bench.warm_start chose 3e-3).
@@ -45,12 +50,17 @@ CANDIDATES = (0.005, 0.01, 0.02, 0.05, 0.1)
 """Stop losses the table tries (nats per trained token)."""
 
 
-def flags(task: str, epochs: int) -> list[str]:
+DTYPE_SUFFIX = {"float32": "fp32", "bfloat16": "bf16"}
+"""The run-name suffix of an arm with `--compute-dtype`."""
+
+
+def flags(task: str, epochs: int, dtype: str | None = None) -> list[str]:
     """An arm's `art-mcp train` flags beside the task's: the warm start alone, evaluated
-    as the task's runs of the defaults are."""
+    as the task's runs of the defaults are, its matmuls in `dtype` (None: the default's)."""
     ev = TASK_EVAL.get(task, [])
     scen = ev[ev.index("--eval-scenarios") : ev.index("--eval-scenarios") + 2] if ev else []
-    return ["--steps", "0", "--sft-epochs", str(epochs), "--eval-untrained", "false", *scen]
+    extra = ["--compute-dtype", dtype] if dtype else []
+    return ["--steps", "0", "--sft-epochs", str(epochs), "--eval-untrained", "false", *scen, *extra]
 
 
 def warm_record(folder: Path, name: str) -> dict[str, float]:
@@ -60,18 +70,22 @@ def warm_record(folder: Path, name: str) -> dict[str, float]:
     return {k: float(v) for k, v in rec.items() if k.startswith("sft_")}
 
 
-def run_all(out: Path, tasks: list[str], seed: int) -> None:
+def run_all(
+    out: Path, tasks: list[str], seed: int, epochs_of: tuple[int, ...], dtype: str | None
+) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    suffix = f"-{DTYPE_SUFFIX[dtype]}" if dtype else ""
     for task in tasks:
-        for epochs in EPOCHS:
-            name = f"{task}-e{epochs}-s{seed}"
+        for epochs in epochs_of:
+            name = f"{task}-e{epochs}-s{seed}{suffix}"
             dest = out / f"{name}.json"
             if dest.exists():
                 print(f"{dest.name}: landed already", flush=True)
                 continue
             scen = validation_file(task, out)
-            row = run_one(task, seed, False, flags(task, epochs), out, name=name, scenarios=scen)
-            row.update(task=task, epochs=epochs, flags=flags(task, epochs), cpu_flags=cpu_flags())
+            arm = flags(task, epochs, dtype)
+            row = run_one(task, seed, False, arm, out, name=name, scenarios=scen)
+            row.update(task=task, epochs=epochs, flags=arm, cpu_flags=cpu_flags(), dtype=dtype)
             row["sft"] = warm_record(out, name)
             write_results(dest, row)
             print(f"{name}: {line(row)}", flush=True)
@@ -96,23 +110,33 @@ def stop_epoch(tails: list[float], loss: float) -> int:
     return next((k for k, t in enumerate(tails, 1) if t <= loss), len(tails))
 
 
+def label(row: dict[str, Any]) -> str:
+    """A row's arm: its task, and the warm start's matmul dtype where an arm chose one."""
+    dtype = row.get("dtype")
+    return f"{row['task']} ({DTYPE_SUFFIX[dtype]})" if dtype else row["task"]
+
+
 def table(rows: list[dict[str, Any]]) -> str:
-    by = {(r["task"], r["epochs"]): r for r in rows}
+    by = {(label(r), r["epochs"]): r for r in rows}
     lines = [
-        "| task | epochs | held-out sampled | held-out greedy | tail loss, each epoch | warm start s |",
-        "|---|---:|---:|---:|---|---:|",
+        "| arm | epochs | held-out sampled | held-out greedy | tail loss, each epoch | "
+        "tail share with no token in doubt, each epoch | warm start s |",
+        "|---|---:|---:|---:|---|---|---:|",
     ]
     for (task, e), r in sorted(by.items()):
+        sure = [r["sft"].get(f"sft_epoch{k}_tail_sure") for k in range(1, e + 1)]
         lines.append(
             f"| {task} | {e} | {r['sampled_before']:.2f} | {r['greedy_before']:.2f} | "
-            f"{', '.join(f'{t:.3f}' for t in tails_of(r))} | {r['sft']['sft_seconds']:.0f} |"
+            f"{', '.join(f'{t:.3f}' for t in tails_of(r))} | "
+            f"{', '.join('-' if x is None else f'{x:.2f}' for x in sure)} | "
+            f"{r['sft']['sft_seconds']:.0f} |"
         )
     tasks = sorted({t for t, _ in by})
-    full = {t: by.get((t, max(EPOCHS))) for t in tasks}
+    full = {t: by[(t, max(e for a, e in by if a == t))] for t in tasks}
     lines += [
         "",
         "| stop loss | "
-        + " | ".join(f"{t}: epochs, sampled (3 epochs'), time saved" for t in tasks)
+        + " | ".join(f"{t}: epochs, sampled (the most epochs'), time saved" for t in tasks)
         + " |",
         "|---:|" + "---|" * len(tasks),
     ]
@@ -120,14 +144,15 @@ def table(rows: list[dict[str, Any]]) -> str:
         cells = []
         for t in tasks:
             ref = full[t]
-            if ref is None:
-                cells.append("-")
-                continue
             k = stop_epoch(tails_of(ref), loss)
             at = by.get((t, k))
-            saved = 1 - (at["sft"]["sft_seconds"] / ref["sft"]["sft_seconds"]) if at else 0.0
-            sampled = f"{at['sampled_before']:.2f}" if at else "-"
-            cells.append(f"{k}, {sampled} ({ref['sampled_before']:.2f}), {saved:.0%}")
+            if at is None:  # that many epochs were not run
+                cells.append(f"{k}, - ({ref['sampled_before']:.2f}), -")
+                continue
+            saved = 1 - at["sft"]["sft_seconds"] / ref["sft"]["sft_seconds"]
+            cells.append(
+                f"{k}, {at['sampled_before']:.2f} ({ref['sampled_before']:.2f}), {saved:.0%}"
+            )
         lines.append(f"| {loss:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -158,6 +183,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", default=",".join(TASKS))
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--epochs", default=",".join(map(str, EPOCHS)), help="the arms' epochs")
+    p.add_argument("--compute-dtype", choices=sorted(DTYPE_SUFFIX), default=None)
     p.add_argument("--out", type=Path, required=True, help="the runs' folder (kept)")
     p.add_argument("--combine", action="store_true", help="tabulate the runs in --out")
     args = p.parse_args(argv)
@@ -169,7 +196,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     out = args.out.resolve()
     os.chdir(ROOT)  # the task's server is a module of this repository
-    run_all(out, tasks, args.seed)
+    epochs = tuple(int(e) for e in args.epochs.split(","))
+    run_all(out, tasks, args.seed, epochs, args.compute_dtype)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ Left out: loss on the prompt; a held-out slice of demonstrations.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,8 @@ from art_langgraph.training.tensorize import TensorizeStats, TrainSequence, buil
 from art_langgraph.trajectories.trajectory import Trajectory
 
 if TYPE_CHECKING:
+    import torch
+
     from art_langgraph.training.base import Trainer
     from art_langgraph.training.config import TrainConfig
 
@@ -59,16 +62,49 @@ def _conversation(tokenizer: Any, item: Any, index: int, max_seq_length: int) ->
     return seq
 
 
+SURE_LOGPROB = math.log(0.5)
+"""A token whose probability is above one half is the argmax: a demonstration whose every
+trained token is above it would be reproduced by greedy decoding, teacher-forced."""
+
+
+def sure_sequences(logprobs: torch.Tensor, seq_ids: torch.Tensor) -> float:
+    """How many of the sequences in `seq_ids` (N,) have every trained token's logprob
+    (`logprobs`, (N,)) above `SURE_LOGPROB`. A mean loss near zero can hide the one token
+    that decides (which tool, which field); this counts the demonstrations where none is
+    in doubt."""
+    import torch
+
+    if not seq_ids.numel():
+        return 0.0
+    ids, index = torch.unique(seq_ids, return_inverse=True)
+    low = torch.zeros(len(ids), dtype=logprobs.dtype, device=logprobs.device)
+    low = low.scatter_reduce(0, index, logprobs, "amin")  # each sequence's least likely token
+    return float((low > SURE_LOGPROB).sum())
+
+
 def tail_loss(losses: list[float]) -> float:
     """The mean of an epoch's last quarter of batch losses (at least its last batch)."""
     tail = losses[-max(1, len(losses) // 4) :]
     return sum(tail) / len(tail)
 
 
-def sft_metrics(per_epoch: list[list[float]], seconds: float) -> dict[str, float]:
+def tail_share(counts: list[tuple[float, int]]) -> float:
+    """The share of sure sequences (`sure_sequences`) over an epoch's last quarter of
+    batches, given each batch's (sure, sequences)."""
+    tail = counts[-max(1, len(counts) // 4) :]
+    return sum(c for c, _ in tail) / max(1, sum(n for _, n in tail))
+
+
+def sft_metrics(
+    per_epoch: list[list[float]],
+    seconds: float,
+    sure: list[list[tuple[float, int]]] | None = None,
+) -> dict[str, float]:
     """A warm start's metrics from each epoch's batch losses: the first and last batch's,
     each epoch's mean and tail (`sft_epoch<k>_loss`, `sft_epoch<k>_tail_loss`, k from 1),
-    the epochs and optimizer steps it ran, and its seconds."""
+    the epochs and optimizer steps it ran, and its seconds; with `sure` (each epoch's
+    batches' sure sequences and sequences), each epoch's tail share of sure ones
+    (`sft_epoch<k>_tail_sure`)."""
     flat = [x for epoch in per_epoch for x in epoch]
     out = {
         "sft_loss_first": flat[0],
@@ -80,6 +116,8 @@ def sft_metrics(per_epoch: list[list[float]], seconds: float) -> dict[str, float
     for k, losses in enumerate(per_epoch, 1):
         out[f"sft_epoch{k}_loss"] = sum(losses) / len(losses)
         out[f"sft_epoch{k}_tail_loss"] = tail_loss(losses)
+    for k, counts in enumerate(sure or [], 1):
+        out[f"sft_epoch{k}_tail_sure"] = tail_share(counts)
     return out
 
 
@@ -95,14 +133,17 @@ def run_sft(
     after an epoch whose `tail_loss` is at or under `stop_loss`; `sft_metrics`."""
     t0 = time.perf_counter()
     per_epoch: list[list[float]] = []
+    sure: list[list[tuple[float, int]]] = []
     while len(per_epoch) < epochs:
-        steps = range(0, len(seqs), batch_size)
-        per_epoch.append(
-            [trainer.sft_step(seqs[i : i + batch_size], config)["loss"] for i in steps]
-        )
+        per_epoch.append([])
+        sure.append([])
+        for i in range(0, len(seqs), batch_size):
+            m = trainer.sft_step(seqs[i : i + batch_size], config)
+            per_epoch[-1].append(m["loss"])
+            sure[-1].append((m.get("sure_sequences", 0.0), len(seqs[i : i + batch_size])))
         if stop_loss is not None and tail_loss(per_epoch[-1]) <= stop_loss:
             break
-    return sft_metrics(per_epoch, time.perf_counter() - t0)
+    return sft_metrics(per_epoch, time.perf_counter() - t0, sure)
 
 
 def sft_sequences(

@@ -67,6 +67,7 @@ from art_langgraph.training.fsdp import (
 )
 from art_langgraph.training.logprobs import TokenLogprobs
 from art_langgraph.training.segmented_attention import register_attention
+from art_langgraph.training.sft import sure_sequences
 from art_langgraph.training.state import load_state, save_state
 from art_langgraph.training.tensorize import MicroBatch, TrainSequence, micro_batches
 
@@ -356,21 +357,24 @@ class LoRATrainer:
         n_total, _ = self._totals(seqs)
         if n_total == 0:
             return {"loss": 0.0, "trainable_tokens": 0.0, "skipped_optimizer_step": 1.0}
-        total = 0.0
+        total = sure = 0.0
         batches, passes = self._micro_batches(seqs, config)
         for k, mb in enumerate(batches):
             self._sync_gradients(last=k == passes - 1)
-            lp = self._logprobs(mb, mb.target_mask.to(self.device))  # (N,)
+            mask = mb.target_mask.to(self.device)
+            lp = self._logprobs(mb, mask)  # (N,)
             loss = -lp.sum() / n_total
             loss.backward()
             total += float(loss.detach())
+            sure += sure_sequences(lp.detach(), mb.seq_ids.to(self.device)[mask])
         for k in range(len(batches), passes):
             self._idle_pass(last=k == passes - 1, reference=False)
         grad_norm = self._optimizer_step(config.max_grad_norm)
         if self.group is not None:
-            (total,) = self._sum([total])
+            total, sure = self._sum([total, sure])
         return {
             "loss": total,
+            "sure_sequences": sure,
             "grad_norm": grad_norm,
             "trainable_tokens": float(n_total),
             "train_seconds": time.perf_counter() - t0,

@@ -470,6 +470,7 @@ def test_sft_step_lowers_the_nll_of_the_trained_tokens(trainer: LoRATrainer) -> 
     assert first["loss"] == pytest.approx(start, abs=1e-5)  # the loss is the token-mean NLL
     assert first["grad_norm"] > 0
     assert first["trainable_tokens"] == n
+    assert 0 <= first["sure_sequences"] <= len(seqs)
     for _ in range(4):
         m = trainer.sft_step(seqs, config)
         assert_finite(m)
