@@ -285,6 +285,15 @@ class HarnessConfig(BaseModel):
             "(bench/results/warm_start)."
         ),
     )
+    sft_compute_dtype: Literal["auto", "model", "float32", "bfloat16"] = Field(
+        "model",
+        description=(
+            "Dtype of the SFT warm start's matmuls (`TrainConfig.sft_compute_dtype`): model: "
+            "the trainer's (`compute_dtype`, which RL steps keep); auto: bfloat16 where the "
+            "device multiplies it in hardware (CUDA, AMX, AVX-512-BF16); float32 or "
+            "bfloat16: that."
+        ),
+    )
     sft_stop_loss: float | None = Field(
         0.005,
         ge=0,

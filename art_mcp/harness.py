@@ -284,7 +284,10 @@ class _Run:
                 self.phase = "the SFT warm start"
                 res = await model.train_sft(
                     demos,
-                    art.TrainConfig(learning_rate=cfg.sft_learning_rate),
+                    art.TrainConfig(
+                        learning_rate=cfg.sft_learning_rate,
+                        sft_compute_dtype=cfg.sft_compute_dtype,
+                    ),
                     epochs=epochs,
                     batch_size=8,
                     stop_loss=cfg.sft_stop_loss,

@@ -1,4 +1,4 @@
-"""The sweep that chose the trainer's activation budget (`trainer.AUTO_CHECKPOINT_BYTES`).
+"""The sweep that chose the trainer's activation budget (`activations.AUTO_CHECKPOINT_BYTES`).
 
 Under `gradient_checkpointing="auto"` the trainer recomputes as many decoder layers as it
 takes to keep a micro-batch's activations under a byte budget. Each budget below runs in a
@@ -37,11 +37,12 @@ RESULTS = results_dir("checkpoint_budget") / "checkpoint_budget.json"
 
 def run_one(args: argparse.Namespace) -> dict[str, Any]:
     from art_langgraph.presets.resolve import resolve_preset
+    from art_langgraph.training import activations
     from art_langgraph.training import trainer as trainer_module
     from art_langgraph.training.config import ModelConfig, TrainConfig
 
     mib = float(args.budget)
-    trainer_module.AUTO_CHECKPOINT_BYTES = (  # type: ignore[misc]
+    activations.AUTO_CHECKPOINT_BYTES = (  # type: ignore[misc]
         int(mib * 2**20) if mib != float("inf") else 2**62
     )
     dtype = compute_dtype(args.compute_dtype)

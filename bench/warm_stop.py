@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from art_langgraph.backend.checkpoints import CheckpointFolder
+from art_langgraph.training.sft import FIRST_STOP_EPOCH
 from bench.learning import TASK_EVAL, host_key, run_one, validation_file
 from bench.readme import results_dir, update_docs, write_results
 from bench.trainer_roofline import cpu_flags
@@ -55,12 +56,16 @@ DTYPE_SUFFIX = {"float32": "fp32", "bfloat16": "bf16"}
 
 
 def flags(task: str, epochs: int, dtype: str | None = None) -> list[str]:
-    """An arm's `art-mcp train` flags beside the task's: the warm start alone, evaluated
-    as the task's runs of the defaults are, its matmuls in `dtype` (None: the default's)."""
+    """An arm's `art-mcp train` flags beside the task's: the warm start alone for all its
+    epochs (no stop loss), evaluated as the task's runs of the defaults are, its matmuls in
+    `dtype` (None: the default's)."""
     ev = TASK_EVAL.get(task, [])
     scen = ev[ev.index("--eval-scenarios") : ev.index("--eval-scenarios") + 2] if ev else []
     extra = ["--compute-dtype", dtype] if dtype else []
-    return ["--steps", "0", "--sft-epochs", str(epochs), "--eval-untrained", "false", *scen, *extra]
+    return [
+        *["--steps", "0", "--sft-epochs", str(epochs), "--sft-stop-loss", "0"],
+        *["--eval-untrained", "false", *scen, *extra],
+    ]
 
 
 def warm_record(folder: Path, name: str) -> dict[str, float]:
@@ -106,8 +111,10 @@ def tails_of(row: dict[str, Any]) -> list[float]:
 
 def stop_epoch(tails: list[float], loss: float) -> int:
     """The epoch `--sft-stop-loss loss` ends the warm start after (1-based), given each
-    epoch's tail loss; the last when none is at or under it."""
-    return next((k for k, t in enumerate(tails, 1) if t <= loss), len(tails))
+    epoch's tail loss: the first from `FIRST_STOP_EPOCH` on at or under it; the last when
+    none is."""
+    at = (k for k, t in enumerate(tails, 1) if k >= FIRST_STOP_EPOCH and t <= loss)
+    return next(at, len(tails))
 
 
 def label(row: dict[str, Any]) -> str:

@@ -17,12 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_rule_stops_at_the_first_epoch_at_or_under_the_loss() -> None:
     assert warm_stop.stop_epoch([0.2, 0.04, 0.01], 0.05) == 2
-    assert warm_stop.stop_epoch([0.2, 0.04, 0.01], 0.2) == 1
+    assert warm_stop.stop_epoch([0.2, 0.04, 0.01], 0.2) == 2  # never after the first
     assert warm_stop.stop_epoch([0.2, 0.04, 0.03], 0.01) == 3  # none: every epoch
     assert warm_stop.flags("org", 2)[-2:] == ["--eval-scenarios", "48"]
     assert warm_stop.flags("capitals", 1) == [
-        "--steps", "0", "--sft-epochs", "1", "--eval-untrained", "false",
+        "--steps", "0", "--sft-epochs", "1", "--sft-stop-loss", "0", "--eval-untrained", "false",
     ]  # fmt: skip
+    assert warm_stop.flags("capitals", 2, "bfloat16")[-2:] == ["--compute-dtype", "bfloat16"]
 
 
 def _row(task: str, epochs: int, sampled: float, tails: list[float], s: float) -> dict:
@@ -36,7 +37,7 @@ def test_the_table_gives_each_loss_its_stop_epoch_success_and_saving() -> None:
     rows = [_row("t", 1, 0.5, [0.08], 100.0), _row("t", 2, 0.9, [0.08, 0.01], 200.0)]
     rows.append(_row("t", 3, 0.92, [0.08, 0.01, 0.004], 300.0))
     text = warm_stop.table(rows)
-    assert "| 0.1 | 1, 0.50 (0.92), 67% |" in text
+    assert "| 0.1 | 2, 0.90 (0.92), 33% |" in text
     assert "| 0.01 | 2, 0.90 (0.92), 33% |" in text and "| 0.005 | 3, 0.92 (0.92), 0% |" in text
 
 

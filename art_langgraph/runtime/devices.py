@@ -87,6 +87,15 @@ def pick_compute_dtype(
     return weights
 
 
+def pick_sft_compute_dtype(sft: str, compute: str, device: str) -> str:
+    """An SFT step's matmuls over a trainer computing in `compute`: `sft`, or for "model"
+    `compute`, or for "auto" bfloat16 where `device` multiplies it in hardware (CUDA, or a
+    CPU with `cpu_has_fast_bf16`) and `compute` otherwise."""
+    if sft == "model" or (sft == "auto" and device.startswith("cpu") and not cpu_has_fast_bf16()):
+        return compute
+    return "bfloat16" if sft == "auto" else sft
+
+
 def model_config_file(path: str) -> Path | None:
     """The config.json of a local model folder, or of a Hub id already in the Hugging Face
     cache (nothing is downloaded); None where there is none here."""

@@ -72,6 +72,16 @@ class TrainConfig(BaseModel):
         "rule puts at 3e-4-4e-4); 5e-4 for the tiny preset. Each step's metrics report the "
         "rate used.",
     )
+    sft_compute_dtype: Literal["auto", "model", "float32", "bfloat16"] = Field(
+        "model",
+        description=(
+            "Dtype of an SFT step's matmuls (`train_sft`), through autocast over the weights "
+            "dtype. model: the trainer's (ModelConfig.compute_dtype), which RL steps always "
+            "use (the sampler's precision, for their ratios); auto: bfloat16 where the device "
+            "multiplies it in hardware (CUDA, AMX, AVX-512-BF16), else the model's; float32 "
+            "or bfloat16: that. An SFT step has no sampler to agree with."
+        ),
+    )
     beta: float = Field(
         0.0,
         ge=0,

@@ -39,9 +39,11 @@ reduce-scatter runs in the weights' dtype), models whose decoder layers
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +56,11 @@ from art_langgraph.runtime.devices import (
     pick_compute_dtype,
     pick_device,
     pick_dtype,
+    pick_sft_compute_dtype,
     torch_dtype,
 )
 from art_langgraph.runtime.heap import heap_for_large_blocks
+from art_langgraph.training import activations as A
 from art_langgraph.training import loss as L
 from art_langgraph.training.base import ProgressFn
 from art_langgraph.training.config import ModelConfig, TrainConfig
@@ -142,10 +146,10 @@ class LoRATrainer:
                 if hasattr(m, "_gradient_checkpointing_func")
                 and m is not getattr(base, "model", None)
             ]
-        self._activation_bytes = _activation_bytes_per_token(base.config, self.compute_dtype)
-        self._layer_input_bytes = int(getattr(base.config, "hidden_size", 0) or 0) * (
-            torch.empty((), dtype=self.compute_dtype).element_size()
-        )
+        self._budget: int | None = None  # the activation budget; None: AUTO_CHECKPOINT_BYTES
+        size = self.compute_dtype.itemsize
+        self._activation_bytes = A.activation_bytes_per_token(base.config, size)
+        self._layer_input_bytes = int(getattr(base.config, "hidden_size", 0) or 0) * size
         lora = LoraConfig(
             r=config.lora_r,
             lora_alpha=config.lora_alpha,
@@ -173,10 +177,34 @@ class LoRATrainer:
         for g in self.optimizer.param_groups:
             g["lr"], g["betas"], g["weight_decay"] = lr, betas, weight_decay
 
-    def _autocast(self) -> Any:
-        """bfloat16 autocast over the transformer when ModelConfig.compute_dtype asks for it."""
-        import contextlib
+    @contextlib.contextmanager
+    def _sft_precision(self, config: TrainConfig) -> Iterator[None]:
+        """Within: an SFT step's matmul dtype (`TrainConfig.sft_compute_dtype`) and activation
+        budget (SFT_CHECKPOINT_BYTES), with the memory estimates in that dtype."""
+        dtype = torch_dtype(
+            pick_sft_compute_dtype(
+                config.sft_compute_dtype,
+                str(self.compute_dtype).removeprefix("torch."),
+                self.device.type,
+            )
+        )
+        saved = (self.compute_dtype, self._activation_bytes, self._layer_input_bytes)
+        scale = dtype.itemsize / self.compute_dtype.itemsize
+        self.compute_dtype, self._budget = dtype, A.SFT_CHECKPOINT_BYTES
+        self._activation_bytes = int(self._activation_bytes * scale)
+        self._layer_input_bytes = int(self._layer_input_bytes * scale)
+        try:
+            yield
+        finally:
+            self.compute_dtype, self._activation_bytes, self._layer_input_bytes = saved
+            self._budget = None
 
+    def _budget_bytes(self) -> int:
+        return A.AUTO_CHECKPOINT_BYTES if self._budget is None else self._budget
+
+    def _autocast(self) -> Any:
+        """bfloat16 autocast over the transformer when the step's compute dtype (the
+        model's, ModelConfig.compute_dtype, or an SFT step's) differs from its weights'."""
         if self.compute_dtype == self.dtype:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.compute_dtype)
@@ -208,30 +236,23 @@ class LoRATrainer:
             mask,
             mb.position_ids.to(dev),
             target_mask[:, 1:],  # (R, L-1): the state at t-1 predicts token t
-            keep_bytes=AUTO_CHECKPOINT_BYTES // 4,
+            keep_bytes=self._budget_bytes() // 4,
             **extra,
         )
 
     def _checkpoint_if_large(self, mb: MicroBatch) -> None:
         """With gradient_checkpointing="auto": recompute in the backward pass just enough
-        layers of this micro-batch that the activations the others keep fit in
-        AUTO_CHECKPOINT_BYTES (none for a small micro-batch, all for a huge one). Each
-        recomputed layer costs one more forward of that layer, so checkpointing k of n layers
-        costs about k/n of a forward, where checkpointing all of them costs a whole one."""
+        layers of this micro-batch (`activations.layers_to_recompute`) that the others'
+        activations fit the step's budget."""
         if self.config.gradient_checkpointing != "auto" or not self._checkpointed:
             return
-        for layer, on in zip(self._checkpointed, self._layers_to_recompute(mb), strict=True):
+        n, tokens = len(self._checkpointed), mb.input_ids.numel()
+        budget = self._budget_bytes()
+        flags = A.layers_to_recompute(
+            tokens, n, self._activation_bytes, self._layer_input_bytes, budget
+        )
+        for layer, on in zip(self._checkpointed, flags, strict=True):
             layer.gradient_checkpointing = on
-
-    def _layers_to_recompute(self, mb: MicroBatch) -> list[bool]:
-        """Which of the checkpointable layers recompute `mb` under "auto" (the first k)."""
-        n = len(self._checkpointed)
-        per_layer = mb.input_ids.numel() * self._activation_bytes / n
-        # A recomputed layer still keeps its input (hidden_size values a token).
-        kept = mb.input_ids.numel() * self._layer_input_bytes
-        over = n * per_layer - AUTO_CHECKPOINT_BYTES
-        k = 0 if over <= 0 else min(n, math.ceil(over / max(per_layer - kept, 1.0)))
-        return [i < k for i in range(n)]
 
     @heap_for_large_blocks()  # an engine's mmap threshold would halve this step's speed
     def rl_step(
@@ -349,7 +370,12 @@ class LoRATrainer:
 
     @heap_for_large_blocks()
     def sft_step(self, seqs: list[TrainSequence], config: TrainConfig) -> dict[str, float]:
-        """One optimizer step of next-token cross-entropy on the trainable tokens (token mean)."""
+        """One optimizer step of next-token cross-entropy on the trainable tokens (token
+        mean), in an SFT step's precision (`_sft_precision`)."""
+        with self._sft_precision(config):
+            return self._sft_step(seqs, config)
+
+    def _sft_step(self, seqs: list[TrainSequence], config: TrainConfig) -> dict[str, float]:
         t0 = time.perf_counter()
         self.model.train()
         self._configure(_rate(config), config.adam_betas, config.weight_decay)
@@ -409,26 +435,19 @@ class LoRATrainer:
         return batches, self._passes(len(batches))
 
     def _alone_tokens(self) -> int | None:
-        """Under gradient_checkpointing="auto": micro-batches without a prefix tree hold at
-        most the tokens whose activations fit AUTO_CHECKPOINT_BYTES, so they run without
-        recompute (more passes over the same tokens instead of a second forward); a tree
-        keeps its size, since splitting it would compute its shared parts again."""
+        """Under gradient_checkpointing="auto": `activations.alone_tokens` of the step's budget."""
         if self.config.gradient_checkpointing != "auto" or not self._activation_bytes:
             return None
-        return max(1, AUTO_CHECKPOINT_BYTES // self._activation_bytes)
+        return A.alone_tokens(self._budget_bytes(), self._activation_bytes)
 
     def _tree_tokens(self) -> int | None:
-        """Under gradient_checkpointing="auto": micro-batches with a prefix tree hold at most
-        the tokens whose memory fits AUTO_CHECKPOINT_BYTES with every layer recomputed: each
-        layer's input, kept through the forward, and one layer's activations, live while its
-        backward recomputes it (at least one row: a tree is never split). Two 7,856-token
-        trees in one pass took a BFCL step of SmolLM2-135M (fp32) 2.0 GiB above its resting
-        2.2 GiB; bench.checkpoint_budget --tree-caps on,off measures the cap."""
+        """Under gradient_checkpointing="auto": `activations.tree_tokens` of the step's budget."""
         if self.config.gradient_checkpointing != "auto" or not self._activation_bytes:
             return None
         layers = max(len(self._checkpointed), 1)
-        per_token = layers * self._layer_input_bytes + self._activation_bytes / layers
-        return max(1, int(AUTO_CHECKPOINT_BYTES // per_token))
+        return A.tree_tokens(
+            self._budget_bytes(), layers, self._activation_bytes, self._layer_input_bytes
+        )
 
     def _passes(self, batches: int) -> int:
         """Forward/backward passes this rank runs: its micro-batches, or under FSDP the most
@@ -452,10 +471,10 @@ class LoRATrainer:
         before = torch.ones((1, 1), dtype=torch.bool, device=self.device)  # (1, 1)
         positions = torch.arange(2, device=self.device).unsqueeze(0)  # (1, 2)
         args = (ids, torch.ones_like(ids), positions, before)
-        lp = self._forward(self._autocast(), *args, keep_bytes=AUTO_CHECKPOINT_BYTES // 4)  # (1,)
+        lp = self._forward(self._autocast(), *args, keep_bytes=self._budget_bytes() // 4)  # (1,)
         if reference:
             with torch.no_grad(), self.model.disable_adapter():
-                self._forward(self._autocast(), *args, keep_bytes=AUTO_CHECKPOINT_BYTES // 4)
+                self._forward(self._autocast(), *args, keep_bytes=self._budget_bytes() // 4)
         (lp.sum() * 0.0).backward()
 
     def _totals(self, seqs: list[TrainSequence]) -> tuple[int, int]:
@@ -541,29 +560,6 @@ class LoRATrainer:
             self._adapter_keys if self.fsdp else None,
             self.device,
         )
-
-
-AUTO_CHECKPOINT_BYTES = 256 * 2**20
-"""gradient_checkpointing="auto" keeps a micro-batch's activations under this: micro-batches
-without a prefix tree are cut to fit it, trees recompute as many layers as it takes, and
-the head's logits are kept when they fit a quarter of it. bench.checkpoint_budget: 256 MiB
-against 1 GiB costs an agent batch 5% of its step time and saves 470 MiB of peak; a whole
-real-model `art-mcp train` run, engine and trainer in one process, peaked at 4.1 GiB with
-1 GiB, past the 4 GiB it may take."""
-
-
-def _activation_bytes_per_token(config: Any, dtype: torch.dtype) -> int:
-    """What the backward pass keeps per token without checkpointing, for a llama-like
-    decoder with LoRA on every projection: per layer, the norms' inputs, the projections'
-    inputs (the LoRA weights' gradients need them), queries, keys, values and the attention
-    output, and the MLP's inner activations. Measured on SmolLM2-135M (saved-tensor hooks
-    over one forward of an 8 x 4 agent micro-batch, fp32): 55 KB a layer and token, about
-    12 x hidden + 5 x intermediate values."""
-    hidden = int(getattr(config, "hidden_size", 0) or 0)
-    inner = int(getattr(config, "intermediate_size", 0) or 4 * hidden)
-    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
-    size = torch.empty((), dtype=dtype).element_size()
-    return layers * (12 * hidden + 5 * inner) * size
 
 
 def _row_length(seqs: list[TrainSequence], config: TrainConfig) -> int:

@@ -259,8 +259,9 @@ async def test_sft_warm_start_teaches_a_format(backend: art.LocalBackend) -> Non
 async def test_sft_stop_loss_ends_the_warm_start_after_an_epoch(
     backend: art.LocalBackend,
 ) -> None:
-    """`stop_loss` ends the warm start after the first epoch whose tail loss is at or under
-    it; without it every epoch runs; the metrics give each epoch's losses and the time."""
+    """`stop_loss` ends the warm start after the first epoch from the second on whose tail
+    loss is at or under it; without it every epoch runs; the metrics give each epoch's
+    losses, its share of demonstrations with no token in doubt, and the time."""
     convos = [
         [{"role": "user", "content": f"Say {i}"}, {"role": "assistant", "content": "ok"}]
         for i in range(16)
@@ -269,9 +270,10 @@ async def test_sft_stop_loss_ends_the_warm_start_after_an_epoch(
     every = (await (await _model(backend, "sft-all")).train_sft(convos, lr, epochs=3)).metrics
     assert every["sft_epochs"] == 3 and every["sft_steps"] == 6 and every["sft_seconds"] > 0
     assert every["sft_epoch3_tail_loss"] < every["sft_epoch1_loss"]
+    assert all(0 <= every[f"sft_epoch{k}_tail_sure"] <= 1 for k in (1, 2, 3))
     model = await _model(backend, "sft-stop")
     early = (await model.train_sft(convos, lr, epochs=3, stop_loss=1e9)).metrics
-    assert early["sft_epochs"] == 1 and early["sft_steps"] == 2 and "sft_epoch2_loss" not in early
+    assert early["sft_epochs"] == 2 and early["sft_steps"] == 4 and "sft_epoch3_loss" not in early
     for bad in (float("nan"), -0.1):
         with pytest.raises(art.UsageError, match="stop_loss"):
             await model.train_sft(convos, lr, stop_loss=bad)

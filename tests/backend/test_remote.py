@@ -131,8 +131,8 @@ async def test_sft_stop_loss_crosses_the_wire(backend_server: Backend) -> None:
     with pytest.raises(art.UsageError, match="stop_loss"):  # refused before it is sent
         await model.train_sft(convos, stop_loss=-1.0)
     result = await model.train_sft(convos, epochs=3, batch_size=2, stop_loss=1e9)
-    assert result.step == 1 and result.metrics["sft_epochs"] == 1
-    assert result.metrics["sft_steps"] == 2
+    assert result.step == 1 and result.metrics["sft_epochs"] == 2  # the first never stops
+    assert result.metrics["sft_steps"] == 4
 
 
 async def test_a_retried_request_trains_once(backend_server: Backend) -> None:

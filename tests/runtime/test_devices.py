@@ -45,6 +45,23 @@ def test_explicit_choices_and_cuda_are_not_overridden(monkeypatch) -> None:
     assert devices.pick_compute_dtype("bfloat16", "float32", "cpu") == "bfloat16"
 
 
+@pytest.mark.parametrize(
+    ("flags", "device", "auto"),
+    [
+        ({"avx2", "fma"}, "cpu", "float32"),  # emulated bfloat16: the model's
+        ({"avx2", "avx512_bf16"}, "cpu", "bfloat16"),
+        ({"amx_bf16"}, "cpu", "bfloat16"),
+        (set(), "cuda", "bfloat16"),
+    ],
+)
+def test_an_sft_steps_dtype_is_bfloat16_where_it_is_fast(monkeypatch, flags, device, auto) -> None:
+    monkeypatch.setattr(devices, "cpu_flags", lambda: set(flags))
+    assert devices.pick_sft_compute_dtype("auto", "float32", device) == auto
+    assert devices.pick_sft_compute_dtype("model", "float32", device) == "float32"
+    assert devices.pick_sft_compute_dtype("bfloat16", "float32", device) == "bfloat16"
+    assert devices.pick_sft_compute_dtype("float32", "bfloat16", device) == "float32"
+
+
 SMALL, LARGE = 135_000_000, 360_000_000
 
 

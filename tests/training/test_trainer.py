@@ -336,7 +336,7 @@ def test_shared_prefixes_leave_loss_and_gradient_unchanged(stepped: LoRATrainer)
 def test_auto_checkpointing_recomputes_only_what_exceeds_the_budget(
     stepped: LoRATrainer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from art_langgraph.training import trainer as trainer_module
+    from art_langgraph.training import activations
 
     assert stepped.config.gradient_checkpointing == "auto" and stepped._checkpointed
     seqs = make_sequences(stepped, LENGTHS, ADV, offset=-0.1)
@@ -345,9 +345,9 @@ def test_auto_checkpointing_recomputes_only_what_exceeds_the_budget(
     losses = {}
     mb = next(iter(stepped._micro_batches(seqs, TrainConfig(learning_rate=LR))[0]))
     half = mb.input_ids.numel() * stepped._activation_bytes // 2
-    cases = (("small", trainer_module.AUTO_CHECKPOINT_BYTES), ("large", 0), ("half", half))
+    cases = (("small", activations.AUTO_CHECKPOINT_BYTES), ("large", 0), ("half", half))
     for name, limit in cases:
-        monkeypatch.setattr(trainer_module, "AUTO_CHECKPOINT_BYTES", limit)
+        monkeypatch.setattr(activations, "AUTO_CHECKPOINT_BYTES", limit)
         restore(stepped, start)
         losses[name] = stepped.rl_step(seqs, TrainConfig(learning_rate=LR))
         seen[name] = [bool(m.gradient_checkpointing) for m in stepped._checkpointed]
@@ -363,7 +363,7 @@ def test_auto_checkpointing_recomputes_only_what_exceeds_the_budget(
 def test_a_prefix_tree_over_the_budget_recomputes_only_some_layers(
     stepped: LoRATrainer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from art_langgraph.training import trainer as trainer_module
+    from art_langgraph.training import activations
 
     seqs = group_sequences(stepped, seed=3, prompt=20, extra=4, system=16)
     config = TrainConfig(learning_rate=LR)
@@ -375,7 +375,7 @@ def test_a_prefix_tree_over_the_budget_recomputes_only_some_layers(
     per_layer = need // len(stepped._checkpointed)
     # over the budget by half a layer's activations: one layer recomputed brings it under
     for name, limit in (("all", 0), ("half", need - per_layer // 2), ("none", 2 * need)):
-        monkeypatch.setattr(trainer_module, "AUTO_CHECKPOINT_BYTES", limit)
+        monkeypatch.setattr(activations, "AUTO_CHECKPOINT_BYTES", limit)
         restore(stepped, start)
         results[name] = stepped.rl_step(seqs, config)
         seen[name] = [bool(m.gradient_checkpointing) for m in stepped._checkpointed]
@@ -475,6 +475,20 @@ def test_sft_step_lowers_the_nll_of_the_trained_tokens(trainer: LoRATrainer) -> 
         m = trainer.sft_step(seqs, config)
         assert_finite(m)
     assert nll() < start - 0.1
+
+
+def test_an_sft_step_in_bfloat16_trains_alike_and_leaves_rl_steps_in_the_models_dtype(
+    trainer: LoRATrainer,
+) -> None:
+    seqs = make_sequences(trainer, [12, 10, 14], [1.0, 1.0, 1.0], tail=6)
+    start = lora_state(trainer)
+    fp32 = trainer.sft_step(seqs, TrainConfig(learning_rate=5e-3, sft_compute_dtype="model"))
+    restore(trainer, start)
+    bf16 = trainer.sft_step(seqs, TrainConfig(learning_rate=5e-3, sft_compute_dtype="bfloat16"))
+    assert bf16["loss"] != fp32["loss"]  # it did compute in bfloat16
+    assert bf16["loss"] == pytest.approx(fp32["loss"], rel=0.05)
+    assert trainer.compute_dtype == trainer.dtype == torch.float32  # RL's, restored
+    assert trainer._budget is None
 
 
 @pytest.mark.parametrize("step", ["rl_step", "sft_step"])
