@@ -298,17 +298,17 @@ class HarnessConfig(BaseModel):
         0.005,
         ge=0,
         description=(
-            "End the SFT warm start before `sft_epochs` once an epoch's last quarter of "
-            "batches has a mean token loss (nats) at or under this; the first epoch's are "
-            "measured on demonstrations not yet trained on. None: every epoch runs. The log "
-            "gives each epoch's tail loss and the warm start's time. On the validation "
-            "slices (bench/results/warm_stop), capitals' epochs ended at 0.016, 0.003, 0.013 "
-            "(held-out sampled success 0.60, 1.00, 0.98 after 1, 2, 3 epochs) and the two-hop "
-            "org chart's at 0.089, 0.040, 0.004 (0.18, 0.31, 0.70): 0.005 stops capitals "
-            "after two and the org chart after three; 0.02 would have stopped capitals at "
-            "0.60. With capitals' 128 demonstrations (not the slice's 96) it stopped after one "
-            "epoch at 0.73 held-out success, and RL took it to 0.96: the run's rise held "
-            "(docs/benchmarks.md#time-to-rise). One seed so far."
+            "End the SFT warm start before `sft_epochs` once an epoch from the second on "
+            "has a last quarter of batches with a mean token loss (nats) at or under this. "
+            "None: every epoch runs. The log gives each epoch's tail loss, its share of "
+            "demonstrations with no token in doubt, and the warm start's time. On the "
+            "validation slices (bench/results/warm_stop), capitals' epochs ended at 0.016, "
+            "0.003, 0.013 (held-out sampled success 0.60, 1.00, 0.98 after 1, 2, 3 epochs) and "
+            "the two-hop org chart's at 0.089, 0.040, 0.004 (0.18, 0.31, 0.70): 0.005 stops "
+            "capitals after two and the org chart after three. The first epoch never stops "
+            "it (`training.sft.FIRST_STOP_EPOCH`): with capitals' 128 demonstrations its tail "
+            "fell to 0.004 in three paired runs that then held 0.58-0.67 before RL and ended "
+            "below the reference (docs/benchmarks.md#time-to-rise)."
         ),
     )
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
@@ -341,7 +341,14 @@ class HarnessConfig(BaseModel):
             "checkpointing, a small fraction of that with it (the default)."
         ),
     )
-    seed: int = Field(0, description="Seed for the split and the step order.")
+    seed: int = Field(
+        0,
+        description=(
+            "Seed for the split, the step order and the LoRA initialisation. Before the "
+            "initialisation took it, a task whose scenarios carry their own split (every "
+            "bundled one) got the same warm start on every seed: seeds varied only sampling."
+        ),
+    )
     engine: Literal["auto", "torch", "vllm"] = Field(
         "auto",
         description=(

@@ -212,7 +212,9 @@ class _Run:
             project=cfg.project,
             base_model=cfg.base_model,
             training=art.ModelConfig(
-                compute_dtype=cfg.compute_dtype, promote_on_evaluation=cfg.promote_on_evaluation
+                compute_dtype=cfg.compute_dtype,
+                promote_on_evaluation=cfg.promote_on_evaluation,
+                seed=cfg.seed,
             ),
         )
         await self.model.register(backend)

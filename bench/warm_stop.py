@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -123,43 +124,66 @@ def label(row: dict[str, Any]) -> str:
     return f"{row['task']} ({DTYPE_SUFFIX[dtype]})" if dtype else row["task"]
 
 
+def _each(values: list[float]) -> str:
+    """The mean, with each seed's value after it when there are several."""
+    mean = f"{statistics.mean(values):.2f}"
+    return mean if len(values) == 1 else f"{mean} ({', '.join(f'{v:.2f}' for v in values)})"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
-    by = {(label(r), r["epochs"]): r for r in rows}
+    """Per arm and epochs: held-out success after the warm start (mean, then each seed's),
+    each epoch's tail loss and tail share of demonstrations with no token in doubt (seed by
+    seed, `;` between seeds) and the warm start's seconds; then per stop loss and arm the
+    epoch it stops at (each seed), the success there and at the most epochs run, and the
+    time it saves."""
+    by: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault((label(r), r["epochs"]), {})[r.get("seed", 0)] = r
     lines = [
         "| arm | epochs | held-out sampled | held-out greedy | tail loss, each epoch | "
         "tail share with no token in doubt, each epoch | warm start s |",
         "|---|---:|---:|---:|---|---|---:|",
     ]
-    for (task, e), r in sorted(by.items()):
-        sure = [r["sft"].get(f"sft_epoch{k}_tail_sure") for k in range(1, e + 1)]
-        lines.append(
-            f"| {task} | {e} | {r['sampled_before']:.2f} | {r['greedy_before']:.2f} | "
-            f"{', '.join(f'{t:.3f}' for t in tails_of(r))} | "
-            f"{', '.join('-' if x is None else f'{x:.2f}' for x in sure)} | "
-            f"{r['sft']['sft_seconds']:.0f} |"
+    for (arm, e), seeds in sorted(by.items()):
+        runs = [seeds[k] for k in sorted(seeds)]
+        tails = "; ".join(", ".join(f"{t:.3f}" for t in tails_of(r)) for r in runs)
+        sure = "; ".join(
+            ", ".join(
+                "-" if (x := r["sft"].get(f"sft_epoch{k}_tail_sure")) is None else f"{x:.2f}"
+                for k in range(1, e + 1)
+            )
+            for r in runs
         )
-    tasks = sorted({t for t, _ in by})
-    full = {t: by[(t, max(e for a, e in by if a == t))] for t in tasks}
+        lines.append(
+            f"| {arm} | {e} | {_each([r['sampled_before'] for r in runs])} | "
+            f"{_each([r['greedy_before'] for r in runs])} | {tails} | {sure} | "
+            f"{statistics.mean(r['sft']['sft_seconds'] for r in runs):.0f} |"
+        )
+    arms = sorted({a for a, _ in by})
+    most = {a: max(e for b, e in by if b == a) for a in arms}
     lines += [
         "",
         "| stop loss | "
-        + " | ".join(f"{t}: epochs, sampled (the most epochs'), time saved" for t in tasks)
+        + " | ".join(f"{a}: epochs, sampled (the most epochs'), time saved" for a in arms)
         + " |",
-        "|---:|" + "---|" * len(tasks),
+        "|---:|" + "---|" * len(arms),
     ]
     for loss in CANDIDATES:
         cells = []
-        for t in tasks:
-            ref = full[t]
-            k = stop_epoch(tails_of(ref), loss)
-            at = by.get((t, k))
-            if at is None:  # that many epochs were not run
-                cells.append(f"{k}, - ({ref['sampled_before']:.2f}), -")
-                continue
-            saved = 1 - at["sft"]["sft_seconds"] / ref["sft"]["sft_seconds"]
-            cells.append(
-                f"{k}, {at['sampled_before']:.2f} ({ref['sampled_before']:.2f}), {saved:.0%}"
-            )
+        for a in arms:
+            full = by[(a, most[a])]
+            ks, at, ref, saved = [], [], [], []
+            for seed, r in sorted(full.items()):
+                k = stop_epoch(tails_of(r), loss)
+                ks.append(str(k))
+                run = by.get((a, k), {}).get(seed)
+                ref.append(r["sampled_before"])
+                if run is not None:  # that many epochs were run for this seed
+                    at.append(run["sampled_before"])
+                    saved.append(1 - run["sft"]["sft_seconds"] / r["sft"]["sft_seconds"])
+            sampled = f"{statistics.mean(at):.2f}" if len(at) == len(ks) else "-"
+            cut = f"{statistics.mean(saved):.0%}" if len(at) == len(ks) else "-"
+            cells.append(f"{', '.join(ks)}, {sampled} ({statistics.mean(ref):.2f}), {cut}")
         lines.append(f"| {loss:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -41,6 +41,18 @@ def test_the_table_gives_each_loss_its_stop_epoch_success_and_saving() -> None:
     assert "| 0.01 | 2, 0.90 (0.92), 33% |" in text and "| 0.005 | 3, 0.92 (0.92), 0% |" in text
 
 
+def test_the_table_gives_each_seed_and_the_mean() -> None:
+    rows = [_row("t", 1, 0.5, [0.08], 100.0), _row("t", 2, 0.9, [0.08, 0.01], 200.0)]
+    rows += [_row("t", 1, 0.7, [0.02], 110.0), _row("t", 2, 1.0, [0.02, 0.004], 210.0)]
+    for r, seed in zip(rows, (1, 1, 2, 2), strict=True):
+        r["seed"] = seed
+    rows.append({**_row("t", 1, 0.3, [0.5], 60.0), "seed": 1, "dtype": "bfloat16"})
+    text = warm_stop.table(rows)
+    assert "| t | 2 | 0.95 (0.90, 1.00) | 0.95 (0.90, 1.00) | 0.080, 0.010; 0.020, 0.004 |" in text
+    assert "| t (bf16) | 1 | 0.30 | 0.30 | 0.500 | - | 60 |" in text
+    assert "| 0.01 | 2, 2, 0.95 (0.95), 0% |" in text  # both seeds stop at their second
+
+
 @pytest.mark.slow
 def test_a_warm_start_run_records_its_epochs(tmp_path: Path) -> None:
     os.chdir(ROOT)

@@ -196,3 +196,23 @@ def test_ctrl_c_at_any_point_then_the_same_command_gives_the_uninterrupted_repor
     report = json.loads((folder / "report.json").read_text())
     assert [(e["step"], e["rl_step"]) for e in report["evaluations"]] == [(0, 0), (1, 1), (2, 2)]
     assert sorted(p.name for p in (folder / "checkpoints").iterdir())[-1] == "0002"
+
+
+async def test_the_seed_seeds_the_lora_initialisation_so_seeds_vary_the_warm_start(
+    tmp_path: Path,
+) -> None:
+    """The bundled scenarios carry their own split, and the warm start trains them in a
+    fixed order: only the seed's LoRA initialisation makes two seeds' warm starts differ."""
+    from safetensors.torch import load_file
+
+    adapters = []
+    for seed in (1, 2):
+        cfg = _cfg(tmp_path / str(seed), steps=0, sft_epochs=1, eval_samples=0, seed=seed)
+        report = await train(
+            SERVER, cfg, scenarios=SCENARIOS, reward="examples.mcp_server.tasks:score",
+            log=lambda _: None,
+        )  # fmt: skip
+        (adapter,) = (Path(report.folder) / "checkpoints").glob("*/adapter_model.safetensors")
+        adapters.append(load_file(adapter))
+    assert adapters[0].keys() == adapters[1].keys()
+    assert any(not adapters[0][k].equal(adapters[1][k]) for k in adapters[0])
