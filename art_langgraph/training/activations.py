@@ -5,9 +5,8 @@ Pure arithmetic over a model's sizes (`activation_bytes_per_token`) and a byte b
 `layers_to_recompute` for one micro-batch, and the token caps `alone_tokens` (micro-batches
 of sequences alone, cut to fit and recomputing nothing) and `tree_tokens` (micro-batches
 holding a prefix tree, never cut, recomputing every layer). The trainer
-(`training/trainer.py`) reads `AUTO_CHECKPOINT_BYTES` for RL steps and
-`SFT_CHECKPOINT_BYTES` for SFT steps when it uses them, so a benchmark or test may patch
-them here. Left out: measuring memory (bench.checkpoint_budget does).
+(`training/trainer.py`) reads `AUTO_CHECKPOINT_BYTES` when it uses it, so a benchmark or
+test may patch it here. Left out: measuring memory (bench.checkpoint_budget does).
 """
 
 from __future__ import annotations
@@ -22,9 +21,6 @@ the head's logits are kept when they fit a quarter of it. bench.checkpoint_budge
 against 1 GiB costs an agent batch 5% of its step time and saves 470 MiB of peak; a whole
 real-model `art-mcp train` run, engine and trainer in one process, peaked at 4.1 GiB with
 1 GiB, past the 4 GiB it may take."""
-
-SFT_CHECKPOINT_BYTES = 256 * 2**20
-"""An SFT step's activation budget (`LoRATrainer.sft_step`)."""
 
 
 def activation_bytes_per_token(config: Any, element_size: int) -> int:

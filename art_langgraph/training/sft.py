@@ -88,9 +88,11 @@ def sure_sequences(logprobs: torch.Tensor, seq_ids: torch.Tensor) -> float:
 
 FIRST_STOP_EPOCH = 2
 """The first epoch after which `stop_loss` may end a warm start. The first epoch's tail
-is on demonstrations not yet trained on, but it fell to 0.003-0.005 on the capitals task
-with held-out success still at 0.58-0.67 (five runs, two hosts, both dtypes), where the
-second epoch took it to 0.98-1.00 (bench/results/warm_stop, docs/benchmarks.md#warm-stop)."""
+is on demonstrations not yet trained on, but on the capitals task it fell to 0.004-0.005,
+under the stop loss, with held-out sampled success still at 0.58-0.67 (three paired runs
+on its 128 demonstrations in float32, one bfloat16 arm on the validation slice's 96),
+where a second epoch took the slice to 0.94-1.00 in every arm (bench/results/warm_stop,
+docs/benchmarks.md#warm-stop-seeds)."""
 
 
 def tail_loss(losses: list[float]) -> float:

@@ -146,10 +146,7 @@ class LoRATrainer:
                 if hasattr(m, "_gradient_checkpointing_func")
                 and m is not getattr(base, "model", None)
             ]
-        self._budget: int | None = None  # the activation budget; None: AUTO_CHECKPOINT_BYTES
-        size = self.compute_dtype.itemsize
-        self._activation_bytes = A.activation_bytes_per_token(base.config, size)
-        self._layer_input_bytes = int(getattr(base.config, "hidden_size", 0) or 0) * size
+        self._sizes = base.config  # the activation estimates read it in the step's dtype
         lora = LoraConfig(
             r=config.lora_r,
             lora_alpha=config.lora_alpha,
@@ -179,28 +176,27 @@ class LoRATrainer:
 
     @contextlib.contextmanager
     def _sft_precision(self, config: TrainConfig) -> Iterator[None]:
-        """Within: an SFT step's matmul dtype (`TrainConfig.sft_compute_dtype`) and activation
-        budget (SFT_CHECKPOINT_BYTES), with the memory estimates in that dtype."""
-        dtype = torch_dtype(
-            pick_sft_compute_dtype(
-                config.sft_compute_dtype,
-                str(self.compute_dtype).removeprefix("torch."),
-                self.device.type,
-            )
+        """Within: an SFT step's matmul dtype (`TrainConfig.sft_compute_dtype`); the
+        activation estimates follow it."""
+        saved = self.compute_dtype
+        name = str(saved).removeprefix("torch.")
+        self.compute_dtype = torch_dtype(
+            pick_sft_compute_dtype(config.sft_compute_dtype, name, self.device.type)
         )
-        saved = (self.compute_dtype, self._activation_bytes, self._layer_input_bytes)
-        scale = dtype.itemsize / self.compute_dtype.itemsize
-        self.compute_dtype, self._budget = dtype, A.SFT_CHECKPOINT_BYTES
-        self._activation_bytes = int(self._activation_bytes * scale)
-        self._layer_input_bytes = int(self._layer_input_bytes * scale)
         try:
             yield
         finally:
-            self.compute_dtype, self._activation_bytes, self._layer_input_bytes = saved
-            self._budget = None
+            self.compute_dtype = saved
 
-    def _budget_bytes(self) -> int:
-        return A.AUTO_CHECKPOINT_BYTES if self._budget is None else self._budget
+    @property
+    def _activation_bytes(self) -> int:
+        """What a token's backward keeps in the step's dtype (`activations`)."""
+        return A.activation_bytes_per_token(self._sizes, self.compute_dtype.itemsize)
+
+    @property
+    def _layer_input_bytes(self) -> int:
+        """A recomputed layer's input, a token's hidden state, in the step's dtype."""
+        return int(getattr(self._sizes, "hidden_size", 0) or 0) * self.compute_dtype.itemsize
 
     def _autocast(self) -> Any:
         """bfloat16 autocast over the transformer when the step's compute dtype (the
@@ -236,7 +232,7 @@ class LoRATrainer:
             mask,
             mb.position_ids.to(dev),
             target_mask[:, 1:],  # (R, L-1): the state at t-1 predicts token t
-            keep_bytes=self._budget_bytes() // 4,
+            keep_bytes=A.AUTO_CHECKPOINT_BYTES // 4,
             **extra,
         )
 
@@ -247,7 +243,7 @@ class LoRATrainer:
         if self.config.gradient_checkpointing != "auto" or not self._checkpointed:
             return
         n, tokens = len(self._checkpointed), mb.input_ids.numel()
-        budget = self._budget_bytes()
+        budget = A.AUTO_CHECKPOINT_BYTES
         flags = A.layers_to_recompute(
             tokens, n, self._activation_bytes, self._layer_input_bytes, budget
         )
@@ -438,7 +434,7 @@ class LoRATrainer:
         """Under gradient_checkpointing="auto": `activations.alone_tokens` of the step's budget."""
         if self.config.gradient_checkpointing != "auto" or not self._activation_bytes:
             return None
-        return A.alone_tokens(self._budget_bytes(), self._activation_bytes)
+        return A.alone_tokens(A.AUTO_CHECKPOINT_BYTES, self._activation_bytes)
 
     def _tree_tokens(self) -> int | None:
         """Under gradient_checkpointing="auto": `activations.tree_tokens` of the step's budget."""
@@ -446,7 +442,7 @@ class LoRATrainer:
             return None
         layers = max(len(self._checkpointed), 1)
         return A.tree_tokens(
-            self._budget_bytes(), layers, self._activation_bytes, self._layer_input_bytes
+            A.AUTO_CHECKPOINT_BYTES, layers, self._activation_bytes, self._layer_input_bytes
         )
 
     def _passes(self, batches: int) -> int:
@@ -471,10 +467,10 @@ class LoRATrainer:
         before = torch.ones((1, 1), dtype=torch.bool, device=self.device)  # (1, 1)
         positions = torch.arange(2, device=self.device).unsqueeze(0)  # (1, 2)
         args = (ids, torch.ones_like(ids), positions, before)
-        lp = self._forward(self._autocast(), *args, keep_bytes=self._budget_bytes() // 4)  # (1,)
+        lp = self._forward(self._autocast(), *args, keep_bytes=A.AUTO_CHECKPOINT_BYTES // 4)  # (1,)
         if reference:
             with torch.no_grad(), self.model.disable_adapter():
-                self._forward(self._autocast(), *args, keep_bytes=self._budget_bytes() // 4)
+                self._forward(self._autocast(), *args, keep_bytes=A.AUTO_CHECKPOINT_BYTES // 4)
         (lp.sum() * 0.0).backward()
 
     def _totals(self, seqs: list[TrainSequence]) -> tuple[int, int]:

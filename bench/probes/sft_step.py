@@ -10,8 +10,8 @@ specs), 8 steps of 8 at the warm start's learning rate (the first untimed):
 
 - the SFT step's matmul dtype (`TrainConfig.sft_compute_dtype`): `model` (the trainer's:
   float32 for SmolLM2-135M here) or `bfloat16` (autocast over the float32 weights);
-- its activation budget (`activations.SFT_CHECKPOINT_BYTES`): 256 MiB (the RL steps'),
-  1 GiB, or none (nothing recomputed).
+- the trainer's activation budget (`activations.AUTO_CHECKPOINT_BYTES`, which the arm's
+  process sets): 256 MiB (the default), 1 GiB, or none (nothing recomputed).
 
 It prints median step time against the default arm's (model, 256 MiB), the layers the
 last step recomputed, peak RSS (the trainer alone, with its own copy of the weights: in a
@@ -67,7 +67,7 @@ def child(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     from art_langgraph.training.trainer import LoRATrainer
 
     dtype, budget = arm.split(":")
-    activations.SFT_CHECKPOINT_BYTES = 2**62 if budget == "inf" else int(budget) * 2**20  # type: ignore[misc]
+    activations.AUTO_CHECKPOINT_BYTES = 2**62 if budget == "inf" else int(budget) * 2**20  # type: ignore[misc]
     trainer = LoRATrainer(resolve_preset("smollm2-135m"), ModelConfig(), "cpu")
     seqs, _ = sft_sequences(trainer.tokenizer, demonstrations(args.steps * 8), 4096)
     config = TrainConfig(learning_rate=3e-3, sft_compute_dtype=dtype)  # the warm start's rate
@@ -83,7 +83,6 @@ def child(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         "layers": len(trainer._checkpointed),
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "losses": losses,
-        "row_tokens": len(seqs[0]) + 7 * (len(seqs[0]) - 708),
     }
 
 
