@@ -170,8 +170,13 @@ class LocalBackend:
 
     async def close(self) -> None:
         """Stop the server, the engine and the trainers' processes, flush the loggers.
-        Checkpoints are already on disk. Idempotent; `close_sync` is the same without a loop."""
-        await asyncio.to_thread(self.close_sync)
+        Checkpoints are already on disk. Idempotent; `close_sync` is the same without a loop.
+
+        The worker thread gets the finalizer, not a method of this backend: the executor's
+        thread drops its work item only after the awaiting task has resumed, so a bound
+        method could keep a backend its caller just deleted alive past a `gc.collect()`
+        (with its app, and the app's engine, on a loaded host)."""
+        await asyncio.to_thread(self._finalizer)
 
     def close_sync(self) -> None:
         """`close` for code with no event loop (it blocks). Also what runs at interpreter exit
