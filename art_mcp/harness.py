@@ -69,6 +69,7 @@ from art_mcp.report import (
     append_journal,
     build_report,
     eval_line,
+    evaluated_weights,
     flat_run,
     grpo_steps,
     journal_evaluations,
@@ -410,7 +411,7 @@ class _Run:
         train_reward = m.get("reward", float("nan"))
         ends = done < cfg.steps and self.ended_flat()
         if done == cfg.steps or ends or (cfg.eval_every and done % cfg.eval_every == 0):
-            held = eval_line(await self.evaluate(result.step, done))
+            held = await self.evaluate_if_changed(result.step, done)
         else:
             held = "-"
         log(
@@ -447,7 +448,8 @@ class _Run:
         step = await self.model.get_step()
         evaluations = journal_evaluations(read_journal(self.folder))
         ended = grpo_done >= cfg.steps or self.ended_flat()
-        if grpo_done and ended and not any(e.step == step for e in evaluations):
+        fresh = evaluated_weights(evaluations, grpo_steps(self.folder, read_journal(self.folder)))
+        if grpo_done and ended and not any(e.step == step for e in evaluations) and fresh is None:
             # The last step's evaluation was cut off by an interrupt: run it now.
             self.phase = f"the held-out evaluation after RL step {grpo_done}"
             ev = await self.evaluate(step, grpo_done)
@@ -492,6 +494,18 @@ class _Run:
             )
             self.log(stopped[1])
         return (count, first), stopped
+
+    async def evaluate_if_changed(self, step: int, rl_step: int) -> str:
+        """`evaluate`, unless no GRPO step since the last evaluation trained on anything
+        (`report.evaluated_weights`): that one stands for these weights. The held-out line."""
+        journal = read_journal(self.folder)
+        same = evaluated_weights(journal_evaluations(journal), grpo_steps(self.folder, journal))
+        if same is None:
+            return eval_line(await self.evaluate(step, rl_step))
+        return (
+            f"not evaluated again: the adapter is step {same.step}'s, evaluated then "
+            f"({eval_line(same)})"
+        )
 
     async def evaluate(self, step: int, rl_step: int) -> Evaluation:
         """The held-out evaluation of the model's `step` (RL step `rl_step`): one greedy

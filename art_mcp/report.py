@@ -159,6 +159,20 @@ def flat_run(records: list[dict[str, Any]]) -> int:
     return run
 
 
+def evaluated_weights(
+    evaluations: list[Evaluation], records: list[dict[str, Any]]
+) -> Evaluation | None:
+    """The latest evaluation when no GRPO step after it (`grpo_steps` records) trained on
+    anything: the adapter now is the one it evaluated (a step that trains on nothing carries
+    its adapter forward unchanged), so a new evaluation would sample the same weights again.
+    None when there is no evaluation, or a later step trained."""
+    if not evaluations:
+        return None
+    last = max(evaluations, key=lambda e: e.step)
+    later = [h for h in records if _nan(h.get("step")) > last.step]
+    return last if all(h.get("nothing_trainable") == 1 for h in later) else None
+
+
 def build_report(
     *,
     model: str,

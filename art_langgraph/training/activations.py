@@ -5,8 +5,9 @@ Pure arithmetic over a model's sizes (`activation_bytes_per_token`) and a byte b
 `layers_to_recompute` for one micro-batch, and the token caps `alone_tokens` (micro-batches
 of sequences alone, cut to fit and recomputing nothing) and `tree_tokens` (micro-batches
 holding a prefix tree, never cut, recomputing every layer). The trainer
-(`training/trainer.py`) reads `AUTO_CHECKPOINT_BYTES` when it uses it, so a benchmark or
-test may patch it here. Left out: measuring memory (bench.checkpoint_budget does).
+(`training/trainer.py`) reads `AUTO_CHECKPOINT_BYTES` (an RL step's) and
+`SFT_CHECKPOINT_BYTES` (an SFT step's) when it uses them, so a benchmark or test may patch
+them here. Left out: measuring memory (bench.checkpoint_budget does).
 """
 
 from __future__ import annotations
@@ -21,6 +22,16 @@ the head's logits are kept when they fit a quarter of it. bench.checkpoint_budge
 against 1 GiB costs an agent batch 5% of its step time and saves 470 MiB of peak; a whole
 real-model `art-mcp train` run, engine and trainer in one process, peaked at 4.1 GiB with
 1 GiB, past the 4 GiB it may take."""
+
+
+SFT_CHECKPOINT_BYTES = 1024 * 2**20
+"""The budget of an SFT warm-start step (`LoRATrainer.sft_step`), in place of
+`AUTO_CHECKPOINT_BYTES`: a warm start's batch of demonstrations is one prefix tree (8
+capitals demonstrations, ~1,500 tokens), which 256 MiB makes recompute 29 of SmolLM2-135M's
+30 layers. bench.probes.sft_step (float32, 2-core AVX512-BF16 host): 1 GiB took a step
+0.84x as long, for 3.4 GB of peak RSS against 3.0 (the trainer alone); the loss is the
+same. An SFT step runs before RL with nothing else training, so its peak stays under the
+RL steps' (which keep 256 MiB)."""
 
 
 def activation_bytes_per_token(config: Any, element_size: int) -> int:

@@ -108,6 +108,8 @@ class LoRATrainer:
 
         hf_logging.disable_progress_bar()
         self.config = config
+        self._in_sft = False
+        """Within an SFT step (`_sft_precision`)."""
         self.device = torch.device(pick_device(device))
         auto = "auto" in (config.dtype, config.compute_dtype)
         params = parameter_count(base_path) if auto else None
@@ -176,17 +178,24 @@ class LoRATrainer:
 
     @contextlib.contextmanager
     def _sft_precision(self, config: TrainConfig) -> Iterator[None]:
-        """Within: an SFT step's matmul dtype (`TrainConfig.sft_compute_dtype`); the
-        activation estimates follow it."""
+        """Within: an SFT step's matmul dtype (`TrainConfig.sft_compute_dtype`), which the
+        activation estimates follow, and its activation budget (`_budget`)."""
         saved = self.compute_dtype
         name = str(saved).removeprefix("torch.")
         self.compute_dtype = torch_dtype(
             pick_sft_compute_dtype(config.sft_compute_dtype, name, self.device.type)
         )
+        self._in_sft = True
         try:
             yield
         finally:
-            self.compute_dtype = saved
+            self.compute_dtype, self._in_sft = saved, False
+
+    @property
+    def _budget(self) -> int:
+        """The step's activation budget: `activations.SFT_CHECKPOINT_BYTES` in an SFT step,
+        else `AUTO_CHECKPOINT_BYTES` (read when used, so a test may patch either)."""
+        return A.SFT_CHECKPOINT_BYTES if self._in_sft else A.AUTO_CHECKPOINT_BYTES
 
     @property
     def _activation_bytes(self) -> int:
@@ -232,7 +241,7 @@ class LoRATrainer:
             mask,
             mb.position_ids.to(dev),
             target_mask[:, 1:],  # (R, L-1): the state at t-1 predicts token t
-            keep_bytes=A.AUTO_CHECKPOINT_BYTES // 4,
+            keep_bytes=self._budget // 4,
             **extra,
         )
 
@@ -243,7 +252,7 @@ class LoRATrainer:
         if self.config.gradient_checkpointing != "auto" or not self._checkpointed:
             return
         n, tokens = len(self._checkpointed), mb.input_ids.numel()
-        budget = A.AUTO_CHECKPOINT_BYTES
+        budget = self._budget
         flags = A.layers_to_recompute(
             tokens, n, self._activation_bytes, self._layer_input_bytes, budget
         )
@@ -434,16 +443,14 @@ class LoRATrainer:
         """Under gradient_checkpointing="auto": `activations.alone_tokens` of the step's budget."""
         if self.config.gradient_checkpointing != "auto" or not self._activation_bytes:
             return None
-        return A.alone_tokens(A.AUTO_CHECKPOINT_BYTES, self._activation_bytes)
+        return A.alone_tokens(self._budget, self._activation_bytes)
 
     def _tree_tokens(self) -> int | None:
         """Under gradient_checkpointing="auto": `activations.tree_tokens` of the step's budget."""
         if self.config.gradient_checkpointing != "auto" or not self._activation_bytes:
             return None
         layers = max(len(self._checkpointed), 1)
-        return A.tree_tokens(
-            A.AUTO_CHECKPOINT_BYTES, layers, self._activation_bytes, self._layer_input_bytes
-        )
+        return A.tree_tokens(self._budget, layers, self._activation_bytes, self._layer_input_bytes)
 
     def _passes(self, batches: int) -> int:
         """Forward/backward passes this rank runs: its micro-batches, or under FSDP the most
@@ -467,10 +474,10 @@ class LoRATrainer:
         before = torch.ones((1, 1), dtype=torch.bool, device=self.device)  # (1, 1)
         positions = torch.arange(2, device=self.device).unsqueeze(0)  # (1, 2)
         args = (ids, torch.ones_like(ids), positions, before)
-        lp = self._forward(self._autocast(), *args, keep_bytes=A.AUTO_CHECKPOINT_BYTES // 4)  # (1,)
+        lp = self._forward(self._autocast(), *args, keep_bytes=self._budget // 4)  # (1,)
         if reference:
             with torch.no_grad(), self.model.disable_adapter():
-                self._forward(self._autocast(), *args, keep_bytes=A.AUTO_CHECKPOINT_BYTES // 4)
+                self._forward(self._autocast(), *args, keep_bytes=self._budget // 4)
         (lp.sum() * 0.0).backward()
 
     def _totals(self, seqs: list[TrainSequence]) -> tuple[int, int]:

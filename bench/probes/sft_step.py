@@ -10,10 +10,11 @@ specs), 8 steps of 8 at the warm start's learning rate (the first untimed):
 
 - the SFT step's matmul dtype (`TrainConfig.sft_compute_dtype`): `model` (the trainer's:
   float32 for SmolLM2-135M here) or `bfloat16` (autocast over the float32 weights);
-- the trainer's activation budget (`activations.AUTO_CHECKPOINT_BYTES`, which the arm's
-  process sets): 256 MiB (the default), 1 GiB, or none (nothing recomputed).
+- the SFT step's activation budget (`activations.SFT_CHECKPOINT_BYTES`, which the arm's
+  process sets): 256 MiB (the RL steps' budget, which SFT steps took until this probe
+  chose 1 GiB for them), 1 GiB (their default now), or none (nothing recomputed).
 
-It prints median step time against the default arm's (model, 256 MiB), the layers the
+It prints median step time against the first arm's (model, 256 MiB), the layers the
 last step recomputed, peak RSS (the trainer alone, with its own copy of the weights: in a
 run it shares the engine's), and each step's loss: the budget changes no result, the dtype
 does.
@@ -42,7 +43,8 @@ from bench.trainer_roofline import cpu_flags
 
 RESULTS = results_dir("sft_step") / f"sft_step_{host_key(cpu_flags())}.json"
 ARMS = ("model:256", "model:1024", "bfloat16:256", "bfloat16:1024", "bfloat16:inf")
-"""dtype:budget in MiB (inf: nothing recomputed); the first is the default, the reference."""
+"""dtype:budget in MiB (inf: nothing recomputed); the first is the reference (the step as it
+was before this probe), the second the default."""
 
 
 def demonstrations(n: int) -> list[Any]:
@@ -67,7 +69,7 @@ def child(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     from art_langgraph.training.trainer import LoRATrainer
 
     dtype, budget = arm.split(":")
-    activations.AUTO_CHECKPOINT_BYTES = 2**62 if budget == "inf" else int(budget) * 2**20  # type: ignore[misc]
+    activations.SFT_CHECKPOINT_BYTES = 2**62 if budget == "inf" else int(budget) * 2**20  # type: ignore[misc]
     trainer = LoRATrainer(resolve_preset("smollm2-135m"), ModelConfig(), "cpu")
     seqs, _ = sft_sequences(trainer.tokenizer, demonstrations(args.steps * 8), 4096)
     config = TrainConfig(learning_rate=3e-3, sft_compute_dtype=dtype)  # the warm start's rate

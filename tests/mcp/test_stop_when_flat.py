@@ -1,6 +1,7 @@
 """`HarnessConfig.stop_when_flat`: RL ends after that many steps in a row trained on nothing,
-with an evaluation at the step it ends on, a line in the log and the report, and a restart
-that keeps the verdict. On the tiny preset and the bundled server."""
+with a line in the log and the report, and a restart that keeps the verdict; the step it
+ends on is not evaluated again when no step since the last evaluation trained (its adapter
+is the one evaluated). On the tiny preset and the bundled server."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 
 import art_langgraph as art
 from art_mcp import HarnessConfig, Scenario, load_scenarios, train
-from art_mcp.report import flat_run
+from art_mcp.evaluation import Evaluation
+from art_mcp.report import evaluated_weights, flat_run
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = "python -m examples.mcp_server.server"
@@ -20,6 +22,17 @@ SCENARIOS = load_scenarios(ROOT / "examples/mcp_server/scenarios.jsonl")[:24]
 def test_the_flat_run_counts_the_last_steps_in_a_row() -> None:
     steps = [{"nothing_trainable": x} for x in (1.0, 0.0, 1.0, 1.0)]
     assert flat_run(steps) == 2 and flat_run(steps[:2]) == 0 and flat_run([]) == 0
+
+
+def test_an_evaluation_stands_until_a_step_trains() -> None:
+    evs = [Evaluation(step=0, rl_step=0), Evaluation(step=3, rl_step=0)]
+    flat, trained = {"nothing_trainable": 1.0}, {"nothing_trainable": 0.0}
+    assert evaluated_weights(evs, []) is evs[1]
+    assert evaluated_weights(evs, [{"step": 4, **flat}, {"step": 5, **flat}]) is evs[1]
+    assert evaluated_weights(evs, [{"step": 4, **flat}, {"step": 5, **trained}]) is None
+    # steps before the last evaluation do not count; no evaluation: nothing stands
+    assert evaluated_weights(evs, [{"step": 2, **trained}, {"step": 4, **flat}]) is evs[1]
+    assert evaluated_weights([], [{"step": 1, **flat}]) is None
 
 
 def _flat(traj: art.Trajectory, s: Scenario) -> float:
@@ -43,7 +56,8 @@ async def test_rl_ends_after_flat_steps_and_a_restart_keeps_it(tmp_path: Path) -
     text = "\n".join(said)
     assert "RL ends after step 2 of 3: 2 steps in a row trained on nothing" in text, text
     assert "RL step 3" not in text
-    assert report.ended_after == 2 and [e.rl_step for e in report.evaluations] == [0, 2]
+    assert report.ended_after == 2 and [e.rl_step for e in report.evaluations] == [0]
+    assert "held-out not evaluated again: the adapter is step 0's" in text, text
     assert "RL ended after step 2 of 3" in (Path(report.folder) / "report.md").read_text()
     said.clear()
     again = await train(SERVER, _cfg(tmp_path), scenarios=SCENARIOS, reward=_flat,

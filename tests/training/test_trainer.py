@@ -490,6 +490,27 @@ def test_an_sft_step_in_bfloat16_trains_alike_and_leaves_rl_steps_in_the_models_
     assert trainer.compute_dtype == trainer.dtype == torch.float32  # RL's, restored
 
 
+def test_an_sft_step_recomputes_by_its_own_budget_and_rl_steps_by_theirs(
+    stepped: LoRATrainer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from art_langgraph.training import activations
+
+    seqs = make_sequences(stepped, [12, 10, 14], [1.0, 1.0, 1.0], tail=6)
+    config, start = TrainConfig(learning_rate=5e-3), lora_state(stepped)
+    recomputed, losses = {}, {}
+    # the RL budget at nothing must not reach an SFT step, and the SFT one must not reach RL
+    monkeypatch.setattr(activations, "AUTO_CHECKPOINT_BYTES", 0)
+    for name, limit in (("kept", 2**40), ("all", 0)):
+        monkeypatch.setattr(activations, "SFT_CHECKPOINT_BYTES", limit)
+        restore(stepped, start)
+        losses[name] = stepped.sft_step(seqs, config)["loss"]
+        recomputed[name] = [bool(m.gradient_checkpointing) for m in stepped._checkpointed]
+    assert not any(recomputed["kept"]) and all(recomputed["all"])
+    assert losses["kept"] == pytest.approx(losses["all"], abs=1e-6)  # the budget changes no loss
+    stepped.rl_step(make_sequences(stepped, [12, 10], [1.0, -1.0]), config)
+    assert all(m.gradient_checkpointing for m in stepped._checkpointed)  # RL's budget: 0
+
+
 @pytest.mark.parametrize("step", ["rl_step", "sft_step"])
 def test_a_step_with_no_trainable_tokens_is_a_finite_no_op(trainer: LoRATrainer, step: str) -> None:
     seqs = [TrainSequence([5, 6, 7, 8], [False] * 4, [math.nan] * 4, 1.0)]

@@ -11,6 +11,7 @@ The last test runs `art_mcp.train` on the tiny preset with Langfuse configured.
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -275,6 +276,16 @@ def test_a_failing_langfuse_is_recorded_and_resent_by_export(
     assert len(rec.dataset_run_items) == 4
 
 
+_calls = itertools.count()
+
+
+def _varied(traj: art.Trajectory, scenario: Any) -> float:
+    """0 and 1 in turn: rollouts of the tiny model may be identical, and the task's own
+    reward gives them all one score, so the step would train on nothing, and an adapter no
+    step changed is not evaluated again: the loop needs an evaluation after RL step 1."""
+    return float(next(_calls) % 2)
+
+
 @pytest.mark.slow
 async def test_art_mcp_train_closes_the_langfuse_loop(
     receiver: tuple[Receiver, ServerHandle], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -308,7 +319,7 @@ async def test_art_mcp_train_closes_the_langfuse_loop(
         "python -m examples.mcp_server.server",
         cfg,
         scenarios=ROOT / "examples/mcp_server/scenarios.jsonl",
-        reward="examples.mcp_server.tasks:score",
+        reward=_varied,
         log=said.append,
     )
     name = Path(report.folder).name
