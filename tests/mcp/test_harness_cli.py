@@ -75,7 +75,11 @@ def test_one_step_end_to_end_then_resume_without_a_name(tmp_path: Path) -> None:
 def test_a_run_told_not_to_evaluate_the_untrained_model_starts_after_the_warm_start(
     tmp_path: Path,
 ) -> None:
-    run = _train(tmp_path, "--steps", "1", "--eval-scenarios", "2", "--eval-untrained", "false")
+    # a reward that trains the step (tests/mcp/alternating.py), so its adapter is evaluated
+    run = _train(
+        tmp_path, "--steps", "1", "--eval-scenarios", "2", "--eval-untrained", "false",
+        "--reward", "tests.mcp.alternating:score",
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     assert "untrained: held-out" not in run.stdout
     assert "after the SFT warm start, before RL: held-out" in run.stdout

@@ -67,7 +67,9 @@ async def test_a_raising_reward_is_counted_and_a_flat_step_says_it_trained_nothi
     )
     first = text.split("episodes (scored 0); first:\n", 1)[1]
     assert first.startswith("Traceback") and ("KeyError: 'no field" in first or "nan" in first)
-    assert len(report.evaluations) == 2 and all(len(e.greedy) == 2 for e in report.evaluations)
+    assert len(report.evaluations) == 1 and len(report.evaluations[0].greedy) == 2
+    # the step trained on nothing: its adapter is the one evaluated, which stands for it
+    assert "RL step 1: train reward" in text and "held-out not evaluated again" in text
     # training: the failed rollouts dropped and counted; the step trained on nothing, said so
     assert "RL step 1: the reward function raised in" in text and "(dropped)" in text
     assert "TRAINED ON NOTHING" in text and report.untrained_steps == [1]
@@ -149,7 +151,7 @@ def _run(tmp_path: Path, interrupt_after: str | None) -> subprocess.CompletedPro
     as a line containing it is printed."""
     cmd = [
         sys.executable, "-m", "art_mcp.cli", "train", "--server", SERVER,
-        "--scenarios", str(SCENARIOS), "--reward", "examples.mcp_server.tasks:score",
+        "--scenarios", str(SCENARIOS), "--reward", "tests.mcp.alternating:score",
         "--path", str(tmp_path), "--steps", "2", "--eval-every", "1", "--group-size", "2",
         "--groups-per-step", "2", "--sft-epochs", "0", "--max-tokens", "24", "--max-turns", "2",
         "--tool-choice", "required", "--eval-scenarios", "2", "--eval-samples", "1",
