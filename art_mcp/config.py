@@ -229,7 +229,8 @@ class HarnessConfig(BaseModel):
         ge=0,
         description=(
             "Also evaluate on the held-out scenarios every this many steps; 0: only before RL "
-            "and after the last step."
+            "and after the last step. An evaluation is skipped when no step since the last one "
+            "trained on anything (the adapter is the one evaluated)."
         ),
     )
     val_fraction: float = Field(
