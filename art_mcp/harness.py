@@ -446,9 +446,10 @@ class _Run:
         cfg, log = self.cfg, self.log
         grpo_done = len(grpo_steps(self.folder, read_journal(self.folder)))
         step = await self.model.get_step()
-        evaluations = journal_evaluations(read_journal(self.folder))
+        journal = read_journal(self.folder)
+        evaluations = journal_evaluations(journal)
         ended = grpo_done >= cfg.steps or self.ended_flat()
-        fresh = evaluated_weights(evaluations, grpo_steps(self.folder, read_journal(self.folder)))
+        fresh = evaluated_weights(evaluations, grpo_steps(self.folder, journal))
         if grpo_done and ended and not any(e.step == step for e in evaluations) and fresh is None:
             # The last step's evaluation was cut off by an interrupt: run it now.
             self.phase = f"the held-out evaluation after RL step {grpo_done}"
