@@ -32,7 +32,9 @@ def _train(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_one_step_end_to_end_then_resume_without_a_name(tmp_path: Path) -> None:
-    first = _train(tmp_path, "--steps", "1", "--eval-scenarios", "2")
+    # a reward that trains the step (tests/mcp/alternating.py), so its adapter is evaluated
+    alternating = ("--reward", "tests.mcp.alternating:score")
+    first = _train(tmp_path, "--steps", "1", "--eval-scenarios", "2", *alternating)
     assert first.returncode == 0, first.stderr[-3000:]
     # the warm start trains on the train split only: a held-out scenario is never seen
     scen = load_scenarios(ROOT / "examples/mcp_server/scenarios.jsonl")
@@ -63,7 +65,7 @@ def test_one_step_end_to_end_then_resume_without_a_name(tmp_path: Path) -> None:
     assert len(evaluated[0]) == 2 and all(ids == evaluated[0] for ids in evaluated)
     assert "(2 evaluated)" in first.stdout
     # a restart continues from the last checkpoint, without a second warm start
-    second = _train(tmp_path, "--steps", "2", "--eval-scenarios", "2")
+    second = _train(tmp_path, "--steps", "2", "--eval-scenarios", "2", *alternating)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "SFT warm start on" not in second.stdout
     assert [p.name for p in (tmp_path / "mcp" / "models").iterdir()] == [folder.name]
