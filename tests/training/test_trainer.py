@@ -506,7 +506,8 @@ def test_an_sft_step_recomputes_by_its_own_budget_and_rl_steps_by_theirs(
         losses[name] = stepped.sft_step(seqs, config)["loss"]
         recomputed[name] = [bool(m.gradient_checkpointing) for m in stepped._checkpointed]
     assert not any(recomputed["kept"]) and all(recomputed["all"])
-    assert losses["kept"] == pytest.approx(losses["all"], abs=1e-6)  # the budget changes no loss
+    # the budget changes no loss: recomputing may reorder a sum, a float32 ulp or two at ~8.5
+    assert losses["kept"] == pytest.approx(losses["all"], rel=1e-6)
     stepped.rl_step(make_sequences(stepped, [12, 10], [1.0, -1.0]), config)
     assert all(m.gradient_checkpointing for m in stepped._checkpointed)  # RL's budget: 0
 
