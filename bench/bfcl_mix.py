@@ -13,6 +13,11 @@ each seed's figures beside; saved to bench/results/bfcl_mix/bfcl_<host>_mix_<tag
 
     .venv/bin/python -m bench.bfcl_mix --arms all,half --seeds 1,2,3 --out runs/mix
     .venv/bin/python -m bench.bfcl_mix --arms all,half --seeds 1,2,3 --out runs/mix --combine
+    .venv/bin/python -m bench.bfcl_mix --arms noparallel --steps 12 --eval-at 3,6,9 ...
+
+`--steps`, `--eval-at` and `--eval-modes` go to every arm's run; a run's `--eval-at`
+evaluations (the model as a run of that many steps would end) are rows of their own, so
+one run per seed gives the curve of a choice of steps.
 
 Arms: `calling` (the four calling categories), `all` (those and irrelevance in turn: 1
 group in 5), `third` (irrelevance 2 groups in 6), `half` (1 group in 2), and `third-batch`
@@ -69,13 +74,15 @@ def _setting(r: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in r["args"].items() if k not in skip}, sort_keys=True)
 
 
-def run(arms: list[str], seeds: list[int], out: Path) -> None:
+def run(arms: list[str], seeds: list[int], out: Path, extra: list[str] | None = None) -> None:
+    """Each arm's run of each seed, with `extra` flags for the example (--steps, --eval-at,
+    --eval-modes: the same for every arm)."""
     out.mkdir(parents=True, exist_ok=True)
     for seed in seeds:
         for arm in arms:
             cats = ",".join(ARMS[arm])
             folder = out / f"{arm}-s{seed}"
-            flags = ["--eval-split", "validation", "--train-categories", cats]
+            flags = ["--eval-split", "validation", "--train-categories", cats, *(extra or [])]
             if arm in TRAIN_CONFIGS:
                 flags += ["--train-config", json.dumps(TRAIN_CONFIGS[arm])]
             if _done(folder / "result.json", flags):
@@ -109,9 +116,10 @@ def combine(arms: list[str], seeds: list[int], out: Path, tag: str, results: Pat
         raise SystemExit("runs of different arguments (beyond the arm and seed), never pooled")
     host = host_key(every[0]["cpu_flags"])
     sizes = {c: len(ids) for c, ids in load_splits()["validation"].items()}
+    steps = every[0]["args"]["steps"]
     lines = [
         f"BFCL validation slice ({'/'.join(str(sizes[c]) for c in _C)} calling items, "
-        f"{sizes['irrelevance']} irrelevance), {every[0]['args']['steps']} steps, code "
+        f"{sizes['irrelevance']} irrelevance), {steps} steps, code "
         f"{every[0]['code']} (commits {', '.join(sorted({r['commit'] for r in every}))}); "
         f"host CPU flags {every[0]['cpu_flags']}, {every[0].get('allocator', '-')}",
         "",
@@ -120,19 +128,24 @@ def combine(arms: list[str], seeds: list[int], out: Path, tag: str, results: Pat
         "|---|---|---:|---:|---|---:|",
     ]
     for arm, rs in runs.items():
-        rises = [r["calling_mean_greedy_rise"] for r in rs]
-        irr = [r["accuracy"]["irrelevance/greedy"] for r in rs]
-        sd = f" ± {statistics.stdev(rises):.2f}" if len(rises) > 1 else ""
-        each = "; ".join(
-            f"s{r['args']['seed']}: {x:+.2f}, {i['after']:.2f}"
-            for r, x, i in zip(rs, rises, irr, strict=True)
-        )
-        lines.append(
-            f"| {arm} | {len(rs)} | {statistics.fmean(rises):+.2f}{sd} | "
-            f"{statistics.fmean(i['before'] for i in irr):.2f} -> "
-            f"{statistics.fmean(i['after'] for i in irr):.2f} | {each} | "
-            f"{statistics.fmean(r['wall_s'] for r in rs) / 60:.1f} |"
-        )
+        # a run's --eval-at evaluations first (as runs of that many steps would end), then its end
+        for at in [*every[0]["args"].get("eval_at", []), steps]:
+            stage = [r if at == steps else r["at_steps"][str(at)] for r in rs]
+            rises = [x["calling_mean_greedy_rise"] for x in stage]
+            irr = [x["accuracy"]["irrelevance/greedy"] for x in stage]
+            sd = f" ± {statistics.stdev(rises):.2f}" if len(rises) > 1 else ""
+            each = "; ".join(
+                f"s{r['args']['seed']}: {x:+.2f}, {i['after']:.2f}"
+                for r, x, i in zip(rs, rises, irr, strict=True)
+            )
+            wall = statistics.fmean(r["wall_s"] for r in rs) / 60 if at == steps else None
+            lines.append(
+                f"| {arm}{'' if at == steps else f', after {at} steps'} | {len(rs)} | "
+                f"{statistics.fmean(rises):+.2f}{sd} | "
+                f"{statistics.fmean(i['before'] for i in irr):.2f} -> "
+                f"{statistics.fmean(i['after'] for i in irr):.2f} | {each} | "
+                f"{'-' if wall is None else f'{wall:.1f}'} |"
+            )
     text = "\n".join(lines)
     write_results(
         results / f"bfcl_{host}_mix_{tag}.json",
@@ -159,13 +172,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True, help="where the runs land")
     p.add_argument("--tag", default="validation", help="names the results file")
     p.add_argument("--combine", action="store_true", help="only pool the runs in --out")
+    p.add_argument(
+        "--steps", type=int, default=None, help="every arm's --steps (default: the example's)"
+    )
+    p.add_argument("--eval-at", default="", help="every arm's --eval-at: steps also evaluated")
+    p.add_argument(
+        "--eval-modes", default="", help="every arm's --eval-modes (default: the example's)"
+    )
     args = p.parse_args(argv)
     arms = args.arms.split(",")
     if unknown := set(arms) - set(ARMS):
         p.error(f"unknown arms {sorted(unknown)}")
     seeds = [int(s) for s in args.seeds.split(",")]
     if not args.combine:
-        run(arms, seeds, args.out)
+        extra = [] if args.steps is None else ["--steps", str(args.steps)]
+        extra += ["--eval-at", args.eval_at] if args.eval_at else []
+        extra += ["--eval-modes", args.eval_modes] if args.eval_modes else []
+        run(arms, seeds, args.out, extra)
     print(combine(arms, seeds, args.out, args.tag))
 
 

@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"{arm}: --ref must name another checkout of the project")
     if args.ref:
         args.ref = args.ref.resolve()
-    from examples.bfcl.app import commit_stamp
+    from examples.bfcl.record import commit_stamp
 
     commit, t0 = commit_stamp(), time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:

@@ -190,7 +190,7 @@ def run_one(
     scenarios: Path | None = None,
 ) -> dict[str, Any]:
     """One `art-mcp train` run; its report's figures, wall time, peak RSS and commit."""
-    from examples.bfcl.app import commit_stamp
+    from examples.bfcl.record import commit_stamp
 
     name = name or f"{'control' if control else 'seed'}-{seed}"
     commit = commit_stamp()

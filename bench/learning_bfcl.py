@@ -32,7 +32,8 @@ from typing import Any
 from bench.learning import MARGIN_SDS, host_key, run_watched
 from bench.readme import results_dir, update_docs, write_results
 from bench.trainer_roofline import cpu_flags
-from examples.bfcl.app import CALLING, code_hash, parser
+from examples.bfcl.app import CALLING, parser
+from examples.bfcl.record import code_hash
 from examples.bfcl.splits import EVAL_PER_CATEGORY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +42,7 @@ RESULTS = results_dir("learning_bfcl")
 
 
 def _pooled(r: dict[str, Any]) -> tuple[str, str]:
-    """What runs must share to be pooled: the code (the trees `examples.bfcl.app.CODE_PATHS`
+    """What runs must share to be pooled: the code (the trees `examples.bfcl.record.CODE_PATHS`
     hash; the commit for runs made before it was recorded) and every argument but seed,
     arm, folder."""
     args = {k: v for k, v in r["args"].items() if k not in ("seed", "control", "out")}

@@ -52,6 +52,31 @@ def test_arms_pool_over_their_seeds_and_other_code_is_refused(tmp_path: Path) ->
         combine(["all", "half"], [1, 2], runs, "t", results)
 
 
+def test_a_runs_earlier_evaluations_are_rows_of_their_own(tmp_path: Path) -> None:
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    results.mkdir()
+    for seed, (mid, end) in ((1, (0.10, 0.30)), (2, (0.20, 0.10))):
+        _result(runs / f"noparallel-s{seed}", "noparallel", seed, end, 0.5, "c0de")
+        path = runs / f"noparallel-s{seed}" / "result.json"
+        r = json.loads(path.read_text())
+        r["args"].update(steps=12, eval_at=[6])
+        r["at_steps"] = {
+            "6": {
+                "calling_mean_greedy_rise": mid,
+                "accuracy": {"irrelevance/greedy": {"before": 0.5, "after": 0.75}},
+            }
+        }
+        path.write_text(json.dumps(r))
+    table = combine(["noparallel"], [1, 2], runs, "t", results)
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()}
+    assert (
+        "| 2 | +0.15 ± 0.07 | 0.50 -> 0.75 | s1: +0.10, 0.75; s2: +0.20, 0.75 | - |"
+        in (rows["noparallel, after 6 steps"])
+    )
+    assert "| 2 | +0.20 ± 0.14 | 0.50 -> 0.50 |" in rows["noparallel"]
+    assert "12 steps" in table
+
+
 def test_an_arm_that_changes_train_config_passes_a_valid_one_to_the_example() -> None:
     from bench.bfcl_mix import TRAIN_CONFIGS
     from examples.bfcl.app import _check_args, parser

@@ -40,14 +40,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import math
 import random
 import re
-import resource
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -62,6 +59,7 @@ from art_langgraph.runtime.allocator import allocator_in_use
 from art_langgraph.runtime.devices import matmul_flags
 from art_langgraph.utils import atomic_write
 from examples.bfcl.checker import BfclChecker
+from examples.bfcl.record import PhasePeaks, code_hash, commit_stamp
 from examples.bfcl.splits import load_splits
 
 CALLING = ("simple_python", "multiple", "parallel", "parallel_multiple")
@@ -358,69 +356,6 @@ def paired(before: dict[str, bool], after: dict[str, bool]) -> dict[str, float]:
     }
 
 
-CODE_PATHS = ("art_langgraph", "examples/bfcl", "constraints.txt", "pyproject.toml")
-"""What decides a run's result, besides its arguments: runs whose trees of these agree
-pool in one table even when their commits differ (a docs commit between two runs)."""
-
-
-def _git(*a: str) -> str:
-    return subprocess.run(["git", *a], capture_output=True, text=True, check=False).stdout
-
-
-class PhasePeaks:
-    """Peak resident memory of each phase of the run: at a phase's end the kernel's
-    high-water mark (VmHWM) is read and reset (`/proc/self/clear_refs`), so each phase
-    reports its own peak. Where the reset is not possible (not Linux), the marks are
-    cumulative, and `resettable` (the result's `peak_rss_phases_apart`) says so."""
-
-    def __init__(self) -> None:
-        self.peaks: dict[str, float] = {}
-        self.resettable = self._reset()
-
-    @staticmethod
-    def _reset() -> bool:
-        try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-            return True
-        except OSError:
-            return False
-
-    def end(self, phase: str) -> None:
-        """Record the peak since the last `end` under `phase` (the highest, if repeated)."""
-        try:
-            with open("/proc/self/status") as f:
-                kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
-        except (OSError, StopIteration):
-            kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        gib = round(kib / 2**20, 2)
-        self.peaks[phase] = max(self.peaks.get(phase, 0.0), gib)
-        self._reset()
-
-    def overall(self) -> float:
-        return max([*self.peaks.values(), 0.0])
-
-
-def commit_stamp(checkout: Path | None = None) -> str:
-    """HEAD's short hash, with "+dirty" when tracked files differ from it (of the current
-    folder's checkout, or of `checkout`)."""
-    at = ["-C", str(checkout)] if checkout is not None else []
-    head = _git(*at, "rev-parse", "--short", "HEAD").strip() or "unknown"
-    return head + (
-        "+dirty" if _git(*at, "status", "--porcelain", "--untracked-files=no").strip() else ""
-    )
-
-
-def code_hash() -> str:
-    """A hash of CODE_PATHS' trees at HEAD, with "+dirty" when any of them differs from it."""
-    trees = [_git("rev-parse", f"HEAD:{p}").strip() for p in CODE_PATHS]
-    if not all(trees):
-        return "unknown"
-    digest = hashlib.sha1(" ".join(trees).encode()).hexdigest()[:12]
-    changed = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS).strip()
-    return digest + ("+dirty" if changed else "")
-
-
 def trainable_model(args: argparse.Namespace) -> art.TrainableModel:
     """The run's model: named by its arm and seed, in project "bfcl"."""
     return art.TrainableModel(
@@ -444,7 +379,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         before = await bfcl.evaluate(model, "untrained")
         phases["untrained evaluation"] = before["seconds"]
         memory.end("untrained evaluation")
-        steps = []
+        steps: list[dict[str, Any]] = []
+        at_steps: dict[str, dict[str, Any]] = {}
         for step in range(args.steps):
             t0 = time.monotonic()
             groups = await bfcl.step_groups(model, rng, step)
@@ -473,6 +409,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"step {step + 1}: reward {steps[-1]['reward']:.3f}, rollouts {t1 - t0:.0f} s, "
                 f"training {t2 - t1:.0f} s"
             )
+            if step + 1 in args.eval_at:  # the model a run of step + 1 steps would end with
+                mid = await bfcl.evaluate(model, f"after {step + 1} steps")
+                phases[f"evaluation after {step + 1} steps"] = mid["seconds"]
+                at_steps[str(step + 1)] = _compare(before, mid)
+                memory.end("intermediate evaluations")
         phases["rollouts"] = round(sum(s["rollouts_s"] for s in steps), 1)
         phases["training"] = round(sum(s["train_s"] for s in steps), 1)
         after = await bfcl.evaluate(model, f"after {args.steps} steps")
@@ -480,12 +421,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         memory.end("final evaluation")
     finally:
         bfcl.checker.close()
-    table = {
-        key: paired(before["per_item"][key], after["per_item"][key]) for key in before["per_item"]
-    }
-    calling = [c for c in CALLING if f"{c}/greedy" in table]
-    greedy_rise = statistics.fmean(table[f"{c}/greedy"]["rise"] for c in calling)
-    greedy_se = math.sqrt(sum(table[f"{c}/greedy"]["se"] ** 2 for c in calling)) / len(calling)
+    final = _compare(before, after)
+    table, greedy_rise, greedy_se = (
+        final[k] for k in ("accuracy", "calling_mean_greedy_rise", "calling_mean_greedy_se")
+    )
     result = {
         "commit": commit,
         "code": code,
@@ -499,8 +438,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "phases_s": phases,
         "steps": steps,
         "accuracy": table,
-        "calling_mean_greedy_rise": round(greedy_rise, 3),
-        "calling_mean_greedy_se": round(greedy_se, 3),  # the categories' paired s.e.s pooled
+        "calling_mean_greedy_rise": greedy_rise,
+        "calling_mean_greedy_se": greedy_se,  # the categories' paired s.e.s pooled
+        "at_steps": at_steps,  # --eval-at's evaluations, each against the untrained model
         "per_item": {"before": before["per_item"], "after": after["per_item"]},
         "failed_requests": {"before": before["errors"], "after": after["errors"]},
     }
@@ -514,6 +454,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     print(f"mean greedy rise over the calling categories: {greedy_rise:+.3f} ± {greedy_se:.3f}")
     return result
+
+
+def _compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Two evaluations' paired table per key, and the mean greedy rise over the calling
+    categories with its s.e. (the categories' paired s.e.s pooled)."""
+    table = {k: paired(before["per_item"][k], after["per_item"][k]) for k in before["per_item"]}
+    calling = [c for c in CALLING if f"{c}/greedy" in table]
+    se = math.sqrt(sum(table[f"{c}/greedy"]["se"] ** 2 for c in calling)) / len(calling)
+    return {
+        "accuracy": table,
+        "calling_mean_greedy_rise": round(
+            statistics.fmean(table[f"{c}/greedy"]["rise"] for c in calling), 3
+        ),
+        "calling_mean_greedy_se": round(se, 3),
+    }
 
 
 def parser() -> argparse.ArgumentParser:
@@ -562,6 +517,13 @@ def parser() -> argparse.ArgumentParser:
         default="greedy,sampled",
         help="greedy (as BFCL evaluates) and/or sampled at T=1, comma-separated",
     )
+    ap.add_argument(
+        "--eval-at",
+        type=lambda v: sorted({int(x) for x in v.split(",") if x}),
+        default=[],
+        help="steps (comma-separated, each before --steps) after which the run also "
+        "evaluates, as a run of that many steps would end: the curve of a choice of steps",
+    )
     return ap
 
 
@@ -582,6 +544,8 @@ def _check_args(args: argparse.Namespace) -> argparse.Namespace:
         art.TrainConfig(**json.loads(args.train_config))
     except (ValueError, TypeError) as e:
         raise SystemExit(f"--train-config: {e}") from None
+    if any(not 0 < n < args.steps for n in args.eval_at):
+        raise SystemExit(f"--eval-at: each step must lie in 1..{args.steps - 1}")
     if "greedy" not in modes or not set(cats) & set(CALLING):
         raise SystemExit("the headline needs a calling category evaluated greedy")
     return args

@@ -36,15 +36,9 @@ import art_langgraph as art
 from art_langgraph.runtime.allocator import allocator_in_use
 from art_langgraph.runtime.devices import matmul_flags
 from art_langgraph.utils import atomic_write
-from examples.bfcl.app import (
-    MAX_TOKENS,
-    Run,
-    Tally,
-    code_hash,
-    commit_stamp,
-    trainable_model,
-)
+from examples.bfcl.app import MAX_TOKENS, Run, Tally, trainable_model
 from examples.bfcl.checker import CATEGORIES, WHOLE_ONLY
+from examples.bfcl.record import code_hash, commit_stamp
 
 CONCURRENCY = 32
 """Graphs run at once (the example's evaluation runs as many)."""

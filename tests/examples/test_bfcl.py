@@ -112,6 +112,14 @@ def test_a_run_may_train_on_categories_the_default_mix_leaves_out() -> None:
 
 
 @pytest.mark.bfcl
+def test_a_run_evaluates_along_the_way_only_at_steps_it_takes() -> None:
+    args = _check_args(parser().parse_args(["--steps", "12", "--eval-at", "6,3,6"]))
+    assert args.eval_at == [3, 6]
+    for bad in ("12", "0"):
+        with pytest.raises(SystemExit, match="--eval-at"):
+            _check_args(parser().parse_args(["--steps", "12", "--eval-at", bad]))
+
+
 def test_java_and_javascript_are_served_as_bfcl_serves_them(checker: BfclChecker) -> None:
     item = checker.items("simple_java")[0]
     ((name, params),) = item["ground_truth"][0].items()
@@ -242,9 +250,17 @@ async def test_a_failed_request_is_a_failed_item_and_the_evaluation_goes_on() ->
 @pytest.mark.slow
 @pytest.mark.bfcl
 def test_the_app_trains_and_scores_end_to_end(tmp_path: Path) -> None:
-    _example("examples.bfcl", "--base-model", "tiny", "--steps", "1", "--eval-limit", "2", "--out", str(tmp_path))  # fmt: skip
+    _example("examples.bfcl", "--base-model", "tiny", "--steps", "2", "--eval-at", "1", "--eval-limit", "2", "--out", str(tmp_path))  # fmt: skip
     result = json.loads((tmp_path / "result.json").read_text())
-    assert result["args"]["steps"] == 1 and len(result["steps"]) == 1
+    assert result["args"]["steps"] == 2 and len(result["steps"]) == 2
+    # --eval-at 1: the model after step 1, scored against the untrained one as the end is
+    mid = result["at_steps"]["1"]
+    assert set(mid["accuracy"]) == set(result["accuracy"])
+    assert (
+        mid["accuracy"]["simple_python/greedy"]["before"]
+        == (result["accuracy"]["simple_python/greedy"]["before"])
+    )
+    assert "evaluation after 1 steps" in result["phases_s"]
     assert set(result["accuracy"]) >= {"simple_python/greedy", "irrelevance/greedy_auto"}
     for c in ("simple_python", "irrelevance"):
         assert len(result["per_item"]["before"][f"{c}/greedy"]) == 2
@@ -252,7 +268,8 @@ def test_the_app_trains_and_scores_end_to_end(tmp_path: Path) -> None:
     # the step trained on the graph's captured calls: 8 groups of 4
     assert result["steps"][0]["metrics"]["trajectories"] == 32
     # each phase's own peak, and what the step's rollouts did
-    phases = {"untrained evaluation", "rollouts", "training", "final evaluation"}
+    phases = {"untrained evaluation", "rollouts", "training", "intermediate evaluations"}
+    phases.add("final evaluation")
     assert set(result["peak_rss_gib_by_phase"]) == phases
     assert result["peak_rss_gib"] == max(result["peak_rss_gib_by_phase"].values())
     assert result["peak_rss_phases_apart"] is True  # Linux: each phase its own peak
