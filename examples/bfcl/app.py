@@ -176,11 +176,13 @@ class Run:
         self.splits = load_splits()
         self.items = {it["id"]: it for c in TRAINABLE for it in self.checker.items(c)}
 
-    async def verdict(self, item: dict[str, Any], output: dict[str, Any]) -> bool:
-        result = await asyncio.to_thread(self.checker.check, item, calls_of(output))
-        return bool(result["valid"])
+    async def verdict(self, item: dict[str, Any], output: dict[str, Any]) -> dict[str, Any]:
+        """BFCL's verdict on the graph's answer: `valid`, and where it fails, BFCL's
+        `error_type` (`simple_function_checker:wrong_count`, ...)."""
+        result: dict[str, Any] = await asyncio.to_thread(self.checker.check, item, calls_of(output))
+        return result
 
-    async def answer(self, item: dict[str, Any], chat: Any, choice: str) -> bool | str:
+    async def answer(self, item: dict[str, Any], chat: Any, choice: str) -> dict[str, Any] | str:
         """BFCL's verdict on the graph's answer to `item`, or the error when the request to
         the model failed: an evaluation counts that item failed and goes on (`Tally`)."""
         try:
@@ -196,7 +198,7 @@ class Run:
     ) -> float:
         """1.0 on BFCL's pass, else half the partial credit; `traj`, where given, gets the
         rollout's call count and BFCL verdict among its metrics (for the step's diagnostics)."""
-        passed = await self.verdict(item, output)
+        passed = bool((await self.verdict(item, output))["valid"])
         calls = calls_of(output)
         if traj is not None:
             traj.metrics.update(calls=len(calls), bfcl_pass=passed)
@@ -212,7 +214,7 @@ class Run:
         sample = {c: ids[:limit_items] for c, ids in self.splits[source].items()}
         limit = asyncio.Semaphore(32)
 
-        async def one(item_id: str, chat: Any, choice: str) -> bool | str:
+        async def one(item_id: str, chat: Any, choice: str) -> dict[str, Any] | str:
             async with limit:
                 return await self.answer(self.items[item_id], chat, choice)
 
@@ -234,7 +236,12 @@ class Run:
         seconds = time.monotonic() - start
         print(f"{label}: {_summary(tally.per_item)}{tally.note()} ({seconds:.0f} s)")
         tally.check(label)
-        return {"per_item": tally.per_item, "errors": tally.errors, "seconds": round(seconds, 1)}
+        return {
+            "per_item": tally.per_item,
+            "errors": tally.errors,
+            "error_types": tally.error_types,
+            "seconds": round(seconds, 1),
+        }
 
     async def step_groups(
         self, model: art.TrainableModel, rng: random.Random, step: int = 0
@@ -312,18 +319,30 @@ measure the server, not the model."""
 
 
 class Tally:
-    """An evaluation's verdicts by key ("simple_python/greedy") and item id. A request that
-    failed counts as a failed item, and its error is kept by key (one slow or lost request
-    no longer ends a 45-min run); past MAX_FAILED_SHARE of them the evaluation stops."""
+    """An evaluation's verdicts by key ("simple_python/greedy") and item id, and its failures
+    counted by BFCL's error type (`error_types`: where the partial credit goes). A request
+    that failed counts as a failed item, and its error is kept by key (one slow or lost
+    request no longer ends a 45-min run); past MAX_FAILED_SHARE of them the evaluation stops."""
 
     def __init__(self) -> None:
         self.per_item: dict[str, dict[str, bool]] = {}
         self.errors: dict[str, list[str]] = {}
+        self.error_types: dict[str, dict[str, int]] = {}
 
-    def add(self, key: str, item_id: str, answer: bool | str) -> None:
-        self.per_item.setdefault(key, {})[item_id] = answer is True
+    def add(self, key: str, item_id: str, answer: dict[str, Any] | bool | str) -> None:
+        """`answer`: BFCL's verdict, a bare pass/fail, or a failed request's error."""
+        passed = bool(answer["valid"]) if isinstance(answer, dict) else answer is True
+        self.per_item.setdefault(key, {})[item_id] = passed
         if isinstance(answer, str):
             self.errors.setdefault(key, []).append(f"{item_id}: {answer}")
+        if not passed:
+            kind = (
+                answer.get("error_type", "unknown")
+                if isinstance(answer, dict)
+                else ("request_failed" if isinstance(answer, str) else "unknown")
+            )
+            counts = self.error_types.setdefault(key, {})
+            counts[kind] = counts.get(kind, 0) + 1
 
     def failed(self) -> int:
         return sum(map(len, self.errors.values()))
@@ -443,6 +462,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "at_steps": at_steps,  # --eval-at's evaluations, each against the untrained model
         "per_item": {"before": before["per_item"], "after": after["per_item"]},
         "failed_requests": {"before": before["errors"], "after": after["errors"]},
+        "error_types": {"before": before["error_types"], "after": after["error_types"]},
     }
     with atomic_write(out / "result.json") as f:
         f.write(json.dumps(result, indent=1, default=str))

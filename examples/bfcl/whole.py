@@ -49,7 +49,7 @@ async def _passes(
 ) -> None:
     limit = asyncio.Semaphore(CONCURRENCY)
 
-    async def one(item: dict[str, Any]) -> bool | str:
+    async def one(item: dict[str, Any]) -> dict[str, Any] | str:
         async with limit:
             return await run.answer(item, chat, choice)
 
@@ -111,6 +111,7 @@ async def whole(args: argparse.Namespace) -> dict[str, Any]:
         "table": table,
         "per_item": tally.per_item,
         "errors": tally.errors,
+        "error_types": tally.error_types,
     }
     with atomic_write(folder / "whole.json") as f:
         f.write(json.dumps(result, indent=1))

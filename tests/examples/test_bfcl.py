@@ -95,6 +95,24 @@ def test_declining_beside_a_call_fails_both_ways(checker: BfclChecker) -> None:
     assert not checker.check(irrelevant, calls_of(answer((DECLINE, {}), some)))["valid"]
 
 
+@pytest.mark.bfcl
+def test_an_evaluation_counts_its_failures_by_bfcls_error_type(checker: BfclChecker) -> None:
+    item = next(i for i in checker.items("simple_python") if i["id"] == "simple_python_1")
+    tally = Tally()
+    tally.add("k", "right", checker.check(item, [{"math_factorial": {"number": 5}}]))
+    tally.add("k", "twice", checker.check(item, [{"math_factorial": {"number": 5}}] * 2))
+    tally.add("k", "value", checker.check(item, [{"math_factorial": {"number": 6}}]))
+    tally.add("k", "lost", "APITimeoutError: Request timed out.")
+    assert tally.per_item["k"] == {"right": True, "twice": False, "value": False, "lost": False}
+    assert tally.error_types == {
+        "k": {
+            "simple_function_checker:wrong_count": 1,
+            "value_error:others": 1,
+            "request_failed": 1,
+        }
+    }
+
+
 def test_the_steps_draw_every_trained_category_in_turn() -> None:
     drawn = [c for step in range(len(TRAINED)) for c in step_categories(step, 8)]
     assert {c: drawn.count(c) for c in TRAINED} == {c: 8 * TRAINED.count(c) for c in TRAINED}
@@ -253,6 +271,10 @@ def test_the_app_trains_and_scores_end_to_end(tmp_path: Path) -> None:
     _example("examples.bfcl", "--base-model", "tiny", "--steps", "2", "--eval-at", "1", "--eval-limit", "2", "--out", str(tmp_path))  # fmt: skip
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["args"]["steps"] == 2 and len(result["steps"]) == 2
+    for when in ("before", "after"):  # every failed item counted by BFCL's error type
+        failed = {k: sum(not p for p in v.values()) for k, v in result["per_item"][when].items()}
+        counted = {k: sum(result["error_types"][when].get(k, {}).values()) for k in failed}
+        assert counted == failed
     # --eval-at 1: the model after step 1, scored against the untrained one as the end is
     mid = result["at_steps"]["1"]
     assert set(mid["accuracy"]) == set(result["accuracy"])
