@@ -304,6 +304,7 @@ def main(argv: list[str] | None = None) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bfcl-") as tmp:
         folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)  # --keep's folder may not exist yet
         for seed, control in _order(args.seeds, args.controls):
             run_one(seed, control, args.extra.split(), folder, host, args.tag)
     print(combine(host, args.tag))
