@@ -333,16 +333,16 @@ class Tally:
         """`answer`: BFCL's verdict, a bare pass/fail, or a failed request's error."""
         passed = bool(answer["valid"]) if isinstance(answer, dict) else answer is True
         self.per_item.setdefault(key, {})[item_id] = passed
+        if passed:
+            return
+        kind = "unknown"
         if isinstance(answer, str):
             self.errors.setdefault(key, []).append(f"{item_id}: {answer}")
-        if not passed:
-            kind = (
-                answer.get("error_type", "unknown")
-                if isinstance(answer, dict)
-                else ("request_failed" if isinstance(answer, str) else "unknown")
-            )
-            counts = self.error_types.setdefault(key, {})
-            counts[kind] = counts.get(kind, 0) + 1
+            kind = "request_failed"
+        elif isinstance(answer, dict):
+            kind = answer.get("error_type", kind)
+        counts = self.error_types.setdefault(key, {})
+        counts[kind] = counts.get(kind, 0) + 1
 
     def failed(self) -> int:
         return sum(map(len, self.errors.values()))
