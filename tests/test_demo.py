@@ -5,9 +5,8 @@ first step's pre-flight, evaluates the untrained model, warm-starts on the two-h
 demonstrations (the default when scenarios carry them), evaluates before RL and after,
 names the evaluations by RL step, prints its report, and the report holds the three
 evaluations, RL's paired rise and the warm start's apart. The cut (one warm-start epoch
-instead of three, one step of 4 x 4 rollouts, 8 held-out scenarios x 2 episodes) keeps it
-to a few minutes: the warm start's three epochs alone took 11 min on a slow 2-core host,
-and the test, with two steps, 11 min beside the other worker on 2 AVX2 cores.
+instead of three, 2 steps of 4 x 4 rollouts, 8 held-out scenarios x 2 episodes) keeps it
+to a few minutes: the warm start's three epochs alone took 11 min on a slow 2-core host.
 
 Whether RL learns is not this test's claim: the CI learning test is the BFCL arm
 (`tests/examples/test_bfcl_learning.py`), whose margin sits above its controls.
@@ -24,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CUT = [
-    "--sft-epochs", "1", "--steps", "1", "--groups-per-step", "4", "--eval-samples", "1",
+    "--sft-epochs", "1", "--steps", "2", "--groups-per-step", "4", "--eval-samples", "1",
     "--eval-scenarios", "8",
 ]  # fmt: skip
 """The main job's extra arguments here: the defaults but for the run's length."""
