@@ -35,7 +35,9 @@ if [ "${ART_SKIP_BFCL:-0}" != "1" ]; then
   "$root/scripts/setup-bfcl.sh" &
   bfcl_setup=$!
 fi
-trap 'for p in $vllm_setup $bfcl_setup; do kill_tree "$p"; done' EXIT
+checks=""  # the type checker and the docs build, beside the tests (below)
+checks_log="$(mktemp)"
+trap 'for p in $vllm_setup $bfcl_setup $checks; do kill_tree "$p"; done; rm -f "${checks_log:-}"' EXIT
 "$root/scripts/setup.sh"
 # Debian's Chromium for the review page's browser test (tests/test_review_page.py), from
 # the Debian registry when this machine can install packages; the test then fails instead
@@ -56,10 +58,13 @@ cd "$root"
 if [ "$job" != "slow" ]; then
   "$venv/bin/ruff" check .
   "$venv/bin/ruff" format --check .
-  "$venv/bin/mypy"
-  # The docs site (mkdocs.yml): strict, so a broken link, anchor or API reference fails the
-  # run. Not -q: mkdocs then drops the warnings before strict mode counts them.
-  NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict
+  # The type checker and the docs site (mkdocs.yml; strict, so a broken link, anchor or API
+  # reference fails the run; not -q: mkdocs then drops the warnings before strict mode
+  # counts them) run beside the tests, on one core for about a minute and a half, and
+  # their output and verdict come after the tests': run one by hand for a quick answer.
+  ( "$venv/bin/mypy" && NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict ) \
+    >"$checks_log" 2>&1 &
+  checks=$!
 fi
 if [ -n "$vllm_setup" ]; then
   wait "$vllm_setup" || { echo "test: setting up .venv-vllm failed" >&2; exit 1; }
@@ -92,6 +97,18 @@ rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
   echo "test: pytest collected no tests; that is a failure" >&2
-  exit 1
+  rc=1
+fi
+if [ -n "$checks" ]; then
+  set +e
+  wait "$checks"
+  checks_rc=$?
+  set -e
+  checks=""
+  cat "$checks_log" >&2
+  if [ "$checks_rc" -ne 0 ]; then
+    echo "test: the type checker or the docs build failed (above)" >&2
+    [ "$rc" -ne 0 ] || rc=1
+  fi
 fi
 exit "$rc"
