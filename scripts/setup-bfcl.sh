@@ -20,6 +20,6 @@ fi
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
 echo "setup: installing bfcl-eval into $venv" >&2
 "$venv/bin/python" -m pip install -q --upgrade pip >&2
-"$venv/bin/python" -m pip install -q --no-compile -c "$root/constraints.txt" "bfcl-eval==2026.3.23" "soundfile==0.14.0" >&2
+"$venv/bin/python" -m pip install -q -c "$root/constraints.txt" "bfcl-eval==2026.3.23" "soundfile==0.14.0" >&2
 "$venv/bin/python" -c "from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker; print('setup: bfcl-eval ready')" >&2
 echo "$want" > "$stamp"

