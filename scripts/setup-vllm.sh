@@ -9,10 +9,7 @@
 #   - triton removed (1 GB, unused on the CPU).
 # Re-runs are cheap: skipped while this script is unchanged.
 set -euo pipefail
-# pip byte-compiles every module it installs (59, 45 and 58 s of one core for the main, vLLM
-# and BFCL environments); where Python may write bytecode it compiles what it imports, once,
-# so pip skips it there. Under PYTHONDONTWRITEBYTECODE (which some images set) pip compiles,
-# or every process would compile all it imports (docs/development.md).
+# pip compiles no bytecode where Python may write it: scripts/setup.sh says why.
 compile=()
 [ -n "${PYTHONDONTWRITEBYTECODE:-}" ] || compile=(--no-compile)
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
