@@ -11,7 +11,9 @@ helpers):
   nor shared within an admission batch), 2 FLOPs a weight a token, at the rate of a large
   matmul of the model's shapes;
 - **decode**: each step's bytes (every weight once, each row's real keys and values once)
-  at the machine's read bandwidth, or its FLOPs at that matmul rate, whichever is longer.
+  at the machine's read bandwidth, or its FLOPs (2 a weight a position: a row runs more
+  than one position where grammar-forced tokens run ahead) at that matmul rate, whichever
+  is longer.
 
 "engine at its floors" is the evaluation's time were both at their floors and nothing else
 took time; "2 evaluations at the floors" is what a run's untrained and final evaluations
@@ -47,6 +49,7 @@ class EngineTimer:
         self.prefill_s = 0.0
         self.decode_s = 0.0
         self.steps: list[tuple[int, int]] = []
+        self.decode_positions: list[int] = []
         self.prefill_positions = 0
         self.prefill_real = 0
         self.prefill_forwards = 0
@@ -58,6 +61,8 @@ class EngineTimer:
                 self.prefill_forwards += 1
                 self.prefill_positions += ids.numel()
                 self.prefill_real += int(mask[:, -ids.shape[1] :].sum())
+            else:  # a decode step: one position a row, more where forced tokens run ahead
+                self.decode_positions[-1] += ids.numel()
             return forward(ids, mask, *a, **k)
 
         def timed_prefill(new: list[Any]) -> None:
@@ -74,6 +79,7 @@ class EngineTimer:
             head = batch.head.length if batch.head is not None else 0
             rows = batch.active
             kv = int(batch.mask.sum()) + head if batch.mask is not None else 0
+            self.decode_positions.append(0)
             t = time.perf_counter()
             decode()
             self.decode_s += time.perf_counter() - t
@@ -142,8 +148,8 @@ async def _evaluate(args: argparse.Namespace) -> dict[str, Any]:
     computed = prompt - hits - shared
     prefill_floor = computed * 2 * linear / (gflops * 1e9)
     decode_floor = sum(
-        max((linear * 4 + kv * token_bytes) / (bw * 1e9), 2 * linear * rows / (gflops * 1e9))
-        for rows, kv in timer.steps
+        max((linear * 4 + kv * token_bytes) / (bw * 1e9), 2 * linear * n / (gflops * 1e9))
+        for (_, kv), n in zip(timer.steps, timer.decode_positions, strict=True)
     )
     episodes = sum(map(len, result["per_item"].values()))
     return {
@@ -160,6 +166,7 @@ async def _evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "decode_s": timer.decode_s,
         "decode_floor_s": decode_floor,
         "decode_steps": len(timer.steps),
+        "decode_positions": sum(timer.decode_positions),
         "mean_rows": sum(r for r, _ in timer.steps) / max(1, len(timer.steps)),
         "read_gbs": bw,
         "matmul_gflops": gflops,
@@ -190,7 +197,8 @@ def main() -> None:
         f"positions, padding included) | {r['prefill_s'] / m:.1f} min | {r['prefill_floor_s'] / m:.1f} min "
         f"| {r['prefill_s'] / r['prefill_floor_s']:.1f}x |",
         f"| decode ({r['generated_tokens']:,} tokens, {r['decode_steps']:,} steps of "
-        f"{r['mean_rows']:.1f} rows) | {r['decode_s'] / m:.1f} min "
+        f"{r['mean_rows']:.1f} rows, {r['decode_positions']:,} positions) "
+        f"| {r['decode_s'] / m:.1f} min "
         f"| {r['decode_floor_s'] / m:.1f} min | {r['decode_s'] / r['decode_floor_s']:.1f}x |",
         f"| the evaluation (wall) | {r['evaluation_s'] / m:.1f} min | {floors / m:.1f} min "
         f"(engine at its floors) | {r['evaluation_s'] / floors:.1f}x |",
