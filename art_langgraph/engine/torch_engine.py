@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -63,6 +64,8 @@ from art_langgraph.engine.kv_cache import cache_keyword, growing_cache
 from art_langgraph.engine.packed_linear import pack_linears
 from art_langgraph.engine.prefill import (
     PrefillStart,
+    head_kv,
+    padding_chunks,
     prefill_inputs,
     prefix_clusters,
     start_after,
@@ -374,13 +377,13 @@ class TorchEngine:
         """Prefill the new rows. Each row starts from the longest prefix of its prompt that
         the prefix cache holds under its weights. Where rows of one adapter share a longer
         prompt prefix (a group's system prompt and first turn), that head runs once and
-        every such row starts from it. The rest of each prompt then runs left-padded after
-        its start, so the row layout is [pads | start | pads | suffix] with the pads masked
-        out and positions continuing. All of it after the batch's head, when it has one
-        (`engine/batch_head.py`): rows joining a batch hold only what follows its head (a
-        row that does not open with it dissolves it first; rows that share a head with a
-        batch that has none condense it out of the batch's rows), and rows forming a batch
-        form its head from their common prefix."""
+        every such row starts from it. The rest of each prompt runs left-padded after its
+        start ([pads | start | pads | suffix], pads masked out, positions continuing), rows
+        of unlike lengths in forwards apart (`padding_chunks`). All of it after the batch's
+        head, when it has one (`engine/batch_head.py`): rows joining a batch hold only what
+        follows it (a row that does not open with it dissolves it first; rows that share a
+        head with a batch that has none condense it out of the batch's rows), and rows
+        forming a batch form its head from their common prefix."""
         pc, batch = self._prefix, self._batch
         for r in new:
             # A key retired while the request queued has no identity: share nothing.
@@ -415,38 +418,31 @@ class TorchEngine:
             )
         ]
         if clusters:
-            # Each cluster's shared head runs once, all heads in one forward; every row of
-            # a cluster then starts from its head's KV (its real columns: heads of other
-            # lengths are left-padded in that forward).
+            # Each cluster's shared head runs once, heads of like lengths in one forward;
+            # every row of a cluster then starts from its head's KV.
             firsts = [new[m[0]] for m, _ in clusters]
-            hits = [
-                pc.lookup(r.identity, r.prompt_ids[: skip + n], skip + n - 1)
-                for r, (_, n) in zip(firsts, clusters, strict=True)
-            ]
-            cache, mask, _, _ = self._prefill_rows(
-                [r.prompt_ids[skip : skip + n] for r, (_, n) in zip(firsts, clusters, strict=True)],
-                [start_after(h, skip, pc.block_size) for h in hits],
-                firsts,
-                head,
-            )
-            for j, (members, shared) in enumerate(clusters):
-                cols = mask[j].nonzero().squeeze(1)
-                layers = [
-                    (layer.keys[j : j + 1, :, cols], layer.values[j : j + 1, :, cols])
-                    for layer in cache.layers
-                ]  # (1, H, P, D)
+            ids = [r.prompt_ids[: skip + n] for r, (_, n) in zip(firsts, clusters, strict=True)]
+            hits = [pc.lookup(r.identity, p, len(p) - 1) for r, p in zip(firsts, ids, strict=True)]
+            heads = [start_after(h, skip, pc.block_size) for h in hits]
+            run = functools.partial(self._prefill_rows, head=head)
+            kvs = head_kv([p[skip:] for p in ids], heads, firsts, run)
+            for (members, shared), kv in zip(clusters, kvs, strict=True):
                 for i in members:
-                    starts[i] = PrefillStart(shared, head=layers)
+                    starts[i] = PrefillStart(shared, head=kv)
                 self.shared_prefix_tokens += shared * (len(members) - 1)
+        for chunk in padding_chunks(
+            [len(p) - st.tokens for p, st in zip(prompts, starts, strict=True)]
+        ):
+            rows = [new[i] for i in chunk]
+            cache, mask, pos, logits = self._prefill_rows(
+                [prompts[i] for i in chunk], [starts[i] for i in chunk], rows, head
+            )
+            for r in rows:
+                r.t_first = time.perf_counter()
+            batch.merge(
+                rows, cache, mask, self._sample(rows, logits).to(self.device), pos[:, -1] + 1
+            )
             del cache
-        cache, mask, pos, logits = self._prefill_rows(prompts, starts, new, head)
-        now = time.perf_counter()
-        for r in new:
-            r.t_first = now
-        tokens = self._sample(new, logits)
-        nxt = tokens.to(self.device)
-        last = pos[:, -1] + 1
-        batch.merge(new, cache, mask, nxt, last)
         batch.head = head
         self.head_rows += len(new) if head is not None else 0
         self._retire_finished()

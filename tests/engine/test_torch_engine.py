@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from art_langgraph.engine import GenerateResult, SamplingParams, TokenEvent, TorchEngine
-from art_langgraph.engine.prefill import prefix_clusters
+from art_langgraph.engine.prefill import padding_chunks, prefix_clusters
 from art_langgraph.errors import ContextLengthError, UsageError
 from art_langgraph.presets import TinySpec, build_tiny
 
@@ -166,6 +166,41 @@ async def test_groups_of_different_prompts_each_prefill_their_prompt_once(
     assert engine.shared_prefix_tokens - before >= len(prompts[1]) - 1
     for p, r in zip(batch, results, strict=True):
         assert r.completion_token_ids == _greedy_reference(engine, p, 8)
+
+
+def test_padding_chunks_keep_short_rows_apart_from_long_ones() -> None:
+    """One forward pads every row to the longest: one-token rows after a shared head go
+    apart from whole prompts; near lengths stay together; every row is in one chunk."""
+    chunks = padding_chunks([1, 1, 1, 800, 500, 1, 1])
+    assert sorted(i for c in chunks for i in c) == list(range(7))
+    assert [0, 1, 2, 5, 6] in chunks and [3] in chunks and [4] in chunks
+    assert padding_chunks([400, 410, 420, 430]) == [[0, 1, 2, 3]]  # padding < a forward's cost
+    assert padding_chunks([7]) == [[0]] and padding_chunks([]) == []
+
+
+async def test_rows_of_unlike_lengths_prefill_apart_and_exactly(engine: TorchEngine) -> None:
+    """A group's rows (one token each after their shared head) and a long prompt of its own,
+    admitted together, prefill in forwards apart, and every row equals `generate`'s."""
+    group = _prompt(engine, "You have tools for weather, sums and search. " * 3 + "sum 1 2")
+    alone = _prompt(engine, "Your one tool reads files from the disk of this host. " * 4)
+    widths: list[list[int]] = []
+    prefill_rows = engine._prefill_rows
+
+    def recorded(prompts: list[list[int]], starts: Any, rows: Any, head: Any) -> Any:
+        widths.append([len(p) - s.tokens for p, s in zip(prompts, starts, strict=True)])
+        return prefill_rows(prompts, starts, rows, head)
+
+    engine._prefill_rows = recorded  # type: ignore[method-assign]
+    try:
+        greedy = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+        batch = [group] * 3 + [alone]
+        results = await asyncio.gather(*(engine.generate(p, greedy) for p in batch))
+    finally:
+        del engine._prefill_rows
+    for p, r in zip(batch, results, strict=True):
+        assert r.completion_token_ids == _greedy_reference(engine, p, 6)
+    long = len(alone) // 2
+    assert not [w for w in widths if min(w) == 1 and max(w) > long]  # no 1-token row padded
 
 
 async def test_logprobs_match_a_teacher_forced_forward(engine: TorchEngine) -> None:
