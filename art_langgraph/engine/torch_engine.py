@@ -437,8 +437,9 @@ class TorchEngine:
             cache, mask, pos, logits = self._prefill_rows(
                 [prompts[i] for i in chunk], [starts[i] for i in chunk], rows, head
             )
+            now = time.perf_counter()
             for r in rows:
-                r.t_first = time.perf_counter()
+                r.t_first = now
             batch.merge(
                 rows, cache, mask, self._sample(rows, logits).to(self.device), pos[:, -1] + 1
             )

@@ -4,8 +4,8 @@ target (a whole run in 25 min on 2 AVX2 cores, 15 on AMX) within reach of a fast
 Runs the example's own evaluation (`examples.bfcl.app.Run.evaluate`: the fixed held-out
 sample, 40 items a category, greedy and sampled at T=1, irrelevance also under "auto") on
 the untrained model, with the torch engine's prefill and decode timed, and sets each
-against its floor, measured in the same process (`bench.probes.decode_roofline`'s
-helpers):
+against its floor, measured on the same host just before, in child processes
+(`bench.probes.decode_roofline`'s helpers):
 
 - **prefill**: the prompt tokens the engine computed (not served from its prefix cache,
   nor shared within an admission batch), 2 FLOPs a weight a token, at the rate of a large
@@ -16,7 +16,7 @@ helpers):
   is longer.
 
 "engine at its floors" is the evaluation's time were both at their floors and nothing else
-took time; "2 evaluations at the floors" is what a run's untrained and final evaluations
+took time; "2 evaluations (a run's)" at the floors is what a run's untrained and final evaluations
 would take at the least (the final one decodes fewer tokens, so it is an upper bound for
 that one), before any rollout or training.
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import subprocess
 import sys
 import tempfile
@@ -171,6 +172,8 @@ async def _evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "read_gbs": bw,
         "matmul_gflops": gflops,
         "flags": cpu_flags(),
+        "dtype": str(torch_model.dtype).removeprefix("torch."),
+        "cores": os.cpu_count(),
         "accuracy": {k: sum(v.values()) / len(v) for k, v in result["per_item"].items()},
     }
 
@@ -188,7 +191,7 @@ def main() -> None:
     m = 60.0
     lines = [
         f"One untrained BFCL evaluation of the example ({r['episodes']} episodes), smollm2-135m, "
-        f"float32, 2 cores, CPU flags {r['flags']}; read bandwidth {r['read_gbs']:.1f} GB/s, "
+        f"{r['dtype']}, {r['cores']} cores, CPU flags {r['flags']}; read bandwidth {r['read_gbs']:.1f} GB/s, "
         f"float32 matmul {r['matmul_gflops']:.0f} GFLOP/s\n",
         "| part | measured | its floor | measured / floor |",
         "|---|---:|---:|---:|",
