@@ -76,12 +76,26 @@ prefill's rows take 0.48x `F.linear`'s time from 1 to 400 rows and 0.55x from 65
 (packed_shapes_prefill.json), so every count goes through one packed multiply; chunks of
 64 rows made such a prefill ~7x slower."""
 ROW_BUCKET = 8
-"""A packed multiply of up to PACKED_ROWS rows is rounded up to a multiple of this."""
+"""A packed multiply of up to PACKED_ROWS rows is rounded up to a multiple of this, past
+SMALL_ROWS."""
+SMALL_ROWS = 4
+"""Up to this many rows, a packed multiply runs at the next power of two (1, 2 or 4 rows)
+instead of ROW_BUCKET: one agent's decode step multiplies one row by every weight, which
+oneDNN does as a matrix-vector product at one row and as a whole 8-row product when padded
+to 8. On 2 AVX2 cores SmolLM2-135M's linear layers (a decode step's 211 products) took
+22-29 ms at 1 row, 25-30 at 2 and 27-35 at 4, against 32-36 ms at 8 (three interleaved
+rounds in one process); one decode step of one row of 600 tokens went from 73.5 to
+59.7 ms (1.23x), of two rows 1.22x, of three and four 1.08x and 1.15x, with 1.05x for 8
+rows, where both arms multiply the same (bench/results/small_rows/small_rows.json). The
+price: three more kernels a layer shape."""
 
 
 def bucket_rows(m: int) -> int:
-    """The row count a packed multiply of `m` rows runs at: up to PACKED_ROWS, a multiple
-    of ROW_BUCKET; beyond, one of eight counts an octave (at most 1/8 more rows)."""
+    """The row count a packed multiply of `m` rows runs at: up to SMALL_ROWS, the next
+    power of two; up to PACKED_ROWS, a multiple of ROW_BUCKET; beyond, one of eight counts
+    an octave (at most 1/8 more rows)."""
+    if m <= SMALL_ROWS:
+        return 1 << (m - 1).bit_length()
     if m <= PACKED_ROWS:
         return -(-m // ROW_BUCKET) * ROW_BUCKET
     step = 1 << max(m.bit_length() - 4, 3)

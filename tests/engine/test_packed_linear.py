@@ -43,7 +43,7 @@ def test_packed_matches_linear_and_keeps_shapes() -> None:
         torch.testing.assert_close(net(xs), net(xs.contiguous()), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("rows", [1, 5, 8, PACKED_ROWS, PACKED_ROWS + 1, 3 * PACKED_ROWS + 7])
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, PACKED_ROWS, PACKED_ROWS + 1, 3 * PACKED_ROWS + 7])
 def test_any_row_count_matches_linear_packed_or_packed_only(rows: int) -> None:
     """Rows rounded up to a bucket (past PACKED_ROWS, one of eight an octave), whether the
     layer holds its own weight or only a packed copy (the merged copy's): the same product
@@ -64,7 +64,10 @@ def test_packed_row_counts_are_few_and_waste_at_most_an_eighth() -> None:
     from art_langgraph.engine.packed_linear import bucket_rows
 
     counts = {bucket_rows(m) for m in range(1, 8193)}
-    assert len(counts) <= 8 + 8 * 7  # up to PACKED_ROWS, then eight an octave to 8192
+    # 1, 2 and 4 rows (one agent's decode step: its own count, not 8), multiples of 8 up to
+    # PACKED_ROWS, then eight an octave to 8192
+    assert len(counts) <= 3 + 8 + 8 * 7
+    assert [bucket_rows(m) for m in range(1, 10)] == [1, 2, 4, 4, 8, 8, 8, 8, 16]
     assert all(m <= bucket_rows(m) <= m + max(7, m // 8) for m in range(1, 8193))
 
 
