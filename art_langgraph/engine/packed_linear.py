@@ -94,7 +94,7 @@ def bucket_rows(m: int) -> int:
     """The row count a packed multiply of `m` rows runs at: up to SMALL_ROWS, the next
     power of two; up to PACKED_ROWS, a multiple of ROW_BUCKET; beyond, one of eight counts
     an octave (at most 1/8 more rows)."""
-    if m <= SMALL_ROWS:
+    if 0 < m <= SMALL_ROWS:
         return 1 << (m - 1).bit_length()
     if m <= PACKED_ROWS:
         return -(-m // ROW_BUCKET) * ROW_BUCKET

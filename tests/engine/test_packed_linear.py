@@ -67,7 +67,7 @@ def test_packed_row_counts_are_few_and_waste_at_most_an_eighth() -> None:
     # 1, 2 and 4 rows (one agent's decode step: its own count, not 8), multiples of 8 up to
     # PACKED_ROWS, then eight an octave to 8192
     assert len(counts) <= 3 + 8 + 8 * 7
-    assert [bucket_rows(m) for m in range(1, 10)] == [1, 2, 4, 4, 8, 8, 8, 8, 16]
+    assert [bucket_rows(m) for m in range(10)] == [0, 1, 2, 4, 4, 8, 8, 8, 8, 16]
     assert all(m <= bucket_rows(m) <= m + max(7, m // 8) for m in range(1, 8193))
 
 
