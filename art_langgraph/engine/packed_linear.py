@@ -84,9 +84,10 @@ instead of ROW_BUCKET: one agent's decode step multiplies one row by every weigh
 oneDNN does as a matrix-vector product at one row and as a whole 8-row product when padded
 to 8. On 2 AVX2 cores SmolLM2-135M's linear layers (a decode step's 211 products) took
 22-29 ms at 1 row, 25-30 at 2 and 27-35 at 4, against 32-36 ms at 8 (three interleaved
-rounds in one process); one decode step of one row of 600 tokens went from 73.5 to
-59.7 ms (1.23x), of two rows 1.22x, of three and four 1.08x and 1.15x, with 1.05x for 8
-rows, where both arms multiply the same (bench/results/small_rows/small_rows.json). The
+rounds in one process); in two runs of `bench.probes.small_rows` one decode step of one
+row of 600 tokens went from 70.8-73.5 to 59.7-59.9 ms (1.18-1.23x), of two rows
+1.21-1.22x, of three and four 1.08-1.21x, with 0.99-1.05x for 8 rows, where both arms
+multiply the same (bench/results/small_rows/small_rows.json holds the second). The
 price: three more kernels a layer shape."""
 
 
