@@ -29,7 +29,12 @@ RESULTS = results_dir("engine_packed") / "engine_packed.json"
 SHAPES = ((1, 600), (8, 700), (16, 300), (32, 900))
 
 
-def _decode_ms(model: Any, rows: int, context: int, steps: int) -> tuple[float, Any]:
+def _decode_ms(
+    model: Any, rows: int, context: int, steps: int, columns: int = 1
+) -> tuple[float, Any]:
+    """The median decode step of `rows` rows prefilled with `context` tokens through the
+    engine's KV cache, each step feeding `columns` tokens a row (grammar-forced tokens run
+    ahead) and keeping their logits; returns it (ms) and the first step's logits."""
     import torch
 
     from art_langgraph.engine.kv_cache import growing_cache
@@ -41,19 +46,20 @@ def _decode_ms(model: Any, rows: int, context: int, steps: int) -> tuple[float, 
     model(
         input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1
     )
-    nxt = torch.randint(0, 1000, (rows, 1))
+    nxt = torch.randint(0, 1000, (rows, columns))
     times, logits = [], None
     for i in range(steps + 2):
-        mask = torch.cat([mask, torch.ones(rows, 1, dtype=torch.long)], 1)
+        mask = torch.cat([mask, torch.ones(rows, columns, dtype=torch.long)], 1)
+        pos = torch.arange(context + i * columns, context + (i + 1) * columns)
         t0 = time.perf_counter()
         out = model(
             input_ids=nxt,
             attention_mask=mask,
-            position_ids=torch.full((rows, 1), context + i),
+            position_ids=pos.expand(rows, columns),
             past_key_values=cache,
-            cache_position=torch.tensor([context + i]),
+            cache_position=pos,
             use_cache=True,
-            logits_to_keep=1,
+            logits_to_keep=columns,
         ).logits
         times.append(time.perf_counter() - t0)
         logits = out if logits is None else logits

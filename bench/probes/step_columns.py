@@ -21,57 +21,14 @@ import argparse
 import os
 import platform
 import statistics
-import time
-from typing import Any
 
-from bench.probes.engine_packed import _set_packed, load_float32
+from bench.probes.engine_packed import _decode_ms, _set_packed, load_float32
 from bench.readme import publish, results_dir
 from bench.trainer_roofline import cpu_flags
 
 RESULTS = results_dir("step_columns") / "step_columns.json"
 ROWS = (4, 12)
 COLUMNS = (1, 2, 3, 4, 6, 8)
-
-
-def _step_ms(model: Any, rows: int, context: int, q: int, steps: int) -> float:
-    """The median decode step of `rows` rows of `context` tokens, feeding `q` columns."""
-    import torch
-
-    from art_langgraph.engine.kv_cache import growing_cache
-
-    torch.manual_seed(0)
-    cache = growing_cache(model.config)
-    ids = torch.randint(0, 1000, (rows, context))
-    mask = torch.ones(rows, context, dtype=torch.long)
-    model(
-        input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1
-    )
-    pos, times = context, []
-    for _ in range(steps + 2):
-        mask = torch.cat([mask, torch.ones(rows, q, dtype=torch.long)], 1)
-        nxt = torch.randint(0, 1000, (rows, q))
-        t0 = time.perf_counter()
-        model(
-            input_ids=nxt,
-            attention_mask=mask,
-            position_ids=(torch.arange(q) + pos).expand(rows, q),
-            past_key_values=cache,
-            cache_position=torch.arange(pos, pos + q),
-            use_cache=True,
-            logits_to_keep=q,
-        )
-        times.append(time.perf_counter() - t0)
-        pos += q
-    return statistics.median(times[2:]) * 1000
-
-
-def _fit(points: list[tuple[int, float]]) -> tuple[float, float]:
-    """Least squares `ms = fixed + per_position x positions`; returns (fixed, per_position)."""
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
-    return my - slope * mx, slope
 
 
 def main() -> None:
@@ -89,9 +46,11 @@ def main() -> None:
             ms: dict[int, list[float]] = {q: [] for q in COLUMNS}
             for _ in range(2):
                 for q in COLUMNS:
-                    ms[q].append(_step_ms(model, rows, args.context, q, args.steps))
+                    ms[q].append(_decode_ms(model, rows, args.context, args.steps, q)[0])
             means = {q: statistics.fmean(v) for q, v in ms.items()}
-            fixed, per_pos = _fit([(rows * q, m) for q, m in means.items()])
+            per_pos, fixed = statistics.linear_regression(
+                [rows * q for q in means], list(means.values())
+            )
             share = rows * per_pos / (fixed + rows * per_pos)
             out.append(
                 {
