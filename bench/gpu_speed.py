@@ -1,7 +1,7 @@
 """LoRA training and serving on one CUDA GPU, on random-weight models of real shapes, in bf16.
 
 The GPU machines this project is lent have no model hub, so the models are Qwen2.5's
-shapes (`qwen2-0.5b`, `qwen2-7b`: layers, widths, heads, vocabulary) with random weights
+shapes (`qwen2-0.5b`, `qwen2-1.5b`, `qwen2-7b`: layers, widths, heads, vocabulary) with random weights
 and the tiny preset's tokenizer (prompts draw ids below its vocabulary; the model keeps its
 real vocabulary, so the head costs what it costs). Speed does not depend on the weights.
 
@@ -19,7 +19,10 @@ Arms, each in a child process of its own (its own peak GPU memory), per shape:
 - `matmul`: an 8192^3 bf16 matmul, the GPU's reachable rate: "MFU" below is tokens/s x
   4 x base parameters (forward, and backward to the activations) over that rate.
 
-    python -m bench.gpu_speed [--shapes qwen2-0.5b,qwen2-7b] [--out FILE]
+    python -m bench.gpu_speed [--shapes qwen2-0.5b,qwen2-7b] [--out FILE] [--profile-serve 128]
+
+`--profile-serve N` adds to serve/ours a torch.profiler run of N requests' decode (32
+tokens each): the ops by GPU time and by CPU time, saved in the results file.
 
 `--device cpu --shapes tiny-shape` runs every arm on a toy shape on the CPU: a check of
 the script, not a measurement.
@@ -52,6 +55,15 @@ SHAPES: dict[str, dict[str, Any]] = {
         intermediate_size=4864,
         num_hidden_layers=24,
         num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "qwen2-1.5b": dict(  # Qwen2.5-1.5B's config.json
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
         num_key_value_heads=2,
         vocab_size=151936,
         tie_word_embeddings=True,
@@ -244,12 +256,43 @@ def arm_serve_ours(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             "load_and_first_token_s": time.perf_counter() - t0,
             "tokens": len(first.completion_token_ids),
         }
+        if args.profile_serve:
+            out["profile"] = await _profile_decode(engine, args.profile_serve, vocab)
 
     try:
         asyncio.run(run())
     finally:
         engine.close_sync()
     return out
+
+
+async def _profile_decode(engine: Any, rows: int, vocab: int) -> dict[str, Any]:
+    """torch.profiler over `rows` requests of 32 sampled tokens: the ops that took the time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from art_langgraph.engine import SamplingParams
+
+    prompts = _prompts(rows, vocab - 3)
+    params = SamplingParams(max_tokens=32, temperature=1.0, ignore_eos=True)
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    # the engine's worker thread runs the model: profile every thread, not only this one
+    config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+    t0 = time.perf_counter()
+    with profile(activities=activities, experimental_config=config) as prof:
+        await asyncio.gather(*(engine.generate(p, params) for p in prompts))
+    seconds = time.perf_counter() - t0
+    averages = prof.key_averages()
+    by_device = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+    return {
+        "rows": rows,
+        "new_tokens": 32,
+        "seconds": seconds,
+        "by_device_time": averages.table(sort_by=by_device, row_limit=25).splitlines(),
+        "by_cpu_time": averages.table(sort_by="self_cpu_time_total", row_limit=25).splitlines(),
+    }
 
 
 def arm_serve_hf(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
@@ -359,6 +402,12 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--workdir", default="/tmp/gpu_speed")
+    p.add_argument(
+        "--profile-serve",
+        type=int,
+        default=0,
+        help="after serve/ours's batches, profile this many requests' decode (0: none)",
+    )
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--arm", help=argparse.SUPPRESS)  # internal: one arm, printed as JSON
     p.add_argument("--folder", help=argparse.SUPPRESS)
