@@ -299,7 +299,8 @@ class HarnessConfig(BaseModel):
         0.005,
         ge=0,
         description=(
-            "End the SFT warm start before `sft_epochs` once an epoch from the second on "
+            "Without a probe (`sft_probe`: given demonstrations, or too few): end the SFT "
+            "warm start before `sft_epochs` once an epoch from the second on "
             "has a last quarter of batches with a mean token loss (nats) at or under this. "
             "None: every epoch runs. The log gives each epoch's tail loss, its share of "
             "demonstrations with no token in doubt, and the warm start's time. On the "
@@ -312,6 +313,33 @@ class HarnessConfig(BaseModel):
             "it (`training.sft.FIRST_STOP_EPOCH`): with capitals' 128 demonstrations its tail "
             "fell to 0.004 in three paired runs that then held 0.58-0.67 before RL and ended "
             "below the reference (docs/benchmarks.md#time-to-rise)."
+        ),
+    )
+    sft_probe: int = Field(
+        8,
+        ge=0,
+        description=(
+            "Training scenarios held back from a warm start on the scenarios' own "
+            "demonstrations (whole entities: `metadata['entity']`, else the scenario; at most "
+            "one demonstration in 16, none below 4) and run greedily after each epoch but the "
+            "last: the warm start ends once `sft_probe_pass` of them succeed "
+            "(art_mcp/warm_start.py). They stay in RL's training set. 0: no probe, "
+            "`sft_stop_loss` decides. On capitals a token loss of 0.00 after two epochs hid "
+            "a seed whose agent called one tool for every question (held-out 0.46 greedy; a "
+            "third epoch took it to 1.00: docs/benchmarks.md#time-to-rise)."
+        ),
+    )
+    sft_probe_pass: float = Field(
+        0.85,
+        gt=0,
+        le=1,
+        description=(
+            "The share of the probe's scenarios that must succeed to end the warm start. "
+            "Held-out greedy success after 1, 2 and 3 epochs, on record "
+            "(bench/results/warm_stop, bench/results/misc/warm_start_seed3_capitals_avx2.json): "
+            "capitals 0.67, then 0.46-1.00 (four seeds), then 1.00; the two-hop org chart "
+            "0.21, 0.50, then 0.81-0.88. 0.85 would end capitals after the second epoch where "
+            "it had learnt the task and lets the rest run on (docs/benchmarks.md#warm-probe)."
         ),
     )
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(

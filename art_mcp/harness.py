@@ -41,7 +41,6 @@ from art_langgraph.backend.base import Backend
 from art_langgraph.backend.checkpoints import CheckpointFolder
 from art_langgraph.errors import UsageError
 from art_langgraph.utils import iterate_dataset
-from art_mcp.agent import demonstrations
 from art_mcp.backends import backend_for, machine_line
 from art_mcp.check import run_estimate, summarize
 from art_mcp.config import HarnessConfig, default_learning_rate
@@ -61,7 +60,6 @@ from art_mcp.progress import (
     say,
     terminal,
     trained_note,
-    warm_start_line,
 )
 from art_mcp.recipe import check_recipe, default_name, recipe_of, server_label
 from art_mcp.report import (
@@ -89,6 +87,7 @@ from art_mcp.scoring import (
     shuffle_rewards,
 )
 from art_mcp.servers import Servers, check_server
+from art_mcp.warm_start import warm_start
 
 _STEP_KEYS = ("reward", "zero_variance_groups", "groups", "nothing_trainable", "trajectories")
 """The train metrics a journal step line keeps (report.py rebuilds rows from them)."""
@@ -262,40 +261,31 @@ class _Run:
         there are demonstrations, and the evaluation before RL after it: each unless the
         folder says it was done."""
         cfg, log, model = self.cfg, self.log, self.model
-        evaluations = journal_evaluations(read_journal(self.folder))
-        grpo_done = len(grpo_steps(self.folder, read_journal(self.folder)))
-        if await model.get_step() == 0 and grpo_done == 0:
-            if cfg.eval_untrained and not any(e.step == 0 for e in evaluations):
-                self.phase = "the untrained model's held-out evaluation"
-                # The untrained model first, so the report can tell what training did.
-                untrained = await self.evaluate(0, 0)
-                evaluations.append(untrained)
-                log(f"untrained: held-out {eval_line(untrained)}")
-                self.save_report()
-                if cfg.steps:
-                    # Rollouts at the evaluation's pace, training counted as long again
-                    # (this is refined after the first step, which measures both).
-                    step_s = 2 * cfg.groups_per_step * cfg.group_size * self.pace[-1]
-                    run_s = run_estimate(cfg, step_s, self.pace[-1], self.held_out, done=0)
-                    log(
-                        f"estimate: ~{step_s:.0f} s a step, ~{run_s / 60:.0f} min for "
-                        f"{cfg.steps} steps and the evaluations (refined after step 1)"
-                    )
-            demos = demonstrations(sft, self.train_set, self.rollouts.tools)
-            epochs = cfg.warm_start_epochs(len(demos))
-            if epochs > 0:
-                self.phase = "the SFT warm start"
-                res = await model.train_sft(
-                    demos,
-                    art.TrainConfig(
-                        learning_rate=cfg.sft_learning_rate,
-                        sft_compute_dtype=cfg.sft_compute_dtype,
-                    ),
-                    epochs=epochs,
-                    batch_size=8,
-                    stop_loss=cfg.sft_stop_loss,
+        journal = read_journal(self.folder)
+        evaluations = journal_evaluations(journal)
+        grpo_done = len(grpo_steps(self.folder, journal))
+        step = await model.get_step()
+        untrained_due = cfg.eval_untrained and not any(e.step == 0 for e in evaluations)
+        if step == grpo_done == 0 and untrained_due:
+            self.phase = "the untrained model's held-out evaluation"
+            # The untrained model first, so the report can tell what training did.
+            untrained = await self.evaluate(0, 0)
+            evaluations.append(untrained)
+            log(f"untrained: held-out {eval_line(untrained)}")
+            self.save_report()
+            if cfg.steps:
+                # Rollouts at the evaluation's pace, training counted as long again
+                # (this is refined after the first step, which measures both).
+                step_s = 2 * cfg.groups_per_step * cfg.group_size * self.pace[-1]
+                run_s = run_estimate(cfg, step_s, self.pace[-1], self.held_out, done=0)
+                log(
+                    f"estimate: ~{step_s:.0f} s a step, ~{run_s / 60:.0f} min for "
+                    f"{cfg.steps} steps and the evaluations (refined after step 1)"
                 )
-                log(warm_start_line(len(demos), epochs, res.metrics))
+        if grpo_done == 0:
+            self.phase = "the SFT warm start"
+            at = (self.folder, step, self.train_set)
+            await warm_start(model, cfg, *at, sft, self.rollouts.tools, self.probe, log)
         start_step = await model.get_step()
         if grpo_done == 0 and not any(e.rl_step == 0 and e.step == start_step for e in evaluations):
             self.phase = "the held-out evaluation before RL"
@@ -305,6 +295,14 @@ class _Run:
             )
             log(f"{what}: held-out {eval_line(before)}")
         self.save_report()
+
+    async def probe(self, scenarios: list[Scenario]) -> list[float]:
+        """The warm start's probe: each scenario's greedy reward, as an evaluation's."""
+        trajs = await asyncio.gather(
+            *(self.rollout(s, self.greedy_agent, held_out=True) for s in scenarios)
+        )
+        self.report_errors("warm-start probe")
+        return [t.reward for t in trajs]
 
     async def rl_steps(self) -> None:
         """The GRPO steps still to do, each over a batch of training scenarios in the

@@ -42,20 +42,27 @@ def trained_note(m: dict[str, float], judge_params: dict[str, Any] | None) -> st
     return ""
 
 
-def warm_start_line(demonstrations: int, epochs: int, m: dict[str, float]) -> str:
+def warm_start_line(
+    demonstrations: int, epochs: int, m: dict[str, float], *, epoch: int | None = None
+) -> str:
     """The log line of a warm start from `train_sft`'s metrics: "SFT warm start on 128
     demonstrations: 2 of 3 epochs in 240 s (stopped at loss 0.01), loss 0.58 -> 0.00;
     epochs' tail losses 0.04, 0.01; tail demonstrations with no token in doubt (p > 0.5)
-    0.62, 0.94"."""
+    0.62, 0.94"; with `epoch`, of that one epoch of `epochs`: "SFT warm start on 120
+    demonstrations: epoch 2 of 3 in 120 s, loss 0.02 -> 0.00; tail loss 0.00; ..."."""
     ran = int(m.get("sft_epochs", epochs))
     tails = ", ".join(f"{m[f'sft_epoch{k}_tail_loss']:.2f}" for k in range(1, ran + 1))
-    stopped = f" (stopped at loss {m[f'sft_epoch{ran}_tail_loss']:.2f})" if ran < epochs else ""
     sure = [m.get(f"sft_epoch{k}_tail_sure") for k in range(1, ran + 1)]
     shares = ", ".join(f"{x:.2f}" for x in sure if x is not None)
+    if epoch is None:
+        stopped = f" (stopped at loss {m[f'sft_epoch{ran}_tail_loss']:.2f})" if ran < epochs else ""
+        what, tail = f"{ran} of {epochs} epochs", f"epochs' tail losses {tails}"
+    else:
+        stopped, what, tail = "", f"epoch {epoch} of {epochs}", f"tail loss {tails}"
     return (
-        f"SFT warm start on {demonstrations} demonstrations: {ran} of {epochs} epochs in "
+        f"SFT warm start on {demonstrations} demonstrations: {what} in "
         f"{m.get('sft_seconds', 0):.0f} s{stopped}, loss {m['sft_loss_first']:.2f} -> "
-        f"{m['sft_loss_last']:.2f}; epochs' tail losses {tails}"
+        f"{m['sft_loss_last']:.2f}; {tail}"
         + (f"; tail demonstrations with no token in doubt (p > 0.5) {shares}" if shares else "")
     )
 

@@ -81,7 +81,10 @@ _EVAL = re.compile(r"^(.*held-out evaluation[^:]*): (\d+) episodes in (\d+) s", 
 _ROLLOUTS = re.compile(r"^RL step \d+: \d+ of \d+ rollouts.*? in (\d+) s", re.M)
 _TRAINED = re.compile(r"^RL step \d+: trained .* in (\d+) s", re.M)
 _WARM = re.compile(r"^SFT warm start on \d+ demonstrations: .*? in (\d+) s", re.M)
-"""The warm start's line; code before its time was logged leaves it in `other_s`."""
+"""The warm start's line (one per epoch where a probe ends it); code before its time was
+logged leaves it in `other_s`."""
+_PROBE = re.compile(r"^warm-start probe after epoch \d+: .*? in (\d+) s", re.M)
+"""A warm-start probe's line: counted in the warm start."""
 
 
 def phases(log: str, wall_s: float) -> dict[str, float]:
@@ -94,7 +97,7 @@ def phases(log: str, wall_s: float) -> dict[str, float]:
     out = {
         "untrained_eval_s": sum(s for label, s in evals if "untrained" in label),
         "evals_s": sum(s for label, s in evals if "untrained" not in label),
-        "warm_start_s": sum(float(s) for s in _WARM.findall(log)),
+        "warm_start_s": sum(float(s) for s in _WARM.findall(log) + _PROBE.findall(log)),
         "rollouts_s": sum(float(s) for s in rollouts),
         "training_s": sum(float(s) for s in trained),
     }

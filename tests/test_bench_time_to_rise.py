@@ -54,6 +54,25 @@ def test_the_phases_read_the_harness_lines() -> None:
     assert ph["evaluations"] == 3 and ph["steps"] == 2
 
 
+def test_a_probed_warm_start_counts_its_epochs_and_probes() -> None:
+    """The lines the harness prints for a probed warm start (made by its own functions):
+    each epoch's and each probe's seconds go to the warm start."""
+    from art_mcp.progress import warm_start_line
+    from art_mcp.warm_start import probe_line
+
+    m = {"sft_epochs": 1.0, "sft_seconds": 200.0, "sft_loss_first": 0.5, "sft_loss_last": 0.0}
+    m["sft_epoch1_tail_loss"] = 0.0
+    log = "\n".join(
+        [
+            warm_start_line(120, 3, m, epoch=1),
+            probe_line(1, 5, 8, 14.0, False),
+            warm_start_line(120, 3, {**m, "sft_seconds": 190.0}, epoch=2),
+            probe_line(2, 8, 8, 11.0, True),
+        ]
+    )
+    assert ttr.phases(log, 500.0)["warm_start_s"] == 200 + 14 + 190 + 11
+
+
 def _row(label: str, seed: int, wall: float, rise: float) -> dict[str, object]:
     ph = dict.fromkeys(ttr.PHASES, wall / 5)
     return {

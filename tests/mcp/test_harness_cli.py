@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from art_mcp.scenarios import load_scenarios, split_scenarios
+from art_mcp.warm_start import probe_size, probe_split
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,14 +40,18 @@ def test_one_step_end_to_end_then_resume_without_a_name(tmp_path: Path) -> None:
     # the warm start trains on the train split only: a held-out scenario is never seen
     scen = load_scenarios(ROOT / "examples/mcp_server/scenarios.jsonl")
     train, _ = split_scenarios(scen, 0.1, 0)
-    assert f"SFT warm start on {len(train)} demonstrations" in first.stdout
+    # ... less the probe's scenarios (whole entities), run greedily after the first epoch:
+    # the alternating reward scores each one's first episode 1, so the probe ends it
+    taught, probe = probe_split(train, probe_size(len(train), 8), 0)
+    assert f"SFT warm start on {len(taught)} demonstrations: epoch 1 of 2" in first.stdout
+    n = len(probe)
+    assert f"probe after epoch 1: {n} of {n} held-back training scenarios" in first.stdout
+    assert "the warm start ends" in first.stdout and "epoch 2 of 2" not in first.stdout
     (folder,) = (tmp_path / "mcp" / "models").iterdir()  # no --name: a stable default name
     assert f"model name {folder.name}" in first.stdout
     report = json.loads((folder / "report.json").read_text())
-    assert [r["step"] for r in report["rows"]] == [
-        1.0,
-        2.0,
-    ]  # after SFT (step 1), after one GRPO step
+    # after the SFT epoch (step 1), after one GRPO step
+    assert [r["step"] for r in report["rows"]] == [1.0, 2.0]
     assert report["val_reward_before"] is not None and (folder / "report.md").exists()
     assert (folder / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["0001", "0002"]
