@@ -323,8 +323,8 @@ class HarnessConfig(BaseModel):
             "demonstrations (whole entities: `metadata['entity']`, else the scenario; at most "
             "one demonstration in 16, none below 4) and run greedily after each epoch but the "
             "last: the warm start ends once `sft_probe_pass` of them succeed "
-            "(art_mcp/warm_start.py). They stay in RL's training set. 0: no probe, "
-            "`sft_stop_loss` decides. On capitals a token loss of 0.00 after two epochs hid "
+            "(art_mcp/warm_start.py). They stay in RL's training set. 0, or a run without a "
+            "reward function (the probe reads its score): no probe, `sft_stop_loss` decides. On capitals a token loss of 0.00 after two epochs hid "
             "a seed whose agent called one tool for every question (held-out 0.46 greedy; a "
             "third epoch took it to 1.00: docs/benchmarks.md#time-to-rise)."
         ),

@@ -16,8 +16,9 @@ run goes on from the epochs its folder holds. Given demonstrations (`--sft`), to
 of them for a probe (`probe_size`), or one epoch: the warm start is one call, ended by
 `sft_stop_loss` as before.
 
-Left out: a probe of given demonstrations (they name no scenario to run); a probe
-scored by a judge (the reward function's score decides, or 0 without one).
+Left out: a probe of given demonstrations (they name no scenario to run), and of a run
+scored by a judge alone (the probe reads the reward function's score; judging a group's
+episodes against each other says little of one greedy episode).
 """
 
 from __future__ import annotations
@@ -172,23 +173,24 @@ async def warm_start(
     train_set: list[Scenario],
     sft: list[Any] | str | Path | None,
     tools: list[Any],
-    run_probe: Callable[[list[Scenario]], Awaitable[list[float]]],
+    run_probe: Callable[[list[Scenario]], Awaitable[list[float]]] | None,
     log: Callable[[str], None],
 ) -> None:
     """The warm start before RL on the demonstrations (`agent.demonstrations`: the given
-    `sft` ones, else `train_set`'s scenarios' own, rendered with `tools`). With the scenarios' own, more than one
-    epoch and a probe (`probe_size`), `probed_warm_start`; else one `train_sft` call
-    ended by `cfg.sft_stop_loss` (none when there is nothing to teach). Nothing when the
-    model is past `step` 0 and the journal says no warm start began (it was done in one
-    call, or is not this run's)."""
+    `sft` ones, else `train_set`'s scenarios' own, rendered with `tools`). With the
+    scenarios' own, more than one epoch and a probe (`probe_size`; `run_probe` None: no
+    reward function to read it), `probed_warm_start`; else one `train_sft` call ended by
+    `cfg.sft_stop_loss` (none when there is nothing to teach). Nothing when the model is
+    past `step` 0 and the journal says no warm start began (it was done in one call, or
+    is not this run's)."""
     if step > 0 and not progress(read_journal(folder)).begun:
         return
     shown = sum(bool(s.demonstration) for s in train_set)
-    size = 0 if sft is not None else probe_size(shown, cfg.sft_probe)
+    size = 0 if sft is not None or run_probe is None else probe_size(shown, cfg.sft_probe)
     taught, probe = probe_split(train_set, size, cfg.seed)
     demos = demonstrations(sft, taught, tools)
     epochs = cfg.warm_start_epochs(len(demos))
-    if epochs > 1 and probe:
+    if epochs > 1 and probe and run_probe is not None:
         await probed_warm_start(model, cfg, folder, step, demos, probe, epochs, run_probe, log)
         return
     demos = demonstrations(sft, train_set, tools)
