@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 import art_langgraph as art
 from art_mcp import HarnessConfig, Scenario, load_scenarios, train
 from art_mcp.recipe import default_name, recipe_of
+from tests.mcp.interrupt import run_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = "python -m examples.mcp_server.server"
@@ -157,16 +157,7 @@ def _run(tmp_path: Path, interrupt_after: str | None) -> subprocess.CompletedPro
         "--tool-choice", "required", "--eval-scenarios", "2", "--eval-samples", "1",
         "--val-fraction", "0.1", "--base-model", "tiny",
     ]  # fmt: skip
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert p.stdout is not None
-    lines = []
-    for line in p.stdout:
-        lines.append(line)
-        if interrupt_after is not None and interrupt_after in line:
-            p.send_signal(signal.SIGINT)
-            break
-    out, err = p.communicate(timeout=600)
-    return subprocess.CompletedProcess(cmd, p.returncode, "".join(lines) + out, err)
+    return run_until(cmd, ROOT, interrupt_after)
 
 
 def test_ctrl_c_at_any_point_then_the_same_command_gives_the_uninterrupted_report(

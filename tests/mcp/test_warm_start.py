@@ -5,8 +5,6 @@ tiny preset and the bundled capitals server and scenarios (128 demonstrations)."
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from art_mcp import HarnessConfig, Scenario, load_scenarios, train
 from art_mcp.report import read_journal
 from art_mcp.warm_start import entity, probe_size, probe_split, progress
 from tests.conftest import FP32
+from tests.mcp.interrupt import run_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = "python -m examples.mcp_server.server"
@@ -84,17 +83,9 @@ def _cli(path: Path, interrupt_after: str | None = None) -> str:
         "--max-turns", "2", "--eval-scenarios", "2", "--eval-samples", "0",
         "--eval-untrained", "false", "--base-model", "tiny",
     ]  # fmt: skip
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert p.stdout is not None
-    lines = []
-    for line in p.stdout:
-        lines.append(line)
-        if interrupt_after is not None and interrupt_after in line:
-            p.send_signal(signal.SIGINT)
-            break
-    out, err = p.communicate(timeout=600)
-    assert p.returncode == (0 if interrupt_after is None else 130) or interrupt_after, err[-3000:]
-    return "".join(lines) + out
+    run = run_until(cmd, ROOT, interrupt_after)
+    assert interrupt_after is not None or run.returncode == 0, run.stderr[-3000:]
+    return run.stdout
 
 
 @pytest.mark.slow
