@@ -284,9 +284,10 @@ class _Run:
                 )
         if grpo_done == 0:
             self.phase = "the SFT warm start"
-            at = (self.folder, step, self.train_set)
-            probe = self.probe if self.reward_fn is not None else None
-            await warm_start(model, cfg, *at, sft, self.rollouts.tools, probe, log)
+            await warm_start(
+                model, cfg, self.folder, step, self.train_set, sft, self.rollouts.tools,
+                self.probe if self.reward_fn is not None else None, log,
+            )  # fmt: skip
         start_step = await model.get_step()
         if grpo_done == 0 and not any(e.rl_step == 0 and e.step == start_step for e in evaluations):
             self.phase = "the held-out evaluation before RL"

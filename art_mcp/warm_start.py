@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,13 +68,12 @@ def probe_split(
     entities, drawn in a seeded order, held back until the probe holds at least `size`
     scenarios (none when `size` is 0); the rest, in their order, are taught."""
     shown = [s for s in scenarios if s.demonstration]
-    if size <= 0:
-        return shown, []
-    names = sorted({entity(s) for s in shown})
+    counts = Counter(entity(s) for s in shown)
+    names = sorted(counts)
     random.Random(f"probe/{seed}").shuffle(names)
     held: set[str] = set()
     for name in names:
-        if sum(entity(s) in held for s in shown) >= size:
+        if sum(counts[n] for n in held) >= size:
             break
         held.add(name)
     return [s for s in shown if entity(s) not in held], [s for s in shown if entity(s) in held]
@@ -185,17 +185,16 @@ async def warm_start(
     is not this run's)."""
     if step > 0 and not progress(read_journal(folder)).begun:
         return
-    shown = sum(bool(s.demonstration) for s in train_set)
-    size = 0 if sft is not None or run_probe is None else probe_size(shown, cfg.sft_probe)
-    taught, probe = probe_split(train_set, size, cfg.seed)
-    demos = demonstrations(sft, taught, tools)
-    epochs = cfg.warm_start_epochs(len(demos))
-    if epochs > 1 and probe and run_probe is not None:
-        await probed_warm_start(model, cfg, folder, step, demos, probe, epochs, run_probe, log)
-        return
     demos = demonstrations(sft, train_set, tools)
     epochs = cfg.warm_start_epochs(len(demos))
-    if epochs > 0:
+    size = probe_size(len(demos), cfg.sft_probe)
+    if sft is None and run_probe is not None and epochs > 1 and size:
+        taught, probe = probe_split(train_set, size, cfg.seed)
+        taught_demos = demonstrations(None, taught, tools)
+        await probed_warm_start(
+            model, cfg, folder, step, taught_demos, probe, epochs, run_probe, log
+        )
+    elif epochs > 0:
         res = await model.train_sft(
             demos, sft_config(cfg), epochs=epochs, batch_size=8, stop_loss=cfg.sft_stop_loss
         )
