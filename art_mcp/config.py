@@ -295,6 +295,15 @@ class HarnessConfig(BaseModel):
             "bfloat16: that."
         ),
     )
+    sft_frozen_root: bool = Field(
+        True,
+        description=(
+            "Train the SFT warm start's demonstrations without gradient through the system "
+            "prompt and tool specs they share (`TrainConfig.sft_frozen_root`): that root runs "
+            "once per batch without gradient, and only each demonstration's own tokens are "
+            "backpropagated (docs/benchmarks.md#frozen-root)."
+        ),
+    )
     sft_stop_loss: float | None = Field(
         0.005,
         ge=0,

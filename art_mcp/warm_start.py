@@ -102,9 +102,11 @@ def progress(journal: list[dict[str, Any]]) -> Progress:
 
 
 def sft_config(cfg: HarnessConfig) -> art.TrainConfig:
-    """The warm start's `TrainConfig`: its learning rate and matmul dtype."""
+    """The warm start's `TrainConfig`: its learning rate, matmul dtype and frozen root."""
     return art.TrainConfig(
-        learning_rate=cfg.sft_learning_rate, sft_compute_dtype=cfg.sft_compute_dtype
+        learning_rate=cfg.sft_learning_rate,
+        sft_compute_dtype=cfg.sft_compute_dtype,
+        sft_frozen_root=cfg.sft_frozen_root,
     )
 
 

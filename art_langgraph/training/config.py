@@ -82,6 +82,16 @@ class TrainConfig(BaseModel):
             "or bfloat16: that. An SFT step has no sampler to agree with."
         ),
     )
+    sft_frozen_root: bool = Field(
+        False,
+        description=(
+            "In an SFT step whose micro-batch is a prefix tree (a warm start's demonstrations "
+            "sharing a system prompt and tool specs), run the root they share once without "
+            "gradient and backpropagate through each demonstration's own tokens only "
+            "(`training/frozen_root.py`): the adapter's gradient through the root's keys and "
+            "values is dropped. RL steps keep it always."
+        ),
+    )
     beta: float = Field(
         0.0,
         ge=0,

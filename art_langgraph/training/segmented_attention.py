@@ -18,6 +18,11 @@ So a row costs the sum of Lq·(La + Lq) over its segments instead of L². The re
 the same attention (`tests/training/test_segmented_attention.py` compares logprobs and gradients with
 the dense mask).
 
+With `prefix` (`training/frozen_root.py`: a tree's root computed beforehand without
+gradient), the layer's keys and values of a row's first positions come from it: the
+queries, keys and values given are those of the positions after it, the segments stay in
+the row's own positions, and a segment inside the prefix has no queries (no output).
+
 `register_attention()` registers `segmented_attention` with transformers'
 `AttentionInterface` as ATTN_IMPLEMENTATION (the trainer does, for its own model). A
 forward without the `segments` keyword (a reference pass, or a model whose config says
@@ -93,9 +98,12 @@ def segmented_attention(
     dropout: float = 0.0,
     scaling: float | None = None,
     segments: tuple[RowSegments, ...] | None = None,
+    prefix: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """transformers' attention-function signature; returns ((B, L, H, D), None)."""
+    """transformers' attention-function signature; returns ((B, L, H, D), None). `prefix`:
+    each layer's (keys, values) of the rows' first P positions, (B, Hkv, P, D), without
+    gradient; `query`, `key` and `value` are then positions P on."""
     if segments is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -103,6 +111,11 @@ def segmented_attention(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     b, h, length, d = query.shape
+    at_key = 0  # the row position of query 0
+    if prefix is not None:
+        pk, pv = prefix[module.layer_idx]
+        at_key = pk.shape[2]
+        key, value = torch.cat([pk, key], dim=2), torch.cat([pv, value], dim=2)
     if len(segments) != b:
         raise ValueError(f"{len(segments)} rows of segments for a batch of {b}")
     # Grouped-query attention: SDPA reads each key/value head for its `H / Hkv` query heads
@@ -129,7 +142,12 @@ def segmented_attention(
             qs, ks, vs = query[idx], key[idx], value[idx]
         parts = []
         for seg in row:
-            q, k, v = (x[:, :, seg.start : seg.end] for x in (qs, ks, vs))  # (n, H, len, D)
+            if seg.end <= at_key:  # inside the prefix: no queries
+                continue
+            if seg.start < at_key:
+                raise ValueError(f"a segment {seg.own} straddles the prefix's end {at_key}")
+            q = qs[:, :, seg.start - at_key : seg.end - at_key]  # (n, H, len, D)
+            k, v = (x[:, :, seg.start : seg.end] for x in (ks, vs))
             if seg.sees:
                 k = torch.cat([*(ks[:, :, a:b] for a, b in seg.sees), k], dim=2)
                 v = torch.cat([*(vs[:, :, a:b] for a, b in seg.sees), v], dim=2)
@@ -143,8 +161,8 @@ def segmented_attention(
                     q, k, v, dropout_p=dropout, scale=scaling, is_causal=True, enable_gqa=gqa
                 )
             parts.append(out)  # (n, H, len, D)
-        if row[-1].end < length:
-            parts.append(query.new_zeros((n_rows, h, length - row[-1].end, d)))
+        if row[-1].end < at_key + length:
+            parts.append(query.new_zeros((n_rows, h, at_key + length - row[-1].end, d)))
         outs.append(torch.cat(parts, dim=2))  # (n, H, L, D)
         order += members
     out = torch.cat(outs, dim=0)  # (B, H, L, D), rows in `order`

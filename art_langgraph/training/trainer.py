@@ -64,6 +64,7 @@ from art_langgraph.training import activations as A
 from art_langgraph.training import loss as L
 from art_langgraph.training.base import ProgressFn
 from art_langgraph.training.config import ModelConfig, TrainConfig
+from art_langgraph.training.frozen_root import root_kv, root_length
 from art_langgraph.training.fsdp import (
     adapter_keys,
     full_tensor,
@@ -214,44 +215,54 @@ class LoRATrainer:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.compute_dtype)
 
-    def _logprobs(self, mb: MicroBatch, target_mask: torch.Tensor) -> torch.Tensor:
+    def _logprobs(
+        self, mb: MicroBatch, target_mask: torch.Tensor, frozen_root: bool = False
+    ) -> torch.Tensor:
         """Log-probability of each target token given its prefix. Returns (N,) in row-major
         order of `target_mask` (R, L), whose column 0 must be False (no prefix).
 
         Pays only for what is trained: the transformer runs without its head, the hidden
         states before the N targets are gathered, and the head and log-softmax run on those
-        alone, in chunks (`token_logprobs`): never (R, L, V) logits."""
+        alone, in chunks (`token_logprobs`): never (R, L, V) logits. `frozen_root`: a
+        prefix tree's root runs first without gradient (`frozen_root.root_length`)."""
         dev = self.device
         extra: dict[str, Any] = {}
         mask: torch.Tensor | None = mb.attention_mask.to(dev)
+        ids, pos = mb.input_ids.to(dev), mb.position_ids.to(dev)
+        cut = 0
         if mb.segments is not None and self.config.segmented_attention:
             # Each block attends to what it sees alone (`training.segments`): no (L, L) mask.
             mask, extra = None, {"segments": mb.segments}
+            if frozen_root and self.group is None:
+                cut = root_length(mb.segments, target_mask)
         elif mask is not None and mask.dim() == 4:
             # Additive form: eager attention adds a 4D mask to the scores (a bool one would be
             # added as 0/1 and let packed sequences see each other); sdpa reads either form.
             mask = torch.zeros(mask.shape, dtype=self.dtype, device=dev).masked_fill(
                 ~mask, torch.finfo(self.dtype).min
             )
-        self._checkpoint_if_large(mb)
+        if cut:
+            with self._autocast():
+                extra["prefix"] = root_kv(self.model.get_base_model().model, ids, pos, cut)
+        self._checkpoint_if_large(ids[:, cut:].numel())
         assert not bool(target_mask[:, 0].any()), "a target in column 0 has no prefix"
         return self._forward(
             self._autocast(),
-            mb.input_ids.to(dev),
+            ids[:, cut:],
             mask,
-            mb.position_ids.to(dev),
-            target_mask[:, 1:],  # (R, L-1): the state at t-1 predicts token t
+            pos[:, cut:],
+            target_mask[:, cut + 1 :],  # (R, L-1-cut): the state at t-1 predicts token t
             keep_bytes=self._budget // 4,
             **extra,
         )
 
-    def _checkpoint_if_large(self, mb: MicroBatch) -> None:
+    def _checkpoint_if_large(self, tokens: int) -> None:
         """With gradient_checkpointing="auto": recompute in the backward pass just enough
-        layers of this micro-batch (`activations.layers_to_recompute`) that the others'
-        activations fit the step's budget."""
+        layers of a micro-batch of `tokens` with gradient (`activations.layers_to_recompute`)
+        that the others' activations fit the step's budget."""
         if self.config.gradient_checkpointing != "auto" or not self._checkpointed:
             return
-        n, tokens = len(self._checkpointed), mb.input_ids.numel()
+        n = len(self._checkpointed)
         budget = self._budget
         flags = A.layers_to_recompute(
             tokens, n, self._activation_bytes, self._layer_input_bytes, budget
@@ -393,7 +404,7 @@ class LoRATrainer:
         for k, mb in enumerate(batches):
             self._sync_gradients(last=k == passes - 1)
             mask = mb.target_mask.to(self.device)
-            lp = self._logprobs(mb, mask)  # (N,)
+            lp = self._logprobs(mb, mask, frozen_root=config.sft_frozen_root)  # (N,)
             loss = -lp.sum() / n_total
             loss.backward()
             total += float(loss.detach())

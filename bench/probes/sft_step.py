@@ -12,7 +12,9 @@ specs), 8 steps of 8 at the warm start's learning rate (the first untimed):
   float32 for SmolLM2-135M here) or `bfloat16` (autocast over the float32 weights);
 - the SFT step's activation budget (`activations.SFT_CHECKPOINT_BYTES`, which the arm's
   process sets): 256 MiB (the RL steps' budget, which SFT steps took until this probe
-  chose 1 GiB for them), 1 GiB (their default now), or none (nothing recomputed).
+  chose 1 GiB for them), 1 GiB (their default now), or none (nothing recomputed);
+- with a third field `frozen`: the tree's shared root without gradient
+  (`TrainConfig.sft_frozen_root`), e.g. `model:1024:frozen`.
 
 It prints median step time against the first arm's (model, 256 MiB), the layers the
 last step recomputed, peak RSS (the trainer alone, with its own copy of the weights: in a
@@ -43,7 +45,7 @@ from bench.trainer_roofline import cpu_flags
 
 RESULTS = results_dir("sft_step") / f"sft_step_{host_key(cpu_flags())}.json"
 ARMS = ("model:256", "model:1024", "bfloat16:256", "bfloat16:1024", "bfloat16:inf")
-"""dtype:budget in MiB (inf: nothing recomputed); the first is the reference (the step as it
+"""dtype:budget in MiB (inf: nothing recomputed)[:frozen]; the first is the reference (the step as it
 was before this probe), the second the default."""
 
 
@@ -68,11 +70,13 @@ def child(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     from art_langgraph.training.sft import sft_sequences
     from art_langgraph.training.trainer import LoRATrainer
 
-    dtype, budget = arm.split(":")
+    dtype, budget, *frozen = arm.split(":")
     activations.SFT_CHECKPOINT_BYTES = 2**62 if budget == "inf" else int(budget) * 2**20  # type: ignore[misc]
     trainer = LoRATrainer(resolve_preset("smollm2-135m"), ModelConfig(), "cpu")
     seqs, _ = sft_sequences(trainer.tokenizer, demonstrations(args.steps * 8), 4096)
-    config = TrainConfig(learning_rate=3e-3, sft_compute_dtype=dtype)  # the warm start's rate
+    config = TrainConfig(  # the warm start's rate
+        learning_rate=3e-3, sft_compute_dtype=dtype, sft_frozen_root=frozen == ["frozen"]
+    )
     times, losses = [], []
     for i in range(0, len(seqs), 8):
         t0 = time.perf_counter()
@@ -109,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         f"One SFT step of 8 capitals demonstrations (SmolLM2-135M, float32 weights, LoRA; "
         f"{args.steps} steps, the first untimed); host CPU flags {cpu_flags()}.",
         "",
-        "| dtype:budget MiB | median step s | vs the first | layers recomputed | peak RSS MiB | "
+        "| dtype:budget MiB[:frozen root] | median step s | vs the first | layers recomputed | peak RSS MiB | "
         "loss, first -> last step |",
         "|---|---:|---:|---:|---:|---|",
     ]
