@@ -60,4 +60,5 @@ def root_kv(
         position_ids=position_ids[:, :length],
         use_cache=True,
     )
-    return [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+    cache = out.cache if hasattr(out, "cache") else out.past_key_values  # renamed in v5.2x
+    return [(layer.keys, layer.values) for layer in cache.layers]
