@@ -83,7 +83,7 @@ class TorchEngineConfig:
     run per row, instead of one decode step each: the same tokens and logprobs, fewer
     steps (`GrammarCompiler.forced_run`; SGLang's jump-forward decoding). Requests
     without a grammar, or with stop strings, decode one token a step either way."""
-    batch_head: bool = False
+    batch_head: bool = True
     """Where the rows forming a batch share a prompt head (an agent's system prompt and
     tools: at least 128 tokens, whole prefix-cache blocks), hold its KV once for the batch
     instead of in every row: each forward reads it once for all rows (its attention runs
