@@ -89,14 +89,15 @@ class TorchEngineConfig:
     instead of in every row: each forward reads it once for all rows (its attention runs
     in two parts, merged: `engine/batch_head.py`), and the KV budget counts it once, so more
     rows decode together. A row that does not open with the head puts it back into every
-    row before it joins. Off by default until it is shown to pay beyond a host's noise: a
-    decode step of 64 rows of 900 tokens (700 shared) ran 1.69x faster with it, but a whole
-    org-chart evaluation, prefill-heavy, took 0.92x the time on one pair on a 2-core AMX
-    host (670 s against 727; the reference's two runs took 727 and 804 s), peaking 0.15 GiB
-    higher (docs/benchmarks.md#batch-head). One RL step's 32 agent rollouts ran 1.12x,
-    1.35x and 1.69x faster with it on three pairs on that host (bench.agent_rollouts), and
-    a second evaluation pair took 0.84x (806 s against 963); a whole training run is not
-    yet measured. Models with layers that are not full attention
+    row before it joins. On by default since a whole `art-mcp train` run was measured with
+    it: capitals, three seeds on a 2-core AMX host, the evaluations and rollouts took about
+    half their time (the untrained evaluation 1.2 min against 1.9, rollouts 0.5 against
+    0.9) and a run 0.55x the issue-55 reference's against 0.69x without it, peaking at
+    3.30 GiB (docs/benchmarks.md#time-to-rise-head). Before that: a decode step of 64 rows
+    of 900 tokens (700 shared) ran 1.69x faster with it, two org-chart evaluations took
+    0.92x and 0.84x the time, peaking 0.15 GiB higher, and one RL step's 32 agent rollouts
+    ran 1.12-1.69x faster on three pairs (docs/benchmarks.md#batch-head). Models with
+    layers that are not full attention
     keep it off."""
     chat_template: str | None = None
     """A Jinja chat template (its text, or a file path) replacing the tokenizer's own, as
