@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -161,6 +162,7 @@ def run_one(
         "task_files": task_digest(checkout, task),
         "seed": seed,
         "cpu_flags": cpu_flags(),
+        "started": time.time() - wall,
         "wall_s": wall,
         "peak_rss_mib": peak,
         "phases": phases(text, wall),
@@ -194,6 +196,21 @@ def _sd(xs: list[float]) -> float:
     return statistics.stdev(xs)
 
 
+def run_order(rows: list[dict[str, Any]]) -> str:
+    """How the pooled runs were ordered, from their start times: alternating, or the runs
+    in the order they ran (a pool of runs made apart, `--combine`); runs recorded before
+    start times were kept say so."""
+    if any("started" not in r for r in rows):
+        return "the order not recorded"
+    ran = sorted(rows, key=lambda r: r["started"])
+    labels = [r["label"] for r in ran]
+    if len(set(labels)) < 2:
+        return "one checkout's runs"
+    if all(a != b for a, b in itertools.pairwise(labels)):
+        return "the order alternating seed by seed"
+    return "not alternating: " + ", ".join(r["run"] for r in ran)
+
+
 def table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """The pooled table (per checkout, the reference's row first) and its verdict."""
     labels = sorted({r["label"] for r in rows}, key=lambda x: x != "ref")
@@ -203,7 +220,7 @@ def table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         f"`art-mcp train` of the defaults on the {t['task']} task (task files {t['task_files']}), "
         f"cold, seeds {', '.join(str(s) for s in sorted({r['seed'] for r in rows}))}; "
         f"{host_key('CPU flags: ' + t['cpu_flags'])} host (CPU flags: {t['cpu_flags']}); each run "
-        "alone, both checkouts under one venv, the order alternating seed by seed"
+        f"alone, both checkouts under one venv, {run_order(rows)}"
     )
     lines = [
         head,

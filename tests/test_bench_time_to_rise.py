@@ -104,3 +104,16 @@ def test_runs_of_different_task_files_are_never_pooled(tmp_path: Path) -> None:
         (tmp_path / f"{r['run']}.json").write_text(json.dumps(r))
     with pytest.raises(SystemExit, match="task files differ"):
         ttr.combine(tmp_path, "")
+
+
+def test_the_table_says_how_the_pooled_runs_were_ordered() -> None:
+    rows = [_row("ref", 1, 600.0, 0.5), _row("ours", 1, 300.0, 0.46)]
+    rows += [_row("ref", 2, 600.0, 0.5), _row("ours", 2, 300.0, 0.46)]
+    assert "the order not recorded" in ttr.table(rows)[0]  # runs from before start times
+    for i, r in enumerate(rows):
+        r["started"] = 100.0 * i
+    assert "the order alternating seed by seed" in ttr.table(rows)[0]
+    rows[1]["started"], rows[2]["started"] = 200.0, 100.0  # ref, ref, ours, ours
+    text = ttr.table(rows)[0]
+    assert "not alternating: ref-s1, ref-s2, ours-s1, ours-s2" in text
+    assert "alternating seed by seed" not in text
