@@ -512,6 +512,36 @@ def test_an_sft_step_recomputes_by_its_own_budget_and_rl_steps_by_theirs(
     assert all(m.gradient_checkpointing for m in stepped._checkpointed)  # RL's budget: 0
 
 
+def saved_bytes_per_token(trainer: LoRATrainer, tokens: int) -> float:
+    """What one forward of the trainer's transformer keeps for its backward, per token, no
+    layer recomputed: the saved tensors' storages, each once, less the parameters'."""
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    ids = torch.randint(3, 2000, (1, tokens), generator=torch.Generator().manual_seed(0))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), trainer._autocast():
+        hidden = trainer.model.get_base_model().model(input_ids=ids).last_hidden_state
+    hidden.float().sum().backward()
+    trainer.model.zero_grad(set_to_none=True)
+    params = {p.untyped_storage().data_ptr() for p in trainer.model.parameters()}
+    return sum(n for ptr, n in storages.items() if ptr not in params) / tokens
+
+
+@pytest.mark.parametrize("sft_dtype", ["model", "bfloat16"])
+def test_the_activation_estimate_covers_what_a_step_keeps(
+    trainer: LoRATrainer, sft_dtype: str
+) -> None:
+    # bfloat16 autocast over float32 weights keeps the float32 stream and bfloat16 copies:
+    # an estimate at 2 bytes a value let an SFT step keep twice the layers it had room for
+    for layer in trainer._checkpointed:
+        layer.gradient_checkpointing = False
+    with trainer._sft_precision(TrainConfig(sft_compute_dtype=sft_dtype)):
+        assert saved_bytes_per_token(trainer, 64) <= trainer._activation_bytes
+
+
 @pytest.mark.parametrize("step", ["rl_step", "sft_step"])
 def test_a_step_with_no_trainable_tokens_is_a_finite_no_op(trainer: LoRATrainer, step: str) -> None:
     seqs = [TrainSequence([5, 6, 7, 8], [False] * 4, [math.nan] * 4, 1.0)]
