@@ -287,12 +287,12 @@ class HarnessConfig(BaseModel):
         ),
     )
     sft_compute_dtype: Literal["auto", "model", "float32", "bfloat16"] = Field(
-        "model",
+        "auto",
         description=(
             "Dtype of the SFT warm start's matmuls (`TrainConfig.sft_compute_dtype`): model: "
             "the trainer's (`compute_dtype`, which RL steps keep); auto: bfloat16 where the "
-            "device multiplies it in hardware (CUDA, AMX, AVX-512-BF16); float32 or "
-            "bfloat16: that."
+            "device multiplies it in hardware (CUDA, AMX, AVX-512-BF16), else the model's; "
+            "float32 or bfloat16: that."
         ),
     )
     sft_frozen_root: bool = Field(
