@@ -292,7 +292,10 @@ class HarnessConfig(BaseModel):
             "Dtype of the SFT warm start's matmuls (`TrainConfig.sft_compute_dtype`): model: "
             "the trainer's (`compute_dtype`, which RL steps keep); auto: bfloat16 where the "
             "device multiplies it in hardware (CUDA, AMX, AVX-512-BF16), else the model's; "
-            "float32 or bfloat16: that."
+            "float32 or bfloat16: that. auto, since a capitals run on 2 AMX cores took "
+            "0.46x the issue-55 reference's wall time against float32's 0.55x, under 4 GiB, "
+            "and four org-chart seeds learnt no less (docs/benchmarks.md"
+            "#time-to-rise-bf16-default)."
         ),
     )
     sft_frozen_root: bool = Field(

@@ -112,7 +112,10 @@ def test_the_table_says_how_the_pooled_runs_were_ordered() -> None:
     assert "the order not recorded" in ttr.table(rows)[0]  # runs from before start times
     for i, r in enumerate(rows):
         r["started"] = 100.0 * i
+    assert "the order alternating seed by seed" in ttr.table(rows)[0]  # ref, ours, ref, ours
+    rows[2]["started"], rows[3]["started"] = 300.0, 200.0  # the bench's own: ref, ours, ours, ref
     assert "the order alternating seed by seed" in ttr.table(rows)[0]
+    rows[2]["started"], rows[3]["started"] = 200.0, 300.0
     rows[1]["started"], rows[2]["started"] = 200.0, 100.0  # ref, ref, ours, ours
     text = ttr.table(rows)[0]
     assert "not alternating: ref-s1, ref-s2, ours-s1, ours-s2" in text
