@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from art_langgraph.engine.packed_linear import bucket_rows
 from art_langgraph.errors import UsageError
 from art_langgraph.training.segmented_attention import RowSegments, Segment, dense_mask
 from art_langgraph.trajectories.trajectory import LLMCall, Trajectory
@@ -431,8 +432,12 @@ def prefix_units(seqs: Sequence[TrainSequence], cap: int) -> list[_Unit]:
     return units
 
 
-def _collate(seqs: list[TrainSequence], rows: list[list[_Unit]], packed: bool) -> MicroBatch:
+def _collate(
+    seqs: list[TrainSequence], rows: list[list[_Unit]], packed: bool, bucket: bool = False
+) -> MicroBatch:
     length = max(sum(u.length for u in row) for row in rows)
+    if bucket:  # padding columns, as a shorter row's: no target, attended by nothing
+        length = bucket_rows(length)
     r = len(rows)
     ids = torch.zeros((r, length), dtype=torch.long)
     pos = torch.zeros((r, length), dtype=torch.long)
@@ -491,6 +496,7 @@ def micro_batches(
     share_prefixes: bool = False,
     alone_tokens: int | None = None,
     tree_tokens: int | None = None,
+    bucket_width: bool = False,
 ) -> Iterator[MicroBatch]:
     """Rows of sequences (packed or one per row), grouped into micro-batches of
     ~micro_batch_tokens. With `share_prefixes` (packing only), sequences sharing a prompt
@@ -498,7 +504,10 @@ def micro_batches(
     a smaller cap for micro-batches with no prefix tree in them (a larger micro-batch
     shares nothing more, and costs the trainer its activations' memory); `tree_tokens`:
     the same for micro-batches with one, which still take at least one row (a tree is never
-    split; rows share nothing with each other). None: micro_batch_tokens."""
+    split; rows share nothing with each other). None: micro_batch_tokens. `bucket_width`:
+    each micro-batch's rows padded to one of few widths (`packed_linear.bucket_rows`, at
+    most 1/8 more columns): oneDNN keeps a kernel, with its buffers, for every row count its
+    bfloat16 matmuls meet, and a warm start's batches each have their own."""
     if not seqs:
         return
     if pack and share_prefixes:
@@ -525,10 +534,10 @@ def micro_batches(
         if tree_tokens is not None and with_tree:
             cap = min(cap, tree_tokens)
         if batch and wider * (len(batch) + 1) > cap:
-            yield _collate(seqs, batch, pack)
+            yield _collate(seqs, batch, pack, bucket_width)
             batch, wider = [], n
             with_tree = any(len(units[i].members) > 1 for i in row)
         batch.append([units[i] for i in row])
         width, tree = wider, with_tree
     if batch:
-        yield _collate(seqs, batch, pack)
+        yield _collate(seqs, batch, pack, bucket_width)

@@ -450,6 +450,7 @@ class LoRATrainer:
                 share_prefixes=config.share_prefixes,
                 alone_tokens=self._alone_tokens(),
                 tree_tokens=self._tree_tokens(),
+                bucket_width=self.device.type == "cpu" and self.compute_dtype == torch.bfloat16,
             )
         )
         return batches, self._passes(len(batches))

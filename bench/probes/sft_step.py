@@ -13,8 +13,16 @@ specs), 8 steps of 8 at the warm start's learning rate (the first untimed):
 - the SFT step's activation budget (`activations.SFT_CHECKPOINT_BYTES`, which the arm's
   process sets): 256 MiB (the RL steps' budget, which SFT steps took until this probe
   chose 1 GiB for them), 1 GiB (their default now), or none (nothing recomputed);
-- with a third field `frozen`: the tree's shared root without gradient
-  (`TrainConfig.sft_frozen_root`), e.g. `model:1024:frozen`.
+- with a further field `frozen`: the tree's shared root without gradient
+  (`TrainConfig.sft_frozen_root`), e.g. `model:1024:frozen`;
+- with a further field `plain`: micro-batches at their own widths, where a bfloat16 step
+  on the CPU pads them to one of few (`micro_batches`' `bucket_width`), e.g.
+  `bfloat16:1024:plain`.
+
+`--epochs N` runs the demonstrations N times, reshuffled after the first (as a warm start
+does), and the table gives the RSS after the first and the last step: oneDNN keeps a
+kernel, with its buffers, for each row count its bfloat16 matmuls meet, so a process
+that meets a new width every step grows step by step.
 
 It prints median step time against the first arm's (model, 256 MiB), the layers the
 last step recomputed, peak RSS (the trainer alone, with its own copy of the weights: in a
@@ -31,7 +39,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
+import random
 import resource
 import statistics
 import subprocess
@@ -66,36 +76,54 @@ def demonstrations(n: int) -> list[Any]:
 def child(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     from art_langgraph.presets.resolve import resolve_preset
     from art_langgraph.training import activations
+    from art_langgraph.training import trainer as trainer_module
     from art_langgraph.training.config import ModelConfig, TrainConfig
     from art_langgraph.training.sft import sft_sequences
+    from art_langgraph.training.tensorize import micro_batches
     from art_langgraph.training.trainer import LoRATrainer
 
-    dtype, budget, *frozen = arm.split(":")
+    dtype, budget, *flags = arm.split(":")
     activations.SFT_CHECKPOINT_BYTES = 2**62 if budget == "inf" else int(budget) * 2**20  # type: ignore[misc]
+    if "plain" in flags:  # the widths as they come
+        trainer_module.micro_batches = functools.partial(micro_batches, bucket_width=False)  # type: ignore[attr-defined]
     trainer = LoRATrainer(resolve_preset("smollm2-135m"), ModelConfig(), "cpu")
     seqs, _ = sft_sequences(trainer.tokenizer, demonstrations(args.steps * 8), 4096)
     config = TrainConfig(  # the warm start's rate
-        learning_rate=3e-3, sft_compute_dtype=dtype, sft_frozen_root=frozen == ["frozen"]
+        learning_rate=3e-3, sft_compute_dtype=dtype, sft_frozen_root="frozen" in flags
     )
-    times, losses = [], []
-    for i in range(0, len(seqs), 8):
-        t0 = time.perf_counter()
-        losses.append(trainer.sft_step(seqs[i : i + 8], config)["loss"])
-        times.append(time.perf_counter() - t0)
+    times, losses, rss = [], [], []
+    order = list(range(len(seqs)))
+    for epoch in range(args.epochs):
+        if epoch:
+            random.Random(epoch).shuffle(order)
+        for i in range(0, len(order), 8):
+            t0 = time.perf_counter()
+            losses.append(trainer.sft_step([seqs[j] for j in order[i : i + 8]], config)["loss"])
+            times.append(time.perf_counter() - t0)
+            rss.append(_rss_mib())
     return {
         "arm": arm,
         "median_s": statistics.median(times[1:]),
         "recomputed": sum(bool(m.gradient_checkpointing) for m in trainer._checkpointed),
         "layers": len(trainer._checkpointed),
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_mib": rss,
         "losses": losses,
     }
+
+
+def _rss_mib() -> float:
+    """This process's resident memory now, in MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arms", default=",".join(ARMS))
-    p.add_argument("--steps", type=int, default=8, help="steps of 8 demonstrations")
+    p.add_argument("--steps", type=int, default=8, help="steps of 8 demonstrations an epoch")
+    p.add_argument("--epochs", type=int, default=1, help="passes over the demonstrations")
+    p.add_argument("--tag", default="", help="a suffix for the results file and docs block")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -104,26 +132,32 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for arm in args.arms.split(","):
         cmd = [sys.executable, "-m", "bench.probes.sft_step", "--child", arm]
-        out = subprocess.run([*cmd, "--steps", str(args.steps)], capture_output=True, text=True)
+        cmd += ["--steps", str(args.steps), "--epochs", str(args.epochs)]
+        out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode:
             raise SystemExit(f"arm {arm} failed:\n{out.stderr[-3000:]}")
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     ref = rows[0]["median_s"]
     lines = [
         f"One SFT step of 8 capitals demonstrations (SmolLM2-135M, float32 weights, LoRA; "
-        f"{args.steps} steps, the first untimed); host CPU flags {cpu_flags()}.",
+        f"{args.steps} steps an epoch, {args.epochs} epoch(s), the first step untimed); "
+        f"host CPU flags {cpu_flags()}.",
         "",
-        "| dtype:budget MiB[:frozen root] | median step s | vs the first | layers recomputed | peak RSS MiB | "
+        "| dtype:budget MiB[:frozen root][:plain widths] | median step s | vs the first | "
+        "layers recomputed | peak RSS MiB | RSS after the first -> last step MiB | "
         "loss, first -> last step |",
-        "|---|---:|---:|---:|---:|---|",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['arm']} | {r['median_s']:.1f} | {r['median_s'] / ref:.2f}x | "
             f"{r['recomputed']} of {r['layers']} | {r['peak_rss_mib']:.0f} | "
+            f"{r['rss_mib'][0]:.0f} -> {r['rss_mib'][-1]:.0f} | "
             f"{r['losses'][0]:.3f} -> {r['losses'][-1]:.3f} |"
         )
-    publish("sft_step", RESULTS, lines, args, rows=rows)
+    name = "sft_step" + (f"_{args.tag}" if args.tag else "")
+    path = RESULTS.with_name(RESULTS.stem + (f"_{args.tag}" if args.tag else "") + ".json")
+    publish(name, path, lines, args, rows=rows)
 
 
 if __name__ == "__main__":

@@ -554,6 +554,30 @@ def test_shared_prefix_rows_score_each_sequence_as_alone(tiny_model: Any, system
         assert mb.sampler_logprobs[rows, cols].tolist() == pytest.approx(expected)
 
 
+def test_bucketed_widths_pad_columns_and_score_every_sequence_as_before(tiny_model: Any) -> None:
+    from art_langgraph.engine.packed_linear import bucket_rows
+
+    seqs = group_sequences(system=20)
+    kw = dict(row_length=max(len(s) for s in seqs), micro_batch_tokens=10_000, pack=True)
+    plain = only(list(micro_batches(seqs, share_prefixes=True, **kw)))
+    mb = only(list(micro_batches(seqs, share_prefixes=True, bucket_width=True, **kw)))
+    width = plain.input_ids.shape[1]
+    assert mb.input_ids.shape[1] == bucket_rows(width) > width  # a width oneDNN has met
+    assert mb.real_tokens == plain.real_tokens and mb.num_sequences == plain.num_sequences
+    # the columns added are padding: no token, no target, in no sequence, in no block
+    assert torch.equal(mb.input_ids[:, :width], plain.input_ids)
+    assert torch.equal(mb.target_mask[:, :width], plain.target_mask)
+    assert not mb.target_mask[:, width:].any() and bool((mb.seq_ids[:, width:] == -1).all())
+    assert mb.segments == plain.segments
+    assert mb.attention_mask.any(-1).all()  # no softmax row is empty
+    kwargs = {"position_ids": mb.position_ids, "attention_mask": mb.attention_mask}
+    got = token_logprobs(tiny_model, mb.input_ids, **kwargs)[:, : width - 1]
+    kwargs = {"position_ids": plain.position_ids, "attention_mask": plain.attention_mask}
+    want = token_logprobs(tiny_model, plain.input_ids, **kwargs)
+    at = plain.target_mask[:, 1:]
+    torch.testing.assert_close(got[at], want[at], atol=1e-5, rtol=0)
+
+
 def test_prefix_sharing_needs_packing() -> None:
     seqs = group_sequences()
     mb = only(

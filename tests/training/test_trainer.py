@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 
+from art_langgraph.training import tensorize
 from art_langgraph.training.config import TrainConfig
 from art_langgraph.training.tensorize import TrainSequence, merge_duplicates
 from art_langgraph.training.trainer import LoRATrainer
@@ -475,6 +476,40 @@ def test_sft_step_lowers_the_nll_of_the_trained_tokens(trainer: LoRATrainer) -> 
         m = trainer.sft_step(seqs, config)
         assert_finite(m)
     assert nll() < start - 0.1
+
+
+def test_bfloat16_steps_on_the_cpu_bucket_widths_which_change_no_loss_or_gradient(
+    stepped: LoRATrainer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import art_langgraph.training.trainer as T
+    from art_langgraph.engine.packed_linear import bucket_rows
+
+    seqs = group_sequences(stepped, seed=3, prompt=20, extra=4, system=16)
+    asked: list[bool] = []
+    forced: list[bool] = []
+    widths: list[list[int]] = []
+
+    def micro_batches(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs["bucket_width"])
+        if forced:
+            kwargs["bucket_width"] = forced[-1]
+        batches = list(tensorize.micro_batches(*args, **kwargs))
+        widths.append([mb.input_ids.shape[1] for mb in batches])
+        return iter(batches)
+
+    monkeypatch.setattr(T, "micro_batches", micro_batches)
+    stepped.sft_step(seqs, TrainConfig(learning_rate=LR, sft_compute_dtype="bfloat16"))
+    stepped.sft_step(seqs, TrainConfig(learning_rate=LR))
+    assert asked == [True, False]  # oneDNN keeps a kernel per bfloat16 row count; float32's MKL not
+    start = lora_state(stepped)
+    results = {}
+    for bucket in (False, True):
+        restore(stepped, start)
+        forced.append(bucket)
+        results[bucket] = step_and_gradients(stepped, seqs, TrainConfig(learning_rate=LR))
+    plain, bucketed = widths[-2:]
+    assert bucketed == [bucket_rows(w) for w in plain] != plain
+    assert_same_step(results[True], results[False])
 
 
 def test_an_sft_step_in_bfloat16_trains_alike_and_leaves_rl_steps_in_the_models_dtype(
