@@ -4,7 +4,8 @@ The warm start (`train_sft`) trains a task's demonstrations in batches of 8; wit
 shared head (the system prompt and tool specs, 708 of a capitals demonstration's 808
 tokens) each batch is one prefix tree of ~1,500 tokens, whose activations exceed the
 trainer's 256 MiB budget, so "auto" checkpointing recomputes nearly every layer. Arms,
-each in a child process of its own (so each peak RSS is its own), on the capitals task's
+each in a child process of its own (so each peak RSS is its own; on tcmalloc, as `art-mcp`
+runs), on the capitals task's
 first 64 demonstrations as the harness renders them (its server started for the tool
 specs), 8 steps of 8 at the warm start's learning rate (the first untimed):
 
@@ -127,7 +128,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args)))
+        from art_langgraph.runtime.allocator import allocator_in_use, reexec_with_tcmalloc
+
+        reexec_with_tcmalloc()  # as art-mcp runs (art_langgraph/runtime/allocator.py)
+        print(json.dumps({**child(args.child, args), "allocator": allocator_in_use()}))
         return
     rows = []
     for arm in args.arms.split(","):
@@ -140,8 +144,8 @@ def main(argv: list[str] | None = None) -> None:
     ref = rows[0]["median_s"]
     lines = [
         f"One SFT step of 8 capitals demonstrations (SmolLM2-135M, float32 weights, LoRA; "
-        f"{args.steps} steps an epoch, {args.epochs} epoch(s), the first step untimed); "
-        f"host CPU flags {cpu_flags()}.",
+        f"{args.steps} steps an epoch, {args.epochs} epoch(s), the first step untimed; "
+        f"allocator {rows[0]['allocator']}); host CPU flags {cpu_flags()}.",
         "",
         "| dtype:budget MiB[:frozen root][:plain widths] | median step s | vs the first | "
         "layers recomputed | peak RSS MiB | RSS after the first -> last step MiB | "
