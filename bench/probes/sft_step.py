@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import json
 import random
 import resource
@@ -85,8 +84,12 @@ def child(arm: str, args: argparse.Namespace) -> dict[str, Any]:
 
     dtype, budget, *flags = arm.split(":")
     activations.SFT_CHECKPOINT_BYTES = 2**62 if budget == "inf" else int(budget) * 2**20  # type: ignore[misc]
-    if "plain" in flags:  # the widths as they come
-        trainer_module.micro_batches = functools.partial(micro_batches, bucket_width=False)  # type: ignore[attr-defined]
+    if "plain" in flags:  # the widths as they come, whatever the trainer asks
+
+        def plain(*a: Any, **kw: Any) -> Any:
+            return micro_batches(*a, **{**kw, "bucket_width": False})
+
+        trainer_module.micro_batches = plain  # type: ignore[attr-defined]
     trainer = LoRATrainer(resolve_preset("smollm2-135m"), ModelConfig(), "cpu")
     seqs, _ = sft_sequences(trainer.tokenizer, demonstrations(args.steps * 8), 4096)
     config = TrainConfig(  # the warm start's rate
