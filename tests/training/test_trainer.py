@@ -500,7 +500,7 @@ def test_bfloat16_steps_on_the_cpu_bucket_widths_which_change_no_loss_or_gradien
     monkeypatch.setattr(T, "micro_batches", micro_batches)
     stepped.sft_step(seqs, TrainConfig(learning_rate=LR, sft_compute_dtype="bfloat16"))
     stepped.sft_step(seqs, TrainConfig(learning_rate=LR))
-    assert asked == [True, False]  # oneDNN keeps a kernel per bfloat16 row count; float32's MKL not
+    assert asked == [True, False]  # oneDNN keeps a kernel per bfloat16 row count
     start = lora_state(stepped)
     results = {}
     for bucket in (False, True):
