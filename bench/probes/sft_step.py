@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.steps} steps an epoch, {args.epochs} epoch(s), the first step untimed; "
         f"allocator {rows[0]['allocator']}); host CPU flags {cpu_flags()}.",
         "",
-        "| dtype:budget MiB[:frozen root][:plain widths] | median step s | vs the first | "
+        "| dtype:budget MiB (then :frozen root, :plain widths) | median step s | vs the first | "
         "layers recomputed | peak RSS MiB | RSS after the first -> last step MiB | "
         "loss, first -> last step |",
         "|---|---:|---:|---:|---:|---:|---|",
