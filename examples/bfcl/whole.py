@@ -15,7 +15,10 @@ and parallel_multiple; irrelevance is its own column there (a pass: the model ca
 the graph's `decline` tool), and is also reported under `"auto"`, where the model may
 answer without any call.
 
-Writes `whole.json`, stamped with the commit, code and arguments, into the run's folder;
+Each category's verdicts land in `whole.partial.json` as it ends, so a run stopped part way
+(it takes hours on 2 cores) resumes where it stopped when started again with the same code
+and arguments; with other code it starts over. Writes `whole.json`, stamped with the commit,
+code and arguments, into the run's folder;
 `python -m bench.learning_bfcl --whole runs/bfcl-s0` runs this and keeps it in
 bench/results/learning_bfcl/bfcl_whole_<host>_<run>.json. Left out: the live, multi-turn, memory,
 web-search and format-sensitivity categories (a transfer test nobody here tunes on).
@@ -57,17 +60,59 @@ async def _passes(
         tally.add(key, item["id"], answer)
 
 
+class Progress:
+    """The verdicts of the categories scored so far, kept in `whole.partial.json` (written
+    whole after each one), so a stopped evaluation resumes at the first category it lacks.
+    `stamp` (this code, its arguments, the run scored) must match, or it starts over."""
+
+    def __init__(self, path: Path, stamp: dict[str, Any]) -> None:
+        self.path, self.stamp = path, stamp
+        self.seconds: dict[str, float] = {}
+        self.tally = Tally()
+        saved = json.loads(path.read_text()) if path.exists() else {}
+        self.resumed = saved.get("stamp") == stamp
+        if self.resumed:
+            self.seconds = saved["seconds"]
+            self.tally.per_item = saved["per_item"]
+            self.tally.errors = saved["errors"]
+            self.tally.error_types = saved["error_types"]
+        elif saved:
+            print(f"{path.name} was scored by other code or arguments: starting over")
+
+    def done(self, key: str) -> bool:
+        return key in self.seconds
+
+    def save(self, key: str, seconds: float) -> None:
+        self.seconds[key] = round(seconds, 1)
+        t = self.tally
+        with atomic_write(self.path) as f:
+            f.write(
+                json.dumps(
+                    {
+                        "stamp": self.stamp,
+                        "seconds": self.seconds,
+                        "per_item": t.per_item,
+                        "errors": t.errors,
+                        "error_types": t.error_types,
+                    }
+                )
+            )
+
+
 async def whole(args: argparse.Namespace) -> dict[str, Any]:
     start = time.monotonic()
     commit, code = commit_stamp(), code_hash()
     folder = Path(args.run)
     trained = json.loads((folder / "result.json").read_text())
     targs = argparse.Namespace(**trained["args"])
+    run_stamp = {k: trained[k] for k in ("commit", "code", "args") if k in trained}
     bfcl = Run(targs)
     categories = [*CATEGORIES[:-1], *WHOLE_ONLY, "irrelevance"]
     items = {c: bfcl.checker.items(c)[: args.limit] for c in categories}
-    phases: dict[str, float] = {}
-    tally = Tally()
+    progress = Progress(
+        folder / "whole.partial.json", {"code": code, "args": vars(args), "run": run_stamp}
+    )
+    tally = progress.tally
     try:
         model = trainable_model(targs)
         await model.register(art.LocalBackend(path=folder / "art"))
@@ -77,15 +122,17 @@ async def whole(args: argparse.Namespace) -> dict[str, Any]:
                 f"{folder}: the model is at step {last}, the run trained {targs.steps}"
             )
         for label, step in (("untrained", 0), ("after", last)):
-            t0 = time.monotonic()
             chat = model.chat_model(step=step, temperature=0, max_tokens=MAX_TOKENS)
-            for c in categories:
-                await _passes(bfcl, chat, items[c], "required", tally, f"{label}/{c}")
-            await _passes(
-                bfcl, chat, items["irrelevance"], "auto", tally, f"{label}/irrelevance_auto"
-            )
-            phases[label] = round(time.monotonic() - t0, 1)
-            print(f"{label}: {phases[label]:.0f} s{tally.note()}", flush=True)
+            passes = [(c, c, "required") for c in categories]
+            for name, c, choice in [*passes, ("irrelevance_auto", "irrelevance", "auto")]:
+                key = f"{label}/{name}"
+                if progress.done(key):
+                    continue
+                t0 = time.monotonic()
+                await _passes(bfcl, chat, items[c], choice, tally, key)
+                progress.save(key, time.monotonic() - t0)
+            took = sum(v for k, v in progress.seconds.items() if k.startswith(f"{label}/"))
+            print(f"{label}: {took:.0f} s{tally.note()}", flush=True)
             tally.check(label)
         table: dict[str, dict[str, Any]] = {}
         for label in ("untrained", "after"):
@@ -97,16 +144,22 @@ async def whole(args: argparse.Namespace) -> dict[str, Any]:
             table[label] = {"categories": scores, **bfcl.checker.overall(scores)}
     finally:
         bfcl.checker.close()
+    phases = {
+        label: round(sum(v for k, v in progress.seconds.items() if k.startswith(f"{label}/")), 1)
+        for label in ("untrained", "after")
+    }
     result = {
         "commit": commit,
         "code": code,
         "args": vars(args),
-        "run": {k: trained[k] for k in ("commit", "code", "args") if k in trained},
+        "run": run_stamp,
         "cpu_flags": matmul_flags(),
         "allocator": allocator_in_use(),
         "wall_s": round(time.monotonic() - start, 1),
         "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         "phases_s": phases,
+        "category_s": progress.seconds,
+        "resumed": progress.resumed,
         "trained_on_half": list(CATEGORIES),
         "table": table,
         "per_item": tally.per_item,
@@ -115,6 +168,7 @@ async def whole(args: argparse.Namespace) -> dict[str, Any]:
     }
     with atomic_write(folder / "whole.json") as f:
         f.write(json.dumps(result, indent=1))
+    progress.path.unlink()
     print(render(result))
     return result
 

@@ -29,7 +29,9 @@ from examples.bfcl.app import (
     step_categories,
 )
 from examples.bfcl.checker import CATEGORIES, BfclChecker
+from examples.bfcl.record import code_hash
 from examples.bfcl.splits import EVAL_PER_CATEGORY, load_splits, make_splits
+from examples.bfcl.whole import Progress
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -327,13 +329,48 @@ def test_the_ci_arm_evaluates_only_what_it_names(ci_arm_run: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.bfcl
 def test_the_whole_categories_score_a_kept_run_untrained_and_after(ci_arm_run: Path) -> None:
+    """It resumes too: a category already in `whole.partial.json` under this code and these
+    arguments is kept, not scored again (two planted passes the untrained model never makes)."""
+    trained = json.loads((ci_arm_run / "result.json").read_text())
+    stamp = {
+        "code": code_hash(),
+        "args": {"run": str(ci_arm_run), "limit": 2},
+        "run": {k: trained[k] for k in ("commit", "code", "args") if k in trained},
+    }
+    planted = {"simple_java_0": True, "simple_java_1": True}
+    (ci_arm_run / "whole.partial.json").write_text(
+        json.dumps(
+            {
+                "stamp": stamp,
+                "seconds": {"untrained/simple_java": 1.0},
+                "per_item": {"untrained/simple_java": planted},
+                "errors": {},
+                "error_types": {},
+            }
+        )
+    )
     _example("examples.bfcl.whole", "--run", str(ci_arm_run), "--limit", "2")
     whole = json.loads((ci_arm_run / "whole.json").read_text())
     cats = whole["table"]["after"]["categories"]
     assert set(cats) == {*CATEGORIES, "simple_java", "simple_javascript", "irrelevance_auto"}
     assert all(c["total_count"] == 2 for c in cats.values())
     assert 0 <= whole["table"]["untrained"]["non_live"] <= 1 and whole["code"]
-    assert len(whole["per_item"]["untrained/simple_java"]) == 2
+    assert whole["per_item"]["untrained/simple_java"] == planted and whole["resumed"]
+    assert len(whole["per_item"]["after/simple_java"]) == 2
+    assert not (ci_arm_run / "whole.partial.json").exists()
+
+
+def test_whole_progress_resumes_only_under_the_same_stamp(tmp_path: Path) -> None:
+    path = tmp_path / "whole.partial.json"
+    first = Progress(path, {"code": "a"})
+    first.tally.add("untrained/multiple", "multiple_0", True)
+    first.save("untrained/multiple", 3.0)
+    again = Progress(path, {"code": "a"})
+    assert again.resumed and again.done("untrained/multiple")
+    assert again.tally.per_item == {"untrained/multiple": {"multiple_0": True}}
+    other = Progress(path, {"code": "b"})
+    assert not other.resumed and not other.done("untrained/multiple")
+    assert other.tally.per_item == {}
 
 
 @pytest.mark.bfcl
