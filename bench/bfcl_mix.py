@@ -24,7 +24,9 @@ group in 5), `third` (irrelevance 2 groups in 6), `half` (1 group in 2), and `th
 (`third` with `TrainConfig(flat_groups="batch_baseline")`), `third-batchpos` (with
 `"batch_baseline_positive"`), `noparallel` (simple_python, multiple and irrelevance in
 turn, 1 group in 3 each: the calling categories that need one call, without the parallel
-ones, whose several calls pull the untrained model's count the other way). Needs BFCL's
+ones, whose several calls pull the untrained model's count the other way),
+`noparallel-once` (`noparallel` with `--decline-reward once`: an irrelevance pass by n
+`decline` calls earns 1/n, not 1.0). Needs BFCL's
 environment (scripts/setup-bfcl.sh). Left out: choosing for the user (the table shows the
 trade; the docs say which arm was taken and why).
 """
@@ -55,6 +57,7 @@ ARMS = {
     "third-batch": _THIRD,
     "third-batchpos": _THIRD,
     "noparallel": ("simple_python", "multiple", "irrelevance"),  # the example's TRAINED
+    "noparallel-once": ("simple_python", "multiple", "irrelevance"),
 }
 """Each arm's `--train-categories`."""
 TRAIN_CONFIGS = {
@@ -65,12 +68,14 @@ TRAIN_CONFIGS = {
 of one reward against the step's mean, `third-batchpos` only those above it (`bench.rl_lr`'s
 `batch` and `batchpos` arms, for the harness's tasks): a default changes on both sides of
 issue 53's rule or on neither."""
+EXAMPLE_FLAGS = {"noparallel-once": ["--decline-reward", "once"]}
+"""The arms that change the example's own code (its reward), not the library's."""
 
 
 def _setting(r: dict[str, Any]) -> str:
     """What runs of different arms must share to sit in one table: every argument but the
     arm's categories, the seed, the control flag and the folder."""
-    skip = ("seed", "control", "out", "train_categories", "train_config")
+    skip = ("seed", "control", "out", "train_categories", "train_config", "decline_reward")
     return json.dumps({k: v for k, v in r["args"].items() if k not in skip}, sort_keys=True)
 
 
@@ -85,6 +90,7 @@ def run(arms: list[str], seeds: list[int], out: Path, extra: list[str] | None = 
             flags = ["--eval-split", "validation", "--train-categories", cats, *(extra or [])]
             if arm in TRAIN_CONFIGS:
                 flags += ["--train-config", json.dumps(TRAIN_CONFIGS[arm])]
+            flags += EXAMPLE_FLAGS.get(arm, [])
             if _done(folder / "result.json", flags):
                 print(f"{arm} s{seed}: landed already with this code")
                 continue
@@ -154,7 +160,11 @@ def combine(arms: list[str], seeds: list[int], out: Path, tag: str, results: Pat
             "(bench.bfcl_mix); for a choice, never reported as a BFCL result",
             "table": text,
             "arms": {
-                a: {"train_categories": list(ARMS[a]), "train_config": TRAIN_CONFIGS.get(a, {})}
+                a: {
+                    "train_categories": list(ARMS[a]),
+                    "train_config": TRAIN_CONFIGS.get(a, {}),
+                    "example_flags": EXAMPLE_FLAGS.get(a, []),
+                }
                 for a in runs
             },
             "runs": {

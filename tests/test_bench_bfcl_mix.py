@@ -39,7 +39,11 @@ def test_arms_pool_over_their_seeds_and_other_code_is_refused(tmp_path: Path) ->
     assert "s1: +0.10, 0.25; s2: +0.20, 0.75" in rows["all"]
     assert "| 1 | +0.05 | 0.50 -> 0.50 |" in rows["half"]
     saved = json.loads((results / "bfcl_amx_mix_t.json").read_text())
-    assert saved["arms"]["half"] == {"train_categories": list(ARMS["half"]), "train_config": {}}
+    assert saved["arms"]["half"] == {
+        "train_categories": list(ARMS["half"]),
+        "train_config": {},
+        "example_flags": [],
+    }
     assert "per_item" not in saved["runs"]["all"][0]
     assert "6 steps" in table
     _result(runs / "half-s2", "half", 2, 0.05, 0.5, "other")
@@ -87,3 +91,13 @@ def test_an_arm_that_changes_train_config_passes_a_valid_one_to_the_example() ->
         assert json.loads(args.train_config) == config
     with pytest.raises(SystemExit, match="--train-config"):
         _check_args(parser().parse_args(["--train-config", '{"flat_groups": "sometimes"}']))
+
+
+def test_an_arm_that_changes_the_examples_reward_passes_a_valid_flag() -> None:
+    from bench.bfcl_mix import EXAMPLE_FLAGS
+    from examples.bfcl.app import _check_args, parser
+
+    for arm, flags in EXAMPLE_FLAGS.items():
+        assert arm in ARMS
+        args = _check_args(parser().parse_args(flags))
+        assert args.decline_reward == "once"

@@ -121,6 +121,15 @@ def calls_of(output: dict[str, Any]) -> list[dict[str, Any]]:
     return [] if all(DECLINE in c for c in calls) else calls
 
 
+def declines_of(output: dict[str, Any]) -> int:
+    """How many times the graph's answer called `decline` (an irrelevance item passes on
+    any number of them, as BFCL scores no call)."""
+    last = output["messages"][-1]
+    return (
+        sum(tc["name"] == DECLINE for tc in last.tool_calls) if isinstance(last, AIMessage) else 0
+    )
+
+
 def _norm(value: Any) -> Any:
     if isinstance(value, str):
         return re.sub(r"[ ,./\-_*^]", "", value).lower().replace("'", '"')
@@ -197,12 +206,19 @@ class Run:
         self, item: dict[str, Any], output: dict[str, Any], traj: art.Trajectory | None = None
     ) -> float:
         """1.0 on BFCL's pass, else half the partial credit; `traj`, where given, gets the
-        rollout's call count and BFCL verdict among its metrics (for the step's diagnostics)."""
+        rollout's call count and BFCL verdict among its metrics (for the step's diagnostics).
+        With `--decline-reward once`, a pass by declining n times earns 1/n, as a wrong
+        number of calls scales partial credit: BFCL passes any number of `decline` calls,
+        and at full reward an irrelevance group teaches the repeated calls the calling
+        items fail on (`wrong_count`)."""
         passed = bool((await self.verdict(item, output))["valid"])
         calls = calls_of(output)
+        declines = declines_of(output)
         if traj is not None:
-            traj.metrics.update(calls=len(calls), bfcl_pass=passed)
-        return 1.0 if passed else 0.5 * partial_credit(item, calls)
+            traj.metrics.update(calls=len(calls), bfcl_pass=passed, declines=declines)
+        if not passed:
+            return 0.5 * partial_credit(item, calls)
+        return 1.0 / declines if self.args.decline_reward == "once" and declines > 1 else 1.0
 
     async def evaluate(self, model: art.TrainableModel, label: str) -> dict[str, Any]:
         """BFCL pass rates on the evaluation sample: greedy and one sample at T=1 per item
@@ -531,6 +547,13 @@ def parser() -> argparse.ArgumentParser:
         default="{}",
         help="TrainConfig fields that differ from its defaults, as JSON (a sweep's arm, e.g. "
         '\'{"flat_groups": "batch_baseline"}\'); default: none, TrainConfig\'s defaults',
+    )
+    ap.add_argument(
+        "--decline-reward",
+        choices=("any", "once"),
+        default="any",
+        help="the reward of an irrelevance pass by n `decline` calls: any (1.0 whatever n) "
+        "or once (1/n); BFCL passes both",
     )
     ap.add_argument(
         "--eval-modes",

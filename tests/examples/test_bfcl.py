@@ -79,6 +79,32 @@ def test_declining_is_no_call_so_it_passes_irrelevance_and_fails_a_call(
 
 
 @pytest.mark.bfcl
+async def test_a_pass_by_declining_n_times_earns_1_over_n_under_decline_reward_once() -> None:
+    """BFCL passes an irrelevance item on any number of `decline` calls; `--decline-reward
+    once` pays a repeated decline less (the calling items fail on repeated calls), `any`
+    (the default) pays it in full; a failure earns the same either way."""
+
+    def answer(*names: str) -> dict[str, object]:
+        calls = [{"name": n, "args": {}, "id": f"c{i}"} for i, n in enumerate(names)]
+        return {"messages": [AIMessage(content="", tool_calls=calls)]}
+
+    run = Run(parser().parse_args([]))
+    try:
+        irrelevant = run.checker.items("irrelevance")[0]
+        some = irrelevant["tools"][0]["function"]["name"]
+        rewards = {}
+        for mode in ("any", "once"):
+            run.args = parser().parse_args(["--decline-reward", mode])
+            rewards[mode] = [
+                await run.reward(irrelevant, answer(*[DECLINE] * n)) for n in (1, 2, 3)
+            ] + [await run.reward(irrelevant, answer(some))]
+    finally:
+        run.checker.close()
+    assert rewards["any"] == [1.0, 1.0, 1.0, 0.0]
+    assert rewards["once"] == pytest.approx([1.0, 1 / 2, 1 / 3, 0.0])
+
+
+@pytest.mark.bfcl
 def test_declining_beside_a_call_fails_both_ways(checker: BfclChecker) -> None:
     """A hedge (`decline` and a function in one answer) passes neither an irrelevance item
     nor a calling item that the function alone would pass."""
