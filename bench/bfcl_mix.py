@@ -26,7 +26,8 @@ group in 5), `third` (irrelevance 2 groups in 6), `half` (1 group in 2), and `th
 turn, 1 group in 3 each: the calling categories that need one call, without the parallel
 ones, whose several calls pull the untrained model's count the other way),
 `noparallel-once` (`noparallel` with `--decline-reward once`: an irrelevance pass by n
-`decline` calls earns 1/n, not 1.0). Needs BFCL's
+`decline` calls earns 1/n, not 1.0), `noparallel-tiebreak` (with `--decline-reward
+tiebreak`: such a pass earns 0.9). Needs BFCL's
 environment (scripts/setup-bfcl.sh). Left out: choosing for the user (the table shows the
 trade; the docs say which arm was taken and why).
 """
@@ -58,6 +59,7 @@ ARMS = {
     "third-batchpos": _THIRD,
     "noparallel": ("simple_python", "multiple", "irrelevance"),  # the example's TRAINED
     "noparallel-once": ("simple_python", "multiple", "irrelevance"),
+    "noparallel-tiebreak": ("simple_python", "multiple", "irrelevance"),
 }
 """Each arm's `--train-categories`."""
 TRAIN_CONFIGS = {
@@ -68,7 +70,10 @@ TRAIN_CONFIGS = {
 of one reward against the step's mean, `third-batchpos` only those above it (`bench.rl_lr`'s
 `batch` and `batchpos` arms, for the harness's tasks): a default changes on both sides of
 issue 53's rule or on neither."""
-EXAMPLE_FLAGS = {"noparallel-once": ["--decline-reward", "once"]}
+EXAMPLE_FLAGS = {
+    "noparallel-once": ["--decline-reward", "once"],
+    "noparallel-tiebreak": ["--decline-reward", "tiebreak"],
+}
 """The arms that change the example's own code (its reward), not the library's."""
 
 

@@ -100,4 +100,4 @@ def test_an_arm_that_changes_the_examples_reward_passes_a_valid_flag() -> None:
     for arm, flags in EXAMPLE_FLAGS.items():
         assert arm in ARMS
         args = _check_args(parser().parse_args(flags))
-        assert args.decline_reward == "once"
+        assert args.decline_reward == flags[-1] != "any"

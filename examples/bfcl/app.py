@@ -88,6 +88,10 @@ DECLINE_TOOL = {
         "parameters": {"type": "object", "properties": {}, "required": []},
     },
 }
+REPEAT_DECLINE_REWARD = 0.9
+"""`--decline-reward tiebreak`'s reward for an irrelevance pass by several `decline` calls:
+below one decline's 1.0, far above a wrong call's 0. GRPO divides a group's centred
+rewards by their spread, so within a group of declines the gap works as a whole one."""
 MAX_TOKENS = 192
 """Room for up to four calls with their arguments (parallel items ask for two to four)."""
 
@@ -207,10 +211,11 @@ class Run:
     ) -> float:
         """1.0 on BFCL's pass, else half the partial credit; `traj`, where given, gets the
         rollout's call count and BFCL verdict among its metrics (for the step's diagnostics).
-        With `--decline-reward once`, a pass by declining n times earns 1/n, as a wrong
-        number of calls scales partial credit: BFCL passes any number of `decline` calls,
-        and at full reward an irrelevance group teaches the repeated calls the calling
-        items fail on (`wrong_count`)."""
+        BFCL passes any number of `decline` calls, and at full reward an irrelevance group
+        teaches the repeated calls the calling items fail on (`wrong_count`): with
+        `--decline-reward once` a pass by declining n times earns 1/n, as a wrong number of
+        calls scales partial credit; with `tiebreak`, REPEAT_DECLINE_REWARD, which ranks one
+        decline above several within a group without bringing several near a wrong call."""
         passed = bool((await self.verdict(item, output))["valid"])
         calls = calls_of(output)
         declines = declines_of(output)
@@ -218,7 +223,9 @@ class Run:
             traj.metrics.update(calls=len(calls), bfcl_pass=passed, declines=declines)
         if not passed:
             return 0.5 * partial_credit(item, calls)
-        return 1.0 / declines if self.args.decline_reward == "once" and declines > 1 else 1.0
+        if declines <= 1 or self.args.decline_reward == "any":
+            return 1.0
+        return 1.0 / declines if self.args.decline_reward == "once" else REPEAT_DECLINE_REWARD
 
     async def evaluate(self, model: art.TrainableModel, label: str) -> dict[str, Any]:
         """BFCL pass rates on the evaluation sample: greedy and one sample at T=1 per item
@@ -550,10 +557,10 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--decline-reward",
-        choices=("any", "once"),
+        choices=("any", "once", "tiebreak"),
         default="any",
-        help="the reward of an irrelevance pass by n `decline` calls: any (1.0 whatever n) "
-        "or once (1/n); BFCL passes both",
+        help="the reward of an irrelevance pass by n `decline` calls: any (1.0 whatever n), "
+        "once (1/n) or tiebreak (0.9 for n > 1); BFCL passes them all",
     )
     ap.add_argument(
         "--eval-modes",

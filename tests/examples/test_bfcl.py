@@ -79,10 +79,10 @@ def test_declining_is_no_call_so_it_passes_irrelevance_and_fails_a_call(
 
 
 @pytest.mark.bfcl
-async def test_a_pass_by_declining_n_times_earns_1_over_n_under_decline_reward_once() -> None:
+async def test_a_pass_by_declining_several_times_earns_less_under_once_and_tiebreak() -> None:
     """BFCL passes an irrelevance item on any number of `decline` calls; `--decline-reward
-    once` pays a repeated decline less (the calling items fail on repeated calls), `any`
-    (the default) pays it in full; a failure earns the same either way."""
+    once` and `tiebreak` pay a repeated decline less (the calling items fail on repeated
+    calls), `any` (the default) pays it in full; a failure earns the same either way."""
 
     def answer(*names: str) -> dict[str, object]:
         calls = [{"name": n, "args": {}, "id": f"c{i}"} for i, n in enumerate(names)]
@@ -93,7 +93,7 @@ async def test_a_pass_by_declining_n_times_earns_1_over_n_under_decline_reward_o
         irrelevant = run.checker.items("irrelevance")[0]
         some = irrelevant["tools"][0]["function"]["name"]
         rewards = {}
-        for mode in ("any", "once"):
+        for mode in ("any", "once", "tiebreak"):
             run.args = parser().parse_args(["--decline-reward", mode])
             rewards[mode] = [
                 await run.reward(irrelevant, answer(*[DECLINE] * n)) for n in (1, 2, 3)
@@ -102,6 +102,7 @@ async def test_a_pass_by_declining_n_times_earns_1_over_n_under_decline_reward_o
         run.checker.close()
     assert rewards["any"] == [1.0, 1.0, 1.0, 0.0]
     assert rewards["once"] == pytest.approx([1.0, 1 / 2, 1 / 3, 0.0])
+    assert rewards["tiebreak"] == pytest.approx([1.0, 0.9, 0.9, 0.0])
 
 
 @pytest.mark.bfcl
