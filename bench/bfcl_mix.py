@@ -50,6 +50,8 @@ RESULTS = results_dir("bfcl_mix")
 _C = ("simple_python", "multiple", "parallel", "parallel_multiple")
 _THIRD = (*_C[:2], "irrelevance", *_C[2:], "irrelevance")
 """The example's mix until `noparallel` was chosen over it: irrelevance 2 groups in 6."""
+_NOPARALLEL = ("simple_python", "multiple", "irrelevance")
+"""The calling categories that need one call, and irrelevance: 1 group in 3 each."""
 ARMS = {
     "calling": _C,
     "all": (*_C, "irrelevance"),
@@ -57,9 +59,9 @@ ARMS = {
     "half": tuple(x for c in _C for x in (c, "irrelevance")),
     "third-batch": _THIRD,
     "third-batchpos": _THIRD,
-    "noparallel": ("simple_python", "multiple", "irrelevance"),  # the example's TRAINED
-    "noparallel-once": ("simple_python", "multiple", "irrelevance"),
-    "noparallel-tiebreak": ("simple_python", "multiple", "irrelevance"),
+    "noparallel": _NOPARALLEL,  # the example's TRAINED
+    "noparallel-once": _NOPARALLEL,
+    "noparallel-tiebreak": _NOPARALLEL,
 }
 """Each arm's `--train-categories`."""
 TRAIN_CONFIGS = {

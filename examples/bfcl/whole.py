@@ -16,8 +16,8 @@ the graph's `decline` tool), and is also reported under `"auto"`, where the mode
 answer without any call.
 
 Each category's verdicts land in `whole.partial.json` as it ends, so a run stopped part way
-(it takes hours on 2 cores) resumes where it stopped when started again with the same code
-and arguments; with other code it starts over. Writes `whole.json`, stamped with the commit,
+(it takes hours on 2 cores) resumes where it stopped when started again with the same code,
+`--limit` and trained run (its `result.json`); otherwise it starts over. Writes `whole.json`, stamped with the commit,
 code and arguments, into the run's folder;
 `python -m bench.learning_bfcl --whole runs/bfcl-s0` runs this and keeps it in
 bench/results/learning_bfcl/bfcl_whole_<host>_<run>.json. Left out: the live, multi-turn, memory,
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import resource
 import statistics
@@ -63,7 +64,7 @@ async def _passes(
 class Progress:
     """The verdicts of the categories scored so far, kept in `whole.partial.json` (written
     whole after each one), so a stopped evaluation resumes at the first category it lacks.
-    `stamp` (this code, its arguments, the run scored) must match, or it starts over."""
+    `stamp` (this code, `--limit`, the run scored) must match, or it starts over."""
 
     def __init__(self, path: Path, stamp: dict[str, Any]) -> None:
         self.path, self.stamp = path, stamp
@@ -81,6 +82,10 @@ class Progress:
 
     def done(self, key: str) -> bool:
         return key in self.seconds
+
+    def took(self, label: str) -> float:
+        """Seconds spent scoring `label`'s categories ("untrained" or "after"), resumed ones too."""
+        return round(sum(v for k, v in self.seconds.items() if k.startswith(f"{label}/")), 1)
 
     def save(self, key: str, seconds: float) -> None:
         self.seconds[key] = round(seconds, 1)
@@ -106,11 +111,14 @@ async def whole(args: argparse.Namespace) -> dict[str, Any]:
     trained = json.loads((folder / "result.json").read_text())
     targs = argparse.Namespace(**trained["args"])
     run_stamp = {k: trained[k] for k in ("commit", "code", "args") if k in trained}
+    # the run scored: its result.json's bytes (a run trained again into this folder, even
+    # with the same code and arguments, is another model)
+    run_hash = hashlib.sha256((folder / "result.json").read_bytes()).hexdigest()
     bfcl = Run(targs)
     categories = [*CATEGORIES[:-1], *WHOLE_ONLY, "irrelevance"]
     items = {c: bfcl.checker.items(c)[: args.limit] for c in categories}
     progress = Progress(
-        folder / "whole.partial.json", {"code": code, "args": vars(args), "run": run_stamp}
+        folder / "whole.partial.json", {"code": code, "limit": args.limit, "run": run_hash}
     )
     tally = progress.tally
     try:
@@ -131,8 +139,7 @@ async def whole(args: argparse.Namespace) -> dict[str, Any]:
                 t0 = time.monotonic()
                 await _passes(bfcl, chat, items[c], choice, tally, key)
                 progress.save(key, time.monotonic() - t0)
-            took = sum(v for k, v in progress.seconds.items() if k.startswith(f"{label}/"))
-            print(f"{label}: {took:.0f} s{tally.note()}", flush=True)
+            print(f"{label}: {progress.took(label):.0f} s{tally.note()}", flush=True)
             tally.check(label)
         table: dict[str, dict[str, Any]] = {}
         for label in ("untrained", "after"):
@@ -144,10 +151,6 @@ async def whole(args: argparse.Namespace) -> dict[str, Any]:
             table[label] = {"categories": scores, **bfcl.checker.overall(scores)}
     finally:
         bfcl.checker.close()
-    phases = {
-        label: round(sum(v for k, v in progress.seconds.items() if k.startswith(f"{label}/")), 1)
-        for label in ("untrained", "after")
-    }
     result = {
         "commit": commit,
         "code": code,
@@ -157,7 +160,7 @@ async def whole(args: argparse.Namespace) -> dict[str, Any]:
         "allocator": allocator_in_use(),
         "wall_s": round(time.monotonic() - start, 1),
         "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
-        "phases_s": phases,
+        "phases_s": {label: progress.took(label) for label in ("untrained", "after")},
         "category_s": progress.seconds,
         "resumed": progress.resumed,
         "trained_on_half": list(CATEGORIES),
