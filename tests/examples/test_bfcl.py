@@ -17,15 +17,13 @@ import pytest
 from langchain_core.messages import AIMessage
 
 import art_langgraph as art
+from examples.bfcl.answers import DECLINE, calls_of, partial_credit
 from examples.bfcl.app import (
-    DECLINE,
     TRAINED,
     Run,
     Tally,
     _check_args,
-    calls_of,
     parser,
-    partial_credit,
     rollout_diagnostics,
     step_categories,
 )
