@@ -7,9 +7,11 @@ own non-live overall: where a 135M model trained on half of them stands.
 Every item of simple_python, simple_java, simple_javascript, multiple, parallel,
 parallel_multiple and irrelevance goes through the example's graph (`app.build_graph`,
 `tool_choice="required"`, greedy, as BFCL evaluates), under the untrained model (step 0 of
-the run's model) and under its last step, and BFCL's checker scores each. The Python
-categories are labelled "half of it trained on": their train split was (`splits.json`);
-Java and JavaScript were never trained on. BFCL's non-live overall comes from BFCL's code
+the run's model) and under its last step, and BFCL's checker scores each. The categories
+the run trained on (its `--train-categories`: by default simple_python, multiple and
+irrelevance) are labelled "half of it trained on": their train split was (`splits.json`);
+the others' items were never trained on (parallel and parallel_multiple are split, but the
+default mix draws neither; Java and JavaScript are never split). BFCL's non-live overall comes from BFCL's code
 (`BfclChecker.overall`): the mean of simple (python, java, javascript), multiple, parallel
 and parallel_multiple; irrelevance is its own column there (a pass: the model calls only
 the graph's `decline` tool), and is also reported under `"auto"`, where the model may
@@ -163,7 +165,7 @@ async def whole(args: argparse.Namespace) -> dict[str, Any]:
         "phases_s": {label: progress.took(label) for label in ("untrained", "after")},
         "category_s": progress.seconds,
         "resumed": progress.resumed,
-        "trained_on_half": list(CATEGORIES),
+        "trained_on_half": targs.train_categories.split(","),
         "table": table,
         "per_item": tally.per_item,
         "errors": tally.errors,
@@ -183,7 +185,7 @@ def render(result: dict[str, Any]) -> str:
     lines = ["| BFCL category (whole) | items | untrained | after |", "|---|---:|---:|---:|"]
     for c, row in t["untrained"]["categories"].items():
         name = c if c != "irrelevance_auto" else 'irrelevance, `"auto"`'
-        note = " (half of it trained on)" if c in half and c != "irrelevance" else ""
+        note = " (half of it trained on)" if c.removesuffix("_auto") in half else ""
         after = t["after"]["categories"][c]["accuracy"]
         lines.append(
             f"| {name}{note} | {row['total_count']} | {row['accuracy']:.2f} | {after:.2f} |"

@@ -30,7 +30,7 @@ from examples.bfcl.app import (
 from examples.bfcl.checker import CATEGORIES, BfclChecker
 from examples.bfcl.record import code_hash
 from examples.bfcl.splits import EVAL_PER_CATEGORY, load_splits, make_splits
-from examples.bfcl.whole import Progress
+from examples.bfcl.whole import Progress, render
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -393,6 +393,22 @@ def test_whole_progress_resumes_only_under_the_same_stamp(tmp_path: Path) -> Non
     other = Progress(path, {"code": "b"})
     assert not other.resumed and not other.done("untrained/multiple")
     assert other.tally.per_item == {}
+
+
+def test_the_whole_table_labels_exactly_what_the_run_trained_on() -> None:
+    """The label "half of it trained on" marks the run's own --train-categories, irrelevance
+    (and its "auto" row) included, and never a category the run's mix left out."""
+    row = {"accuracy": 0.5, "total_count": 2}
+    cats = ("simple_python", "parallel", "simple_java", "irrelevance", "irrelevance_auto")
+    side = {"categories": dict.fromkeys(cats, row), "simple": 0.5, "non_live": 0.5}
+    table = render(
+        {
+            "table": {"untrained": side, "after": side},
+            "trained_on_half": ["simple_python", "multiple", "irrelevance"],
+        }
+    )
+    marked = {line.split(" ")[1] for line in table.splitlines() if "half of it" in line}
+    assert marked == {"simple_python", "irrelevance", "irrelevance,"}
 
 
 @pytest.mark.bfcl
