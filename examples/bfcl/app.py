@@ -352,7 +352,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 rng.shuffle(shuffled)
                 for t, r in zip((t for g in groups for t in g), shuffled, strict=True):
                     t.reward = r
-            result = await model.train(groups, art.TrainConfig(**json.loads(args.train_config)))
+            trained = await model.train(groups, art.TrainConfig(**json.loads(args.train_config)))
             t2 = time.monotonic()
             memory.end("training")
             steps.append(
@@ -362,7 +362,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     **rollout_diagnostics(groups),
                     "rollouts_s": round(t1 - t0, 1),
                     "train_s": round(t2 - t1, 1),
-                    "metrics": result.metrics,
+                    "metrics": trained.metrics,
                 }
             )
             print(

@@ -83,7 +83,7 @@ def make_splits(items: list[dict[str, Any]]) -> dict[str, Any]:
     for item in items:
         totals[_category(item["id"])] += 1
     heldout, train = _deal(_components(items), 0.5, totals, rng)
-    train_totals = defaultdict(int)
+    train_totals: dict[str, int] = defaultdict(int)
     for comp in train:
         for i in comp:
             train_totals[_category(i)] += 1
