@@ -11,16 +11,16 @@ the run's model) and under its last step, and BFCL's checker scores each. The ca
 the run trained on (its `--train-categories`: by default simple_python, multiple and
 irrelevance) are labelled "half of it trained on": their train split was (`splits.json`);
 the others' items were never trained on (parallel and parallel_multiple are split, but the
-default mix draws neither; Java and JavaScript are never split). BFCL's non-live overall comes from BFCL's code
-(`BfclChecker.overall`): the mean of simple (python, java, javascript), multiple, parallel
+default mix draws neither; Java and JavaScript are never split). BFCL's non-live overall
+comes from BFCL's code (`BfclChecker.overall`): the mean of simple (python, java, javascript), multiple, parallel
 and parallel_multiple; irrelevance is its own column there (a pass: the model calls only
 the graph's `decline` tool), and is also reported under `"auto"`, where the model may
 answer without any call.
 
 Each category's verdicts land in `whole.partial.json` as it ends, so a run stopped part way
 (it takes hours on 2 cores) resumes where it stopped when started again with the same code,
-`--limit` and trained run (its `result.json`); otherwise it starts over. Writes `whole.json`, stamped with the commit,
-code and arguments, into the run's folder;
+`--limit` and trained run (its `result.json`); otherwise it starts over. Writes
+`whole.json`, stamped with the commit, code and arguments, into the run's folder;
 `python -m bench.learning_bfcl --whole runs/bfcl-s0` runs this and keeps it in
 bench/results/learning_bfcl/bfcl_whole_<host>_<run>.json. Left out: the live, multi-turn, memory,
 web-search and format-sensitivity categories (a transfer test nobody here tunes on).
