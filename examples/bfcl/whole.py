@@ -12,8 +12,8 @@ the run trained on (its `--train-categories`: by default simple_python, multiple
 irrelevance) are labelled "half of it trained on": their train split was (`splits.json`);
 the others' items were never trained on (parallel and parallel_multiple are split, but the
 default mix draws neither; Java and JavaScript are never split). BFCL's non-live overall
-comes from BFCL's code (`BfclChecker.overall`): the mean of simple (python, java, javascript), multiple, parallel
-and parallel_multiple; irrelevance is its own column there (a pass: the model calls only
+comes from BFCL's code (`BfclChecker.overall`): the mean of simple (python, java,
+javascript), multiple, parallel and parallel_multiple; irrelevance is its own column there (a pass: the model calls only
 the graph's `decline` tool), and is also reported under `"auto"`, where the model may
 answer without any call.
 
