@@ -13,9 +13,9 @@ irrelevance) are labelled "half of it trained on": their train split was (`split
 the others' items were never trained on (parallel and parallel_multiple are split, but the
 default mix draws neither; Java and JavaScript are never split). BFCL's non-live overall
 comes from BFCL's code (`BfclChecker.overall`): the mean of simple (python, java,
-javascript), multiple, parallel and parallel_multiple; irrelevance is its own column there (a pass: the model calls only
-the graph's `decline` tool), and is also reported under `"auto"`, where the model may
-answer without any call.
+javascript), multiple, parallel and parallel_multiple; irrelevance is its own column there
+(a pass: the model calls only the graph's `decline` tool), and is also reported under
+`"auto"`, where the model may answer without any call.
 
 Each category's verdicts land in `whole.partial.json` as it ends, so a run stopped part way
 (it takes hours on 2 cores) resumes where it stopped when started again with the same code,
