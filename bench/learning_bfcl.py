@@ -14,9 +14,15 @@ code the docs still cite are kept in its superseded/ folder, pooled with nothing
 
     .venv/bin/python -m bench.learning_bfcl --seeds 0,1,2,3,4 --controls 1,2
     .venv/bin/python -m bench.learning_bfcl --combine
+    .venv/bin/python -m bench.learning_bfcl --whole DIR    # a run kept with --keep DIR/..
 
-Needs BFCL's environment (scripts/setup-bfcl.sh). Left out: BFCL's whole held-out half
-and its non-live overall (a separate, once-per-table evaluation).
+`--whole` scores a kept run's untrained and trained model on BFCL's whole non-live
+categories (`examples.bfcl.whole`), keeps it as bfcl_whole_<host>_<run>.json and puts its
+tables, beside the public leaderboard's small models (`examples.bfcl.leaderboard`), into
+docs/bfcl.md (`--publish-whole FILE` does that again from a saved file).
+
+Needs BFCL's environment (scripts/setup-bfcl.sh). Left out: a whole evaluation per seed
+(it takes hours on 2 cores: one seed's model is scored, once per table).
 """
 
 from __future__ import annotations
@@ -32,9 +38,11 @@ from typing import Any
 from bench.learning import MARGIN_SDS, host_key, run_watched
 from bench.readme import results_dir, update_docs, write_results
 from bench.trainer_roofline import cpu_flags
+from examples.bfcl import leaderboard
 from examples.bfcl.app import CALLING, parser
 from examples.bfcl.record import code_hash
 from examples.bfcl.splits import EVAL_PER_CATEGORY
+from examples.bfcl.whole import render
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = results_dir("learning_bfcl")
@@ -270,7 +278,31 @@ def run_whole(run: Path, host: str) -> Path:
     result["tree_peak_rss_mib"] = round(peak)
     dest = RESULTS / f"bfcl_whole_{host}_{run.name}.json"
     write_results(dest, result)
+    publish_whole(dest)
     return dest
+
+
+def publish_whole(path: Path) -> str:
+    """A whole evaluation's tables (per category; then beside the leaderboard's small models)
+    with the run it scored, into docs/bfcl.md's `bfcl_whole` block; returns the text."""
+    r = json.loads(path.read_text())
+    run = r["run"]
+    text = "\n".join(
+        [
+            f"BFCL's whole non-live categories, greedy, `{path.name}`: commit {r['commit']}, code "
+            f"{r['code']}; the run scored: commit {run['commit']}, code {run.get('code')}, "
+            f"seed {run['args']['seed']}, {run['args']['steps']} steps, trained on "
+            f"{run['args']['train_categories']}; CPU flags {r['cpu_flags']}, "
+            f"{r['wall_s'] / 60:.0f} min, peak RSS {r['peak_rss_gib']:.2f} GiB\n",
+            render(r),
+            "",
+            f"Beside BFCL's leaderboard ({leaderboard.load()['source']['title']}; its small "
+            "models):\n",
+            leaderboard.beside(r),
+        ]
+    )
+    update_docs("bfcl_whole", text)
+    return text
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -293,7 +325,15 @@ def main(argv: list[str] | None = None) -> None:
         help="a run's --out folder: score its untrained and trained model on BFCL's whole "
         "non-live categories (examples.bfcl.whole) instead",
     )
+    p.add_argument(
+        "--publish-whole",
+        type=Path,
+        help="a saved bfcl_whole_*.json: put its tables into docs/bfcl.md again",
+    )
     args = p.parse_args(argv)
+    if args.publish_whole:
+        print(publish_whole(args.publish_whole))
+        return
     host = host_key(cpu_flags())  # this host's class: the runs made here
     if args.whole:
         print(run_whole(args.whole, host))

@@ -33,7 +33,8 @@ README = ROOT / "README.md"
 BENCHMARKS = ROOT / "docs" / "benchmarks.md"
 CONFIGURATION = ROOT / "docs" / "configuration.md"
 RESULTS = ROOT / "docs" / "results.md"
-PAGES = (BENCHMARKS, CONFIGURATION, RESULTS, README)
+BFCL = ROOT / "docs" / "bfcl.md"
+PAGES = (BENCHMARKS, CONFIGURATION, RESULTS, BFCL, README)
 """Where marker blocks are looked for, in this order."""
 
 

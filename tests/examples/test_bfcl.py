@@ -28,6 +28,7 @@ from examples.bfcl.app import (
     step_categories,
 )
 from examples.bfcl.checker import CATEGORIES, BfclChecker
+from examples.bfcl.leaderboard import beside, load
 from examples.bfcl.record import code_hash
 from examples.bfcl.splits import EVAL_PER_CATEGORY, load_splits, make_splits
 from examples.bfcl.whole import Progress, render
@@ -190,6 +191,19 @@ def test_the_non_live_overall_is_bfcls_arithmetic(checker: BfclChecker) -> None:
     got = checker.overall(scores)
     assert got["simple"] == pytest.approx((0.9 + 0.6 + 0.5) / 3)
     assert got["non_live"] == pytest.approx((got["simple"] + 0.8 + 0.7 + 0.6) / 4)
+
+
+@pytest.mark.bfcl
+def test_the_leaderboards_rows_are_bfcls_arithmetic_of_their_columns(checker: BfclChecker) -> None:
+    """The copied leaderboard rows are whole: BFCL's own code, given a row's categories,
+    gives the row's non-live overall (to the table's two decimals of a percent)."""
+    rows = load()["rows"]
+    assert len(rows) >= 5
+    for row in rows:
+        cats = ("simple_python", "simple_java", "simple_javascript", "multiple")
+        cats += ("parallel", "parallel_multiple")
+        scores = {c: {"accuracy": row[c], "total_count": 100} for c in cats}
+        assert checker.overall(scores)["non_live"] == pytest.approx(row["non_live"], abs=1e-4)
 
 
 @pytest.mark.bfcl
@@ -379,6 +393,9 @@ def test_the_whole_categories_score_a_kept_run_untrained_and_after(ci_arm_run: P
     assert 0 <= whole["table"]["untrained"]["non_live"] <= 1 and whole["code"]
     assert whole["per_item"]["untrained/simple_java"] == planted and whole["resumed"]
     assert len(whole["per_item"]["after/simple_java"]) == 2
+    placed = beside(whole).splitlines()
+    assert len(placed) == 2 + len(load()["rows"]) + 2 and "untrained" in placed[-2]
+    assert f"{whole['table']['after']['non_live']:.2f}" == placed[-1].split(" | ")[1]
     assert not (ci_arm_run / "whole.partial.json").exists()
 
 
