@@ -29,7 +29,7 @@ from langchain_core.runnables import RunnableConfig
 
 from art_langgraph.errors import UsageError
 from art_langgraph.tracing.callback import TrainNodes
-from art_langgraph.tracing.capture import capture
+from art_langgraph.tracing.capture import capture, derive_seed
 from art_langgraph.trajectories.trajectory import ExceptionInfo, Trajectory, TrajectoryGroup
 
 Reward = Callable[[Trajectory, Any], "float | Awaitable[float]"]
@@ -51,6 +51,7 @@ async def rollouts(
     metadata: dict[str, Any] | None = None,
     max_concurrency: int | None = None,
     train_nodes: TrainNodes | None = None,
+    seed: int | None = None,
 ) -> TrajectoryGroup:
     """Run `graph` on `input` `n` times, concurrently, each in its own `capture()`; return
     the runs as one group.
@@ -69,6 +70,10 @@ async def rollouts(
         metadata: JSON data kept as the group's metadata.
         max_concurrency: at most this many runs at once; None runs all n at once.
         train_nodes: which nodes' calls train, as `capture(train_nodes=...)`; None: all.
+        seed: seeds the group's sampling: run i runs under `capture(seed=derive_seed(seed,
+            i))`, so each run draws its own tokens and the same seed draws them again (as
+            far as the server's logits repeat: a batch of other shapes may round them
+            differently). None: unseeded requests, the server's shared generator.
 
     Returns:
         One `TrajectoryGroup`: a trajectory per run that finished (in run order,
@@ -102,6 +107,7 @@ async def rollouts(
         index_key="run",
         part_of_thread=False,
         metadata=dict(metadata or {}),
+        seed=seed,
     )
 
 
@@ -123,17 +129,21 @@ async def run_group(
     index_key: str,
     part_of_thread: bool,
     metadata: dict[str, Any],
+    seed: int | None = None,
 ) -> TrajectoryGroup:
     """Run `invoke(config)` for each `(index, config)`, concurrently (at most
     `max_concurrency` at once), each inside a `capture()` whose trajectory's
     `metadata[index_key]` is the index; score each with `reward`; gather them into one
-    group, failures as `exceptions`."""
+    group, failures as `exceptions`. `seed`: run i's capture is seeded `derive_seed(seed, i)`."""
     limit = asyncio.Semaphore(max_concurrency or max(len(configs), 1))
 
     async def one(i: int, cfg: RunnableConfig) -> Trajectory:
         async with limit:
             with capture(
-                metadata={index_key: i}, train_nodes=train_nodes, part_of_thread=part_of_thread
+                metadata={index_key: i},
+                train_nodes=train_nodes,
+                part_of_thread=part_of_thread,
+                seed=None if seed is None else derive_seed(seed, i),
             ) as traj:
                 output = await invoke(cfg)
             if reward is not None:

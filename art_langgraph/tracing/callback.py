@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -113,6 +113,9 @@ class TrajectoryCallback(BaseCallbackHandler):
             self.trajectory.metadata[TRAIN_NODES_KEY] = sorted(names)
         self.resumed = False
         """Whether a run in this block was resumed from an interrupt (`Command(resume=...)`)."""
+        self.request_seeds: Iterator[int] | None = None
+        """The sampling seeds of the trainable chat model's requests in this block, in
+        order (`capture(seed=...)`); None: its requests carry no seed."""
         self._llm: dict[UUID, dict[str, Any]] = {}
         self._wire: dict[UUID, list[LLMCall]] = {}
         self._tools: dict[UUID, dict[str, Any]] = {}

@@ -12,7 +12,10 @@ OpenAI client's calls into the open block too: one capture path for both clients
 
 A run stopped at a LangGraph `interrupt()` is kept with its thread (`thread=`, `store=`)
 and continued by the capture that resumes it (`interrupts.py`); `train_nodes` picks the
-calls that train.
+calls that train. `seed` seeds the block's requests: the k-th request the trainable chat
+model sends inside it carries the sampling seed `derive_seed(seed, k)` (a request that
+sets its own `seed` keeps it), so a run replays its sampling draws (`art.rollouts(...,
+seed=)` gives each run of a group its own).
 
 Left out: the handler itself (`callback.py`) and the wire (`openai_capture.py`).
 """
@@ -20,9 +23,12 @@ Left out: the handler itself (`callback.py`) and the wire (`openai_capture.py`).
 from __future__ import annotations
 
 import contextvars
+import hashlib
+import itertools
 import os
 import warnings
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from langchain_core.tracers.context import register_configure_hook
@@ -41,6 +47,21 @@ register_configure_hook(_CURRENT, inheritable=True)
 def current_handler() -> TrajectoryCallback | None:
     """The handler recording in this context, if a `capture()` is open."""
     return _CURRENT.get()
+
+
+def derive_seed(seed: int, *path: int) -> int:
+    """A seed in [0, 2**63) for `path` under `seed`: unrelated for different paths (a
+    hash, not `seed + k`, so runs seeded `s` and `s + 1` share no request's draws)."""
+    digest = hashlib.blake2b(repr((seed, *path)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def request_seed() -> int | None:
+    """The sampling seed of the next request in this context: the open capture's next one
+    when it was given `seed=`, else None."""
+    handler = _CURRENT.get()
+    seeds = handler.request_seeds if handler is not None else None
+    return next(seeds) if seeds is not None else None
 
 
 def current_trajectory() -> Trajectory | None:
@@ -69,6 +90,10 @@ class capture:
         part_of_thread: the block runs only part of a thread on purpose (`art.branch`
             does: a branch trains what follows its checkpoint), so resuming an interrupt
             without `thread=` is not warned about.
+        seed: seeds the block's sampling: the trainable chat model's k-th request in it
+            carries `seed=derive_seed(seed, k)` unless it sets its own (each is recorded
+            in its `LLMCall.sampling`). None: requests carry no seed, and draw from the
+            server's shared generator.
 
     Raises (on leaving the block):
         UsageError: the block resumed a thread (`Command(resume=...)`) for which `store` held
@@ -85,8 +110,10 @@ class capture:
         thread: str | Mapping[str, Any] | None = None,
         store: str | os.PathLike[str] | None = None,
         part_of_thread: bool = False,
+        seed: int | None = None,
     ) -> None:
         self._part = part_of_thread
+        self._seed = seed
         if (thread is None) != (store is None):
             raise UsageError(
                 "capture(thread=..., store=...) go together: the thread names the run, the "
@@ -105,6 +132,8 @@ class capture:
 
     def __enter__(self) -> Trajectory:
         self._token = _CURRENT.set(self.handler)
+        if self._seed is not None and self.handler.request_seeds is None:
+            self.handler.request_seeds = map(partial(derive_seed, self._seed), itertools.count())
         return self.handler.trajectory
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:

@@ -34,6 +34,9 @@ on its next call. With a step it asks for `name@step` (pinned, for evaluation); 
 promotion on (`ModelConfig.promote_on_evaluation`), `model.chat_model()` asks for
 `name@latest`, as the bare name then serves the promoted step.
 
+Inside `art.capture(seed=...)` (and `art.rollouts(..., seed=...)`), a request that sets
+no `seed` of its own carries the block's next sampling seed.
+
 The Responses API (`use_responses_api=True`) is captured and trains as well (its calls
 cross the same transport), but Responses input items cannot carry an assistant turn's
 `token_ids` back, so a multi-turn rollout there is re-rendered from text at each turn:
@@ -55,6 +58,7 @@ from pydantic import model_validator
 from art_langgraph.runtime.http_pool import shared_async_transport, sync_http_client
 from art_langgraph.runtime.names import inference_name
 from art_langgraph.tracing.callback import ART_METADATA_KEY, CHAT_MODEL_HEADER
+from art_langgraph.tracing.capture import request_seed
 from art_langgraph.tracing.openai_capture import (
     CapturingSyncTransport,
     CapturingTransport,
@@ -108,6 +112,8 @@ class TrainableChatModel(ChatOpenAI):
         self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
     ) -> dict:
         payload = super()._get_request_payload(input_, stop=stop, **kwargs)
+        if payload.get("seed") is None and (seed := request_seed()) is not None:
+            payload["seed"] = seed  # capture(seed=...): this run's next draw
         sent = payload.get("messages")
         messages = self._convert_input(input_).to_messages()
         if isinstance(sent, list) and len(sent) == len(messages):

@@ -108,3 +108,40 @@ async def test_what_cannot_be_a_group_is_refused() -> None:
 class _Echo:
     async def ainvoke(self, input: Any, config: Any = None) -> Any:
         return input
+
+
+def two_call_graph(llm: Any) -> Any:
+    """START -> answer, which asks the model twice (the second time with its first reply)."""
+
+    async def answer(state: MessagesState) -> dict[str, Any]:
+        first = await llm.ainvoke(state["messages"])
+        second = await llm.ainvoke([*state["messages"], first, ("user", "Again.")])
+        return {"messages": [first, second]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("answer", answer)
+    graph.add_edge(START, "answer")
+    return graph.compile()
+
+
+async def test_a_seeded_group_draws_again_what_it_drew(fresh_model: art.TrainableModel) -> None:
+    """Each request of a seeded group carries a seed of its own (its run's, then its turn's),
+    recorded on the call; the same seed sends the same seeds and samples the same tokens
+    (one run at a time, so no batch of other shapes rounds the logits differently); a
+    request's own `seed` wins."""
+    graph = two_call_graph(fresh_model.chat_model(max_tokens=8, temperature=1.0))
+
+    async def group(seed: int) -> list[list[Any]]:
+        runs = await art.rollouts(graph, {"messages": "Hi."}, 3, seed=seed, max_concurrency=1)
+        return [[(c.sampling["seed"], c.completion_token_ids) for c in t.calls] for t in runs]
+
+    first, again, other = await group(11), await group(11), await group(12)
+    seeds = [s for run in first for s, _ in run]
+    assert len(seeds) == 6 and len(set(seeds)) == 6  # every run and turn draws its own
+    assert again == first
+    assert not {s for run in other for s, _ in run} & set(seeds)
+    own = two_call_graph(fresh_model.chat_model(max_tokens=8, temperature=1.0, seed=7))
+    kept = await art.rollouts(own, {"messages": "Hi."}, 2, seed=11)
+    assert {c.sampling["seed"] for t in kept for c in t.calls} == {7}
+    unseeded = await art.rollouts(graph, {"messages": "Hi."}, 2)
+    assert all(c.sampling.get("seed") is None for t in unseeded for c in t.calls)
