@@ -19,7 +19,9 @@ This is the code a user with a LangGraph agent writes; nothing in it is a harnes
    8 items a step, drawn in turn from simple_python, multiple and irrelevance (`TRAINED`,
    chosen on the validation slice: the parallel categories' groups pulled the model's
    call count against what the one-call categories need), 4 runs each at temperature 1:
-   the MCP harness's defaults (art_mcp/config.py).
+   the MCP harness's defaults (art_mcp/config.py). Each group is seeded from `--seed`
+   (`art.rollouts(..., seed=)`), as is each sampled evaluation item (the same draws
+   before and after): a seed replays its run, as far as the engine's logits repeat.
 3. The reward: 1.0 when BFCL's `ast_checker` passes the calls; otherwise partial credit in
    [0, 0.5] for the right functions, parameter names and values, decomposed as ToolRL does
    (`partial_credit`). Every figure reported is BFCL's pass/fail alone.
@@ -90,10 +92,14 @@ lengthens the untrained model's repeated calls, which run to the limit."""
 
 
 # ------------------------------------------------------------------ the user's app
-def build_graph(chat: Any, tools: list[dict[str, Any]], tool_choice: str = "required") -> Any:
+def build_graph(
+    chat: Any, tools: list[dict[str, Any]], tool_choice: str = "required", seed: int | None = None
+) -> Any:
     """The app: one node that asks the model, with the item's functions as its tools, and
-    `decline` for a request they cannot serve (the graph forces a call)."""
-    bound = chat.bind_tools([*tools, DECLINE_TOOL], tool_choice=tool_choice)
+    `decline` for a request they cannot serve (the graph forces a call). `seed`: the
+    request's sampling seed (OpenAI's `seed`), for an evaluation that samples."""
+    extra = {"seed": seed} if seed is not None else {}
+    bound = chat.bind_tools([*tools, DECLINE_TOOL], tool_choice=tool_choice, **extra)
 
     async def agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [await bound.ainvoke(state["messages"])]}
@@ -118,11 +124,13 @@ class Run:
         result: dict[str, Any] = await asyncio.to_thread(self.checker.check, item, calls_of(output))
         return result
 
-    async def answer(self, item: dict[str, Any], chat: Any, choice: str) -> dict[str, Any] | str:
+    async def answer(
+        self, item: dict[str, Any], chat: Any, choice: str, seed: int | None = None
+    ) -> dict[str, Any] | str:
         """BFCL's verdict on the graph's answer to `item`, or the error when the request to
         the model failed: an evaluation counts that item failed and goes on (`Tally`)."""
         try:
-            out = await build_graph(chat, item["tools"], choice).ainvoke(
+            out = await build_graph(chat, item["tools"], choice, seed).ainvoke(
                 {"messages": item["question"][0]}
             )
         except (openai.APIError, httpx.HTTPError) as exc:
@@ -160,20 +168,22 @@ class Run:
         sample = {c: ids[:limit_items] for c, ids in self.splits[source].items()}
         limit = asyncio.Semaphore(32)
 
-        async def one(item_id: str, chat: Any, choice: str) -> dict[str, Any] | str:
+        async def one(
+            item_id: str, chat: Any, choice: str, seed: int | None
+        ) -> dict[str, Any] | str:
             async with limit:
-                return await self.answer(self.items[item_id], chat, choice)
+                return await self.answer(self.items[item_id], chat, choice, seed)
 
         jobs: list[tuple[str, str, Any]] = []
         categories = self.args.eval_categories.split(",")
         modes = {"greedy": greedy, "sampled": sampled}
-        for c in categories:
-            for i in sample[c]:
-                for mode in self.args.eval_modes.split(","):
-                    jobs.append((f"{c}/{mode}", i, one(i, modes[mode], "required")))
+        for n, (c, i) in enumerate((cat, i) for cat in categories for i in sample[cat]):
+            seed = hash((self.args.seed, 1, n))  # an item draws alike before and after
+            for mode in self.args.eval_modes.split(","):
+                jobs.append((f"{c}/{mode}", i, one(i, modes[mode], "required", seed)))
         if "irrelevance" in categories:
             for i in sample["irrelevance"]:
-                jobs.append(("irrelevance/greedy_auto", i, one(i, greedy, "auto")))
+                jobs.append(("irrelevance/greedy_auto", i, one(i, greedy, "auto", None)))
         start = time.monotonic()
         answers = await asyncio.gather(*(j[2] for j in jobs))
         tally = Tally()
@@ -218,8 +228,9 @@ class Run:
                         self.args.group_size,
                         reward=reward_for(item),
                         metadata={"bfcl_id": item["id"]},
+                        seed=hash((self.args.seed, 0, step, k)),  # the run's draws, again
                     )
-                    for item in batch
+                    for k, item in enumerate(batch)
                 )
             )
         )
