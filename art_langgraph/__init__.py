@@ -37,7 +37,7 @@ from art_langgraph.runtime.allocator import reexec_with_tcmalloc
 from art_langgraph.runtime.lazy import lazy_getattr
 from art_langgraph.tracing.callback import TrajectoryCallback
 from art_langgraph.tracing.callback import register_trace_linker as _register_trace_linker
-from art_langgraph.tracing.capture import capture, current_trajectory
+from art_langgraph.tracing.capture import capture, current_trajectory, derive_seed
 from art_langgraph.tracing.chat_model import TrainableChatModel
 from art_langgraph.training.config import ModelConfig, TrainConfig
 from art_langgraph.trajectories import loggers as _loggers
@@ -112,6 +112,7 @@ __all__ = [
     "branch",
     "capture",
     "current_trajectory",
+    "derive_seed",
     "gather_trajectories",
     "gather_trajectory_groups",
     "mark_pending",

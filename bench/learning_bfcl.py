@@ -75,11 +75,17 @@ def _prefix(host: str, tag: str) -> str:
 
 
 def run_one(
-    seed: int, control: bool, extra: list[str], folder: Path, host: str, tag: str = ""
+    seed: int,
+    control: bool,
+    extra: list[str],
+    folder: Path,
+    host: str,
+    tag: str = "",
+    keep: bool = False,
 ) -> Path:
     name = f"{'control' if control else 'seed'}{seed}"
     dest = RESULTS / f"{_prefix(host, tag)}{name}.json"
-    if _done(dest, extra):
+    if _done(dest, extra) and not keep:  # --keep asks for the model: it runs again
         print(f"{name}: landed already with this code and these flags ({dest.name})")
         return dest
     out = folder / name
@@ -286,6 +292,8 @@ def publish_whole(path: Path) -> str:
     """A whole evaluation's tables (per category; then beside the leaderboard's small models)
     with the run it scored, into docs/bfcl.md's `bfcl_whole` block; returns the text."""
     r = json.loads(path.read_text())
+    if r["args"].get("limit") is not None:
+        raise SystemExit(f"{path.name} scored the first {r['args']['limit']} items a category only")
     run = r["run"]
     text = "\n".join(
         [
@@ -299,9 +307,13 @@ def publish_whole(path: Path) -> str:
             f"Beside BFCL's leaderboard ({leaderboard.load()['source']['title']}; its small "
             "models):\n",
             leaderboard.beside(r),
+            "",
+            "Irrelevance: on the leaderboard a pass is no call; here, under "
+            '`"required"`, a pass calls only the graph\'s `decline` tool.',
         ]
     )
-    update_docs("bfcl_whole", text)
+    if not update_docs("bfcl_whole", text):
+        raise RuntimeError("no page has the bfcl_whole markers (docs/bfcl.md)")
     return text
 
 
@@ -346,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)  # --keep's folder may not exist yet
         for seed, control in _order(args.seeds, args.controls):
-            run_one(seed, control, args.extra.split(), folder, host, args.tag)
+            run_one(seed, control, args.extra.split(), folder, host, args.tag, bool(args.keep))
     print(combine(host, args.tag))
 
 

@@ -27,7 +27,8 @@ Left out: copying the checkpoint to other threads (every fork stays in its threa
 LangGraph's time travel keeps them) and choosing the checkpoint (pass the id:
 `LLMCall.checkpoint_id` of the call to branch before, or one from
 `graph.aget_state_history(config)`). Sampling differs between branches as long as
-the chat model is not seeded (no `seed=` in `model.chat_model(...)`).
+the chat model is not seeded (no `seed=` in `model.chat_model(...)`); `seed=` gives each
+branch seeds of its own.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ async def branch(
     reward: Reward | None = None,
     max_concurrency: int | None = None,
     train_nodes: TrainNodes | None = None,
+    seed: int | None = None,
 ) -> TrajectoryGroup:
     """Run `n` continuations of one thread from one checkpoint; return them as a group.
 
@@ -76,6 +78,8 @@ async def branch(
             None leaves rewards at 0 (score the group afterwards).
         max_concurrency: at most this many branches run at once; None runs all n at once.
         train_nodes: which nodes' calls train, as `capture(train_nodes=...)`; None: all.
+        seed: seeds the branches' sampling, as `rollouts(seed=)` seeds its runs (branch i
+            under `capture(seed=derive_seed(seed, i))`); None: unseeded.
 
     Returns:
         One `TrajectoryGroup`: a trajectory per branch that finished (in branch order,
@@ -98,6 +102,7 @@ async def branch(
         index_key="branch",
         part_of_thread=True,
         metadata={**(metadata or {}), "thread_id": thread_id, "checkpoint_id": checkpoint_id},
+        seed=seed,
     )
 
 

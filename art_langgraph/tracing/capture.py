@@ -92,8 +92,11 @@ class capture:
             without `thread=` is not warned about.
         seed: seeds the block's sampling: the trainable chat model's k-th request in it
             carries `seed=derive_seed(seed, k)` unless it sets its own (each is recorded
-            in its `LLMCall.sampling`). None: requests carry no seed, and draw from the
-            server's shared generator.
+            in its `LLMCall.sampling`); k counts on from the calls of a thread it resumes.
+            Requests the graph makes concurrently (a fan-out, `Send`) take their k in the
+            order they are sent, which may differ from run to run. None: a block inside a
+            seeded one goes on with its seeds; otherwise requests carry no seed, and draw
+            from the server's shared generator.
 
     Raises (on leaving the block):
         UsageError: the block resumed a thread (`Command(resume=...)`) for which `store` held
@@ -131,9 +134,13 @@ class capture:
         self._token: contextvars.Token[TrajectoryCallback | None] | None = None
 
     def __enter__(self) -> Trajectory:
+        outer = _CURRENT.get()
+        if self._seed is not None:  # a resumed thread's requests go on from its calls
+            done = itertools.count(len(self.handler.trajectory.calls))
+            self.handler.request_seeds = map(partial(derive_seed, self._seed), done)
+        elif outer is not None:  # a block inside a seeded one draws from its seeds
+            self.handler.request_seeds = outer.request_seeds
         self._token = _CURRENT.set(self.handler)
-        if self._seed is not None and self.handler.request_seeds is None:
-            self.handler.request_seeds = map(partial(derive_seed, self._seed), itertools.count())
         return self.handler.trajectory
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:

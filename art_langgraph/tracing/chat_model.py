@@ -113,7 +113,10 @@ class TrainableChatModel(ChatOpenAI):
     ) -> dict:
         payload = super()._get_request_payload(input_, stop=stop, **kwargs)
         if payload.get("seed") is None and (seed := request_seed()) is not None:
-            payload["seed"] = seed  # capture(seed=...): this run's next draw
+            if self._use_responses_api(payload):  # the SDK's responses.create has no seed=
+                payload["extra_body"] = {**(payload.get("extra_body") or {}), "seed": seed}
+            else:
+                payload["seed"] = seed  # capture(seed=...): this run's next draw
         sent = payload.get("messages")
         messages = self._convert_input(input_).to_messages()
         if isinstance(sent, list) and len(sent) == len(messages):

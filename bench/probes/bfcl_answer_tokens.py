@@ -3,7 +3,7 @@
 For every item of the example's split (`examples/bfcl/splits.json`: the train half, its
 validation slice, the held-out sample), the shortest right answer BFCL's possible answers
 allow is built (each call with its function's name as the example binds it, each argument
-at its first acceptable value, optional ones left out) and rendered as the model's turn by
+at its shortest acceptable value, optional ones left out) and rendered as the model's turn by
 the engine's own chat format (`ChatFormat`: the generic `<tool_call>` blocks SmolLM2
 gets, the turn's end token included). The table gives, per category and split, the
 median and 95th percentile of those lengths and the share that fits in
@@ -30,12 +30,14 @@ SPLITS = ("train", "validation", "eval_sample")
 
 
 def shortest_answer(item: dict[str, Any]) -> list[dict[str, Any]]:
-    """The item's calls with each argument at its first acceptable value; an optional
-    argument (one whose acceptable values include "") left out."""
+    """The item's calls with each argument at its shortest acceptable value (as JSON); an
+    optional argument (one whose acceptable values include "") left out."""
     calls = []
     for expected in item["ground_truth"]:
         ((name, params),) = expected.items()
-        args = {k: v[0] for k, v in params.items() if "" not in v}
+        args = {
+            k: min(v, key=lambda x: len(json.dumps(x))) for k, v in params.items() if "" not in v
+        }
         calls.append({"function": {"name": name.replace(".", "_"), "arguments": args}})
     return calls
 

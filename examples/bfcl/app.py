@@ -85,7 +85,7 @@ untrained model's call count the other way from the one-call items'."""
 MAX_TOKENS = 192
 """The most tokens an answer may take. Every simple_python and multiple item's shortest
 right answer fits (at most 113 tokens on the train half), but only 88% of parallel's and
-64% of parallel_multiple's training items fit (88% of each held-out sample); 256 would
+68% of parallel_multiple's training items fit (88% of each held-out sample); 256 would
 fit 99-100% of both (`bench.probes.bfcl_answer_tokens`, docs/bfcl.md#answer-length).
 Not raised: every run so far, and the CI arm's margin, used 192, and a larger budget
 lengthens the untrained model's repeated calls, which run to the limit."""

@@ -145,3 +145,9 @@ async def test_a_seeded_group_draws_again_what_it_drew(fresh_model: art.Trainabl
     assert {c.sampling["seed"] for t in kept for c in t.calls} == {7}
     unseeded = await art.rollouts(graph, {"messages": "Hi."}, 2)
     assert all(c.sampling.get("seed") is None for t in unseeded for c in t.calls)
+    with art.capture(seed=5) as outer:  # a block inside a seeded one goes on with its seeds
+        with art.capture() as inner:
+            await graph.ainvoke({"messages": "Hi."})
+        await graph.ainvoke({"messages": "Hi."})
+    got = [c.sampling["seed"] for c in [*inner.calls, *outer.calls]]
+    assert got == [art.derive_seed(5, k) for k in range(4)]

@@ -406,6 +406,9 @@ async def test_the_responses_api_path_is_captured_and_trains(
     (call,) = traj.calls
     assert call.trainable and call.node == "agent" and call.completion_token_ids
     assert call.raw_response is not None and call.raw_response["object"] == "response"
+    with art.capture(seed=3) as seeded:  # a seeded block's seed rides in the body
+        await app.ainvoke({"messages": [("user", PROMPT)]})
+    assert seeded.calls[0].sampling["seed"] == art.derive_seed(3, 0)
 
 
 def test_the_warning_names_the_call_and_spares_other_models() -> None:
