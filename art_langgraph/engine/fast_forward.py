@@ -57,24 +57,20 @@ def forced_width(runs: list[int]) -> int:
 
 def step_inputs(
     rows: list[Request | None], nxt: list[int], fed: list[int], pad: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The step's (B, q) token ids, mask of the new columns, and position offsets: row i's
     next token and its first `fed[i]` forced ones, right-aligned after pads (masked out;
-    their offset repeats 0, a real position). q is 1 + the most any row feeds. Also the
-    flattened positions whose outputs are read: the live rows' unmasked ones (a free slot
-    keeps one unmasked column, so its attention has a key, but nothing reads it)."""
+    their offset repeats 0, a real position). q is 1 + the most any row feeds."""
     b, q = len(rows), 1 + max(fed, default=0)
     ids = torch.full((b, q), pad, dtype=torch.long)
     mask = torch.zeros((b, q), dtype=torch.long)
     offsets = torch.zeros((b, q), dtype=torch.long)
-    live: list[int] = []
     for i, r in enumerate(rows):
         n = 1 + fed[i]
         ids[i, q - n :] = torch.tensor([nxt[i], *(r.forced[: fed[i]] if r else [])])
         mask[i, q - n :] = 1
         offsets[i, q - n :] = torch.arange(n)
-        live += range(i * q + q - n, i * q + q) if r is not None else []
-    return ids, mask, offsets, torch.tensor(live, dtype=torch.long)
+    return ids, mask, offsets
 
 
 def record_fed(

@@ -18,14 +18,6 @@ A packed multiply runs at one of few row counts (`bucket_rows`). `PackedLinear` 
 back to `F.linear` when gradients are on, or the input is not a CPU tensor of the
 weight's dtype.
 
-`live_positions(index, total)` narrows packed multiplies to the positions that matter: in
-the block, an input of `total` positions (rows x columns, flattened) is multiplied only at
-`index`, and the other positions' outputs are zeros. A decode step's batch holds free
-slots (retired rows whose place waits for the next one) and, where rows feed forced
-tokens, left padding up to the widest row's run; their outputs are never read (their keys
-and values are masked out). On an untrained BFCL evaluation 42% of the decode positions
-were such (24,488 computed for 14,161 tokens, `bench.probes.bfcl_eval_cost`).
-
 `set_packed` gives a module a packed copy of other weights than its own: the engine's
 merged copy (`TorchEngineConfig.merge_latest`) is a module tree over the base's tensors
 whose LoRA targets multiply by packed base + LoRA weights and whose other layers share
@@ -38,9 +30,6 @@ SmolLM2's logits). Left out: GPUs (cuBLAS needs no such step), int8 and fp16 wei
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -125,24 +114,6 @@ def packed_rows(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
     return y if rows == m else y[:m]
 
 
-_LIVE = threading.local()
-"""This thread's `live_positions`: `index` and `total`, or no `index`."""
-
-
-@contextmanager
-def live_positions(index: torch.Tensor | None, total: int) -> Iterator[None]:
-    """In the block (on this thread), packed multiplies of inputs of `total` positions
-    compute only those at `index` (flattened, 1-D); the others' outputs are zeros. None,
-    or an index of every position, changes nothing."""
-    if index is not None and len(index) == total:
-        index = None
-    _LIVE.index, _LIVE.total = index, total
-    try:
-        yield
-    finally:
-        _LIVE.index = None
-
-
 class PackedLinear(torch.nn.Linear):
     """An `nn.Linear` that multiplies by a oneDNN-packed copy of its weight when no
     gradient is wanted (see the module's docstring)."""
@@ -178,13 +149,7 @@ class PackedLinear(torch.nn.Linear):
                     f"gradients on CPU {self.weight.dtype} inputs, got {x.dtype} on {x.device}"
                 )
             return F.linear(x, self.weight, self.bias)
-        flat = x.reshape(-1, x.shape[-1])
-        index = getattr(_LIVE, "index", None)
-        if index is not None and len(flat) == _LIVE.total:  # live_positions: only those
-            y = flat.new_zeros(len(flat), self.out_features)
-            y.index_copy_(0, index, packed_rows(flat.index_select(0, index), packed, self.bias))
-        else:
-            y = packed_rows(flat, packed, self.bias)
+        y = packed_rows(x.reshape(-1, x.shape[-1]), packed, self.bias)
         return y.view(*x.shape[:-1], self.out_features)
 
     def __getstate__(self) -> dict[str, Any]:

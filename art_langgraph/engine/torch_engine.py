@@ -61,7 +61,7 @@ from art_langgraph.engine.budgets import kv_budget, kv_token_bytes, prefix_budge
 from art_langgraph.engine.constrained import GrammarCompiler
 from art_langgraph.engine.fast_forward import forced_width, read_ahead, record_fed, step_inputs
 from art_langgraph.engine.kv_cache import cache_keyword, growing_cache
-from art_langgraph.engine.packed_linear import live_positions, pack_linears
+from art_langgraph.engine.packed_linear import pack_linears
 from art_langgraph.engine.prefill import (
     PrefillStart,
     head_kv,
@@ -351,17 +351,16 @@ class TorchEngine:
         self._inbox.abort_all()
 
     def _forward(
-        self, input_ids, mask, pos, cache, keys: list[str], keep=1, head=None, live=None
+        self, input_ids, mask, pos, cache, keys: list[str], keep: int = 1, head: Any = None
     ) -> torch.Tensor:
         """The logits of each row's last token (B, V), or of its last `keep` (B, keep, V);
-        `head`: the `BatchHead` the rows' cache follows (None: the cache holds it all);
-        `live`: the positions (flattened) read, the only ones the linears compute."""
+        `head`: the `BatchHead` the rows' cache follows (None: the cache holds it all)."""
         model, scope, kwargs = self._slots.route(keys)
         if head is not None:
             kwargs = {**kwargs, "batch_head": head}
         t = cache.get_seq_length()
         q = input_ids.shape[1]
-        with scope, live_positions(live, input_ids.numel()):
+        with scope:
             out = model(
                 input_ids=input_ids,
                 attention_mask=mask,
@@ -489,7 +488,6 @@ class TorchEngine:
         # A free slot runs along with the key of a live row (one adapter stays one batch);
         # its output is dropped.
         fill = rows[0].adapter_key
-        idx = torch.tensor(live, device=self.device) if len(live) < b else None
         logits = self._forward(
             batch.next.unsqueeze(1),
             batch.mask,
@@ -497,9 +495,9 @@ class TorchEngine:
             batch.cache,
             [r.adapter_key if r is not None else fill for r in batch.rows],
             head=batch.head,
-            live=idx,
         )
-        if idx is not None:
+        if len(live) < b:
+            idx = torch.tensor(live, device=self.device)
             batch.next = batch.next.clone()
             batch.next[idx] = self._sample(rows, logits[idx]).to(self.device)
         else:
@@ -518,7 +516,7 @@ class TorchEngine:
         width = forced_width(runs)
         fed = [min(n, width) for n in runs]
         nxt = batch.next.tolist()
-        ids, new_mask, offsets, live = step_inputs(batch.rows, nxt, fed, self.pad_token_id)
+        ids, new_mask, offsets = step_inputs(batch.rows, nxt, fed, self.pad_token_id)
         dev, q = self.device, ids.shape[1]
         batch.mask = torch.cat([batch.mask, new_mask.to(dev)], 1)
         fill = next(r for r in batch.rows if r is not None).adapter_key
@@ -530,7 +528,6 @@ class TorchEngine:
             [r.adapter_key if r is not None else fill for r in batch.rows],
             keep=q,
             head=batch.head,
-            live=live.to(dev),
         )
         logits = logits.unsqueeze(1) if q == 1 else logits  # (B, q, V)
         self.steps += 1

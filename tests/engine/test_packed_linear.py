@@ -12,7 +12,6 @@ from art_langgraph.engine.packed_linear import (
     PACKED_ROWS,
     PackedLinear,
     can_pack,
-    live_positions,
     pack_linears,
     packed_weight,
 )
@@ -42,32 +41,6 @@ def test_packed_matches_linear_and_keeps_shapes() -> None:
         # a non-contiguous input (a decode step's slice)
         xs = torch.randn(5, 3, 64).transpose(0, 1)
         torch.testing.assert_close(net(xs), net(xs.contiguous()), rtol=0, atol=0)
-
-
-def test_live_positions_compute_only_those_and_zero_the_rest() -> None:
-    """In `live_positions`, a packed layer's input of `total` positions is multiplied at the
-    index alone (the rest zeros); inputs of another size, gradients, and the block's end
-    are untouched."""
-    net = _net()
-    pack_linears(net)
-    layer = net[0]
-    x = torch.randn(3, 4, 64)
-    index = torch.tensor([1, 2, 3, 7, 11])
-    with torch.no_grad():
-        full = layer(x)
-        with live_positions(index, 12):
-            narrowed = layer(x).reshape(12, -1)
-            other = layer(torch.randn(5, 64))  # not the block's input: computed whole
-        assert other.abs().sum() > 0 and narrowed.shape == (12, 96)
-        torch.testing.assert_close(narrowed[index], full.reshape(12, -1)[index])
-        rest = torch.ones(12, dtype=torch.bool)
-        rest[index] = False
-        assert not narrowed[rest].any()
-        torch.testing.assert_close(layer(x), full, rtol=0, atol=0)  # after the block
-        with live_positions(torch.arange(12), 12):  # every position: the plain multiply
-            torch.testing.assert_close(layer(x), full, rtol=0, atol=0)
-    with live_positions(index, 12):  # gradients: F.linear, every position
-        torch.testing.assert_close(layer(x), full, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, PACKED_ROWS, PACKED_ROWS + 1, 3 * PACKED_ROWS + 7])
