@@ -178,7 +178,7 @@ class Run:
         categories = self.args.eval_categories.split(",")
         modes = {"greedy": greedy, "sampled": sampled}
         for n, (c, i) in enumerate((cat, i) for cat in categories for i in sample[cat]):
-            seed = hash((self.args.seed, 1, n))  # an item draws alike before and after
+            seed = art.derive_seed(self.args.seed, 1, n)  # alike before and after
             for mode in self.args.eval_modes.split(","):
                 jobs.append((f"{c}/{mode}", i, one(i, modes[mode], "required", seed)))
         if "irrelevance" in categories:
@@ -228,7 +228,7 @@ class Run:
                         self.args.group_size,
                         reward=reward_for(item),
                         metadata={"bfcl_id": item["id"]},
-                        seed=hash((self.args.seed, 0, step, k)),  # the run's draws, again
+                        seed=art.derive_seed(self.args.seed, 0, step, k),  # the run's draws
                     )
                     for k, item in enumerate(batch)
                 )
