@@ -21,8 +21,8 @@ The margin before (+0.08, `bfcl_amx_ci2_*.json`) was set on the engine of 627313
 took 8.7-12.5 min. This test's own run there (seed 0, `bfcl_amx_ci2rtest_seed0.json`) rose
 +0.167 in 7.9 min: it passed by 0.007, 2.3 spreads under the seeds' mean. Since f5990e9 the
 example seeds its groups and sampled evaluations from `--seed`, so seed 0 is one fixed draw
-of the arm (as far as the engine's logits repeat beside other work); on 2b94ca1 it rose +0.30
-(`bfcl_amx_ci2s_seed0.json`). The margin's runs were unseeded: seeding changes which draws a
+of the arm (as far as the engine's logits repeat beside other work); on 1fab276 it rose +0.32
+(`bfcl_amx_ci2sr_seed0.json`). The margin's runs were unseeded: seeding changes which draws a
 run makes, not their distribution (docs/bfcl.md#seeded).
 """
 
