@@ -9,7 +9,8 @@ The engine asks each matcher for the allowed-token bitmask before it samples, an
 feeds it the sampled token after. `forced_run` reads ahead the tokens a grammar allows
 alone (a tool call's `{"name": "`, the rest of a function name once its prefix is unique),
 which the engine then feeds in one forward instead of one step each (`TorchEngineConfig.
-fast_forward`). Left out: speculative tokens the grammar does not force.
+fast_forward`); `walk` checks and rolls back the tokens a speculative step guesses
+(`engine/speculative.py`).
 """
 
 from __future__ import annotations
@@ -155,6 +156,33 @@ class GrammarCompiler:
             if matcher.is_stopped():
                 break
         return run, None
+
+    def walk(
+        self, matcher: Any, tokens: list[int], ready: torch.Tensor | None
+    ) -> tuple[list[int], list[torch.Tensor]]:
+        """The longest prefix of `tokens` that `matcher` allows, and the packed mask (1, W)
+        of each state along it: before each kept token and after the last (`ready`: the
+        mask of its state now, where already computed). The matcher ends where it began
+        (speculative tokens, `engine/speculative.py`)."""
+        import llguidance.torch
+
+        kept: list[int] = []
+        bitmask = self.allocate_bitmask(len(tokens) + 1)
+        for j in range(len(tokens) + 1):
+            if j == 0 and ready is not None:
+                bitmask[0] = ready[0]
+            else:
+                llguidance.torch.fill_next_token_bitmask(matcher, bitmask, j)
+            if j == len(tokens) or matcher.is_stopped():
+                break
+            t = tokens[j]
+            allowed = t < self.vocab_size and (int(bitmask[j, t >> 5]) >> (t & 31)) & 1
+            if not allowed or not matcher.consume_token(t):
+                break
+            kept.append(t)
+        if kept and not matcher.rollback(len(kept)):
+            raise RuntimeError(f"grammar could not roll back: {matcher.get_error()}")
+        return kept, list(bitmask[: len(kept) + 1].split(1))
 
     @functools.cached_property
     def _one_row(self) -> torch.Tensor:

@@ -13,7 +13,7 @@ would give. A row whose run is used up samples from its last column as any decod
 
 The engine's `_decode_forced` (torch_engine.py) runs these around its forward; the switch
 is `TorchEngineConfig.fast_forward`. Left out: the forward and the sampling (the
-engine's), and tokens no grammar forces (speculative decoding).
+engine's), and guessing tokens no grammar forces (`engine/speculative.py`).
 """
 
 from __future__ import annotations
@@ -60,14 +60,15 @@ def step_inputs(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The step's (B, q) token ids, mask of the new columns, and position offsets: row i's
     next token and its first `fed[i]` forced ones, right-aligned after pads (masked out;
-    their offset repeats 0, a real position). q is 1 + the most any row feeds."""
+    their offset repeats 0, a real position); a row without a forced run feeds its
+    guessed tokens instead (`engine/speculative.py`). q is 1 + the most any row feeds."""
     b, q = len(rows), 1 + max(fed, default=0)
     ids = torch.full((b, q), pad, dtype=torch.long)
     mask = torch.zeros((b, q), dtype=torch.long)
     offsets = torch.zeros((b, q), dtype=torch.long)
     for i, r in enumerate(rows):
         n = 1 + fed[i]
-        ids[i, q - n :] = torch.tensor([nxt[i], *(r.forced[: fed[i]] if r else [])])
+        ids[i, q - n :] = torch.tensor([nxt[i], *((r.forced or r.draft)[: fed[i]] if r else [])])
         mask[i, q - n :] = 1
         offsets[i, q - n :] = torch.arange(n)
     return ids, mask, offsets
@@ -85,7 +86,7 @@ def record_fed(
     to_sample: list[int] = []
     recorded = 0
     for i, r in enumerate(rows):
-        if r is None:
+        if r is None or r.draft:  # a row that fed guesses: `PromptLookup.verify`'s
             continue
         wanted = r.forced[: fed[i] + 1]  # the fed ones, and the one after them if forced
         first = q - 1 - fed[i]  # the column of the row's next token: it predicts forced[0]

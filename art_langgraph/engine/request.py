@@ -58,6 +58,13 @@ class Request:
     """Tokens its grammar forces after its last one, read ahead (`GrammarCompiler.
     forced_run`) and already consumed by its matcher: the engine feeds them with the next
     forward and records them, with their logprobs, from its logits."""
+    draft: list[int] = field(default_factory=list)
+    """Tokens guessed to follow its last one (`engine/speculative.py`): the engine feeds
+    them with the next forward and keeps those the model's draws keep."""
+    draft_masks: list[torch.Tensor] = field(default_factory=list)
+    """Under a grammar, the packed mask (1, W) of each state along `draft`, and after it."""
+    lookup: Any = None
+    """Its prompt-lookup index (`speculative.NgramIndex`), made at its first guess."""
     ready_mask: torch.Tensor | None = None
     """Its grammar's packed mask (1, W) for the matcher's state now, where the read-ahead
     computed it: the sampler uses it instead of computing it again. A consumed token

@@ -83,6 +83,19 @@ class TorchEngineConfig:
     run per row, instead of one decode step each: the same tokens and logprobs, fewer
     steps (`GrammarCompiler.forced_run`; SGLang's jump-forward decoding). Requests
     without a grammar, or with stop strings, decode one token a step either way."""
+    speculative_tokens: int = 4
+    """Speculative decoding by prompt lookup (vLLM's "ngram" method): after each sampled
+    token, guess up to this many next tokens from the latest earlier occurrence of the row's
+    last tokens in its own prompt and completion, feed them with the next forward, and keep
+    those the model's draws keep: a greedy row's tokens are the ones a step each would give,
+    a sampling row's follow the model's distribution exactly (speculative sampling), each
+    with its own logprob (`engine/speculative.py`). Agents copy the user's words and tools'
+    results, and untrained models repeat calls. 0 turns it off."""
+    prompt_lookup_min: int = 2
+    """The shortest run of a row's last tokens looked up for a guess (vLLM's
+    `prompt_lookup_min`)."""
+    prompt_lookup_max: int = 4
+    """The longest run looked up first (vLLM's `prompt_lookup_max`)."""
     batch_head: bool = True
     """Where the rows forming a batch share a prompt head (an agent's system prompt and
     tools: at least 128 tokens, whole prefix-cache blocks), hold its KV once for the batch
@@ -112,6 +125,12 @@ class TorchEngineConfig:
             )
         if self.max_kv_bytes is not None and self.max_kv_bytes < 0:
             raise UsageError(f"max_kv_bytes must be >= 0 (0: no budget), got {self.max_kv_bytes}")
+        if self.speculative_tokens < 0 or not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
+            raise UsageError(
+                "speculative_tokens must be >= 0 and 1 <= prompt_lookup_min <= "
+                f"prompt_lookup_max, got {self.speculative_tokens}, {self.prompt_lookup_min}, "
+                f"{self.prompt_lookup_max}"
+            )
         if self.prefix_cache_block_size < 1:
             raise UsageError(
                 f"prefix_cache_block_size must be >= 1, got {self.prefix_cache_block_size}"

@@ -4,10 +4,10 @@ One worker thread owns the model. Requests from any event loop are queued; at ev
 step the worker admits new requests (a batched, left-padded prefill whose KV cache is
 merged into the running batch), then runs one decode forward for every active
 sequence, samples a token per row (each row with its own temperature, top-p, seed,
-grammar and adapter), and retires the rows that finished. Tokens a row's grammar forces
-are fed together in the next forward (`engine/fast_forward.py`). Rows of one batch may use
-different LoRA adapters (peft's mixed-adapter batches). `scheduling="dynamic"` admits
-new requests only when the batch has drained, for comparison (see bench/).
+grammar and adapter), and retires the rows that finished. Tokens a row's grammar forces or
+its context suggests go in the next forward (`fast_forward.py`, `speculative.py`). Rows of
+one batch may use different LoRA adapters (peft's mixed-adapter batches).
+`scheduling="dynamic"` admits new requests only when the batch has drained (see bench/).
 
 Adapter loads and unloads run on the worker thread between two steps, so a swap never
 races a forward pass, and an adapter that is replaced is freed only once no running
@@ -73,6 +73,7 @@ from art_langgraph.engine.prefill import (
 from art_langgraph.engine.prefix_cache import PrefixCache, full_attention_only, waiting_pins
 from art_langgraph.engine.request import Request, checked_prompt, to_future, to_queue
 from art_langgraph.engine.sampling import raw_logprobs, sample_rows, top_pairs
+from art_langgraph.engine.speculative import PromptLookup
 from art_langgraph.engine.torch_config import TorchEngineConfig
 from art_langgraph.errors import InfrastructureError, UsageError
 from art_langgraph.runtime import devices
@@ -128,6 +129,8 @@ class TorchEngine:
         """Prompt tokens not prefilled because a batch shared them (for tests and metrics)."""
         self.forced_tokens = 0
         """Completion tokens a grammar forced (`fast_forward`; for tests and metrics)."""
+        self.lookup = PromptLookup(self.config, self.grammars, self.eos_token_ids)
+        """Speculative tokens by prompt lookup, and their counts (`engine/speculative.py`)."""
         self.head_rows = 0
         """Rows admitted after a batch head, holding only what follows it (for tests)."""
         self._prefix = PrefixCache(
@@ -275,9 +278,7 @@ class TorchEngine:
         return self._prefix
 
     async def close(self) -> None:
-        self._closing = True
-        self._inbox.put(None)
-        await asyncio.to_thread(self._thread.join, 30)
+        await asyncio.to_thread(self.close_sync)
 
     def close_sync(self) -> None:
         self._closing = True
@@ -473,7 +474,7 @@ class TorchEngine:
         return cache, mask, pos, logits
 
     def _decode(self) -> None:
-        runs = [len(r.forced) if r is not None else 0 for r in self._batch.rows]
+        runs = [len(r.forced or r.draft) if r is not None else 0 for r in self._batch.rows]
         if any(runs):
             self._decode_forced(runs)
             return
@@ -533,14 +534,15 @@ class TorchEngine:
         self.steps += 1
         to_sample, recorded = record_fed(batch.rows, logits, fed, nxt)
         self.forced_tokens += recorded
-        self._counts.generation_tokens += recorded
+        moved, kept = self.lookup.verify(batch, logits, fed, nxt, self._generator)
+        self._counts.generation_tokens += recorded + kept
         if to_sample:
             rows = [r for i in to_sample if (r := batch.rows[i]) is not None]
             tokens = self._sample(rows, logits[torch.tensor(to_sample), -1])
             for i, t in zip(to_sample, tokens.tolist(), strict=True):
                 nxt[i] = t
         batch.next = torch.tensor(nxt, dtype=torch.long, device=dev)
-        batch.pos = batch.pos + torch.tensor([1 + f for f in fed], device=dev)
+        batch.pos = batch.pos + torch.tensor(moved, device=dev)
         self._retire_finished()
         if batch.rows:
             batch.squeeze_pads()
@@ -584,6 +586,8 @@ class TorchEngine:
             if done is None:
                 if r.matcher is not None and not r.forced and self.config.fast_forward:
                     r.forced = read_ahead(r, self.grammars, self.eos_token_ids, self.context_length)
+                if not r.forced and not r.draft:
+                    self.lookup.draft(r, self.context_length)
                 continue
             if self._prefix.enabled and len(r.completion) > 1:
                 seen = r.prompt_ids + r.completion  # the last one fed or not: insert_row

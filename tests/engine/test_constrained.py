@@ -89,10 +89,9 @@ def test_forced_width_keeps_pads_below_real_tokens() -> None:
 
 @pytest.fixture(scope="module")
 def stepwise(tiny_path: Path) -> Iterator[TorchEngine]:
-    """The tiny model with fast-forward off: one decode step a token."""
-    eng = TorchEngine.from_pretrained(
-        str(tiny_path), TorchEngineConfig(dtype="float32", fast_forward=False)
-    )
+    """The tiny model with fast-forward and guesses off: one decode step a token."""
+    config = TorchEngineConfig(dtype="float32", fast_forward=False, speculative_tokens=0)
+    eng = TorchEngine.from_pretrained(str(tiny_path), config)
     yield eng
     eng.close_sync()
 
