@@ -1,8 +1,9 @@
 """Speculative decoding by prompt lookup, on and off, side by side: does guessing from a
 row's own context buy back decode steps on real agents' answers?
 
-Each arm runs the BFCL example's own untrained evaluation (`examples.bfcl.app.Run.evaluate`:
-the fixed held-out sample, `--limit` items a category, greedy and sampled at T=1 under
+Each arm runs the BFCL example's own untrained evaluation (`examples.bfcl.app.Run.evaluate`)
+on its training half's validation slice (a default is chosen on no held-out item), `--limit`
+items a category, greedy and sampled at T=1 under
 `tool_choice="required"`, irrelevance also under "auto"), SmolLM2-135M on the torch
 engine with its defaults but `speculative_tokens` (`off`: 0; `on`: the default), in a
 child process of its own (its own peak RSS), the arms alternating over `--pairs` pairs.
@@ -42,7 +43,8 @@ async def _child(arm: str, limit: int) -> dict[str, Any]:
 
     config = TorchEngineConfig() if arm == "on" else TorchEngineConfig(speculative_tokens=0)
     with tempfile.TemporaryDirectory() as tmp:
-        ex = parser().parse_args(["--out", tmp, "--eval-limit", str(limit)])
+        argv = ["--out", tmp, "--eval-limit", str(limit), "--eval-split", "validation"]
+        ex = parser().parse_args(argv)
         run = Run(ex)
         try:
             backend = art.LocalBackend(
@@ -102,8 +104,8 @@ def main() -> None:
         runs = {arm: _run_arm(arm, args.limit) for arm in order}
         pairs.append(runs)
     lines = [
-        f"The BFCL example's untrained evaluation ({args.limit} items a category, greedy and "
-        f"sampled), smollm2-135m on the torch engine, {os.cpu_count()} cores, CPU flags "
+        f"The BFCL example's untrained evaluation on its validation slice ({args.limit} items a "
+        f"category, greedy and sampled), smollm2-135m on the torch engine, {os.cpu_count()} cores, CPU flags "
         f"{cpu_flags()}; arms in child processes, alternating.\n",
         "| pair | arm | evaluation | vs off | decode steps | tokens generated | guesses kept / "
         "fed | greedy verdicts as off's | peak RSS |",

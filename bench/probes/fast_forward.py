@@ -47,7 +47,8 @@ def child(arm: str, args: argparse.Namespace) -> dict[str, Any]:
 
     async def run() -> dict[str, Any]:
         bfcl = Run(bfcl_args)
-        config = TorchEngineConfig(fast_forward=arm == "fast_forward")
+        # guesses off in both arms: this measures the forced runs alone (bench.speculative)
+        config = TorchEngineConfig(fast_forward=arm == "fast_forward", speculative_tokens=0)
         backend = art.LocalBackend(
             path=Path(out) / "art", engine=art.EngineChoice(kind="torch", config=config)
         )
