@@ -1,7 +1,7 @@
 """One request in the torch engine: its record from submission to result, and when it stops.
 
 `Request` is a row of the engine's batch while it runs: its prompt and settings, the
-tokens and logprobs sampled so far, its grammar matcher and generator, and its timings.
+tokens and logprobs sampled so far, its grammar matcher, and its timings.
 `kv_width` is what it may come to hold in the KV cache (the engine's admission counts it
 against `TorchEngineConfig.max_kv_bytes`), `finish_reason` says whether its last token
 ended it, `record` adds a sampled token, and `result` is the `GenerateResult` it ends
@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from art_langgraph.engine.base import GenerateResult, SamplingParams, TokenEvent
+from art_langgraph.engine.sampling import position_uniform
 from art_langgraph.errors import ContextLengthError, UsageError
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,6 @@ class Request:
     """Hands a token, the result or an error to the caller's event loop."""
     stream: bool
     """Whether each token is emitted as it is sampled (else only the result)."""
-    generator: torch.Generator | None = None
-    """The request's own generator when it carries a seed."""
     matcher: Any = None
     """Its grammar's matcher (`engine/constrained.py`), or None."""
     completion: list[int] = field(default_factory=list)
@@ -88,6 +87,12 @@ class Request:
     """When it was admitted."""
     t_first: float = 0.0
     """When its first token was sampled."""
+
+    def seeded_uniform(self, ahead: int = 0) -> float | None:
+        """Where it carries a seed, the uniform that draws its token `ahead` positions past
+        the next one (`sampling.position_uniform`); None: the engine's shared generator draws."""
+        seed = self.sampling.seed
+        return None if seed is None else position_uniform(seed, len(self.completion) + ahead)
 
     def kv_width(self) -> int:
         """The most tokens of KV this row can come to hold: its prompt and completion so

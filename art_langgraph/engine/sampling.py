@@ -2,8 +2,9 @@
 
 Each function takes rows of logits (one per sequence in the batch) and per-row
 parameters, so one call serves a batch that mixes requests with different settings.
-Rows that carry a seed draw from their own `torch.Generator`, so a seeded request
-gives the same tokens whatever else shares its batch (up to the float noise of a
+Rows that carry a seed draw the token at each position with a uniform made from the seed
+and the position (`position_uniform`), so a seeded request gives the same tokens whatever
+else shares its batch and however its steps fed tokens ahead (up to the float noise of a
 different batch shape).
 
 Left out: repetition/presence penalties and min-p (not asked for yet).
@@ -48,18 +49,31 @@ def apply_top_p(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return out / out.sum(dim=-1, keepdim=True)
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def position_uniform(seed: int, position: int) -> float:
+    """The uniform in [0, 1) that draws the token at `position` of a seeded request's
+    completion: a function of the two alone (splitmix64), so the token a seed draws does not
+    depend on what else its batch holds, nor on how many tokens a step fed (forced runs,
+    speculative guesses), nor on the device."""
+    x = (seed * 0x9E3779B97F4A7C15 + (position + 1) * 0xD1B54A32D192ED03) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return ((x ^ (x >> 31)) >> 11) * 2.0**-53
+
+
 def sample_rows(
     logits: torch.Tensor,
     temperature: torch.Tensor,
     top_p: torch.Tensor,
-    generators: list[torch.Generator | None],
+    uniforms: list[float | None],
     default_generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Draw one token per row. logits: (B, V); temperature, top_p: (B,). Returns (B,) ids.
 
-    A temperature of 0 takes the argmax. Rows with a generator draw their uniform from
-    it (on the CPU, so a seed gives the same tokens on every device); the others share
-    `default_generator`.
+    A temperature of 0 takes the argmax. Rows given a uniform (a seeded request's,
+    `position_uniform`) draw with it; the others share `default_generator`.
     """
     greedy = temperature <= 0  # (B,)
     out = logits.argmax(dim=-1)  # (B,)
@@ -70,13 +84,10 @@ def sample_rows(
     probs = apply_top_p(probs, top_p)
     # Inverse-CDF draw: one uniform per row (multinomial draws one per vocabulary entry,
     # which costs ~100 ms a step at a 150k vocabulary on a CPU).
-    u = torch.empty(len(generators))
-    shared = [i for i, g in enumerate(generators) if g is None]
+    u = torch.tensor([0.0 if x is None else x for x in uniforms])
+    shared = [i for i, x in enumerate(uniforms) if x is None]
     if shared:
         u[shared] = torch.rand(len(shared), generator=default_generator)
-    for i, g in enumerate(generators):
-        if g is not None:
-            u[i] = torch.rand((), generator=g)
     drawn = inverse_cdf(probs, u.to(probs.device))
     return torch.where(greedy, out, drawn)
 

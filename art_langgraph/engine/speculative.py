@@ -12,11 +12,12 @@ token, as fast-forward feeds forced ones (`fast_forward.step_inputs`), and
 
 - a greedy row keeps a guessed token while it is the argmax, then takes the argmax: the
   tokens a step each would give;
-- a sampling row keeps guessed token t with probability p(t) and, at the first one
-  refused, draws from p with t taken out, renormalised: speculative sampling with a
-  draft that puts all its mass on t (Leviathan et al. 2023; Chen et al. 2023), so the
-  tokens follow the model's distribution exactly (temperature, top-p and grammar applied
-  as `engine/sampling.py` does);
+- a sampling row draws each column's token as a step of its own would (temperature,
+  top-p and grammar as `engine/sampling.py` applies them; a seeded row with the uniform
+  of that position, `sampling.position_uniform`) and keeps the guesses up to the first
+  that differs, taking that draw: its tokens are the model's own draws, a guess t is kept
+  with probability p(t) as in speculative sampling with a draft that puts all its mass on
+  t (Leviathan et al. 2023), and a seeded row's tokens are those it draws without guesses;
 - every kept token records its logprob from its column's logits, the ones a step of its
   own would use; where all are kept the row draws one more from the last column.
 
@@ -191,16 +192,15 @@ def _accept(
         return kept, best[kept]
     probs = torch.softmax(scores / s.temperature, dim=-1)
     probs = apply_top_p(probs, torch.full((len(probs),), s.top_p, device=probs.device))
-    gen = r.generator or generator
-    for j, t in enumerate(guess):
-        if float(torch.rand((), generator=gen)) < float(probs[j, t]):
-            continue  # kept with probability p(t)
-        rest = probs[j : j + 1].clone()
-        rest[0, t] = 0.0  # refused: the draw is from p without t, renormalised
-        return j, _draw(rest, gen)
-    return len(guess), _draw(probs[-1:], gen)
+    kept = 0
+    while True:  # each column draws as a step of its own would, with the same uniform
+        drawn = _draw(probs[kept : kept + 1], r.seeded_uniform(kept), generator)
+        if kept == len(guess) or drawn != guess[kept]:
+            return kept, drawn
+        kept += 1
 
 
-def _draw(probs: torch.Tensor, generator: torch.Generator) -> int:
-    u = torch.rand(1, generator=generator).to(probs.device)
-    return int(inverse_cdf(probs, u)[0])
+def _draw(probs: torch.Tensor, u: float | None, generator: torch.Generator) -> int:
+    """One token from `probs` (1, V) by inverse CDF at `u`, or at a draw of `generator`."""
+    x = torch.rand(1, generator=generator) if u is None else torch.tensor([u])
+    return int(inverse_cdf(probs, x.to(probs.device))[0])

@@ -87,10 +87,10 @@ class TorchEngineConfig:
     """Speculative decoding by prompt lookup (vLLM's "ngram" method): after each sampled
     token, guess up to this many next tokens from the latest earlier occurrence of the row's
     last tokens in its own prompt and completion, feed them with the next forward, and keep
-    those the model's draws keep: a greedy row's tokens are the ones a step each would give,
-    a sampling row's follow the model's distribution exactly (speculative sampling), each
-    with its own logprob (`engine/speculative.py`). Agents copy the user's words and tools'
-    results, and untrained models repeat calls. 0 turns it off."""
+    those the model's draws keep: a row's tokens and logprobs are the ones a step each would
+    give (a seeded row's draws too), in fewer steps where the guesses hold
+    (`engine/speculative.py`). Agents copy the user's words and tools' results, and
+    untrained models repeat calls. 0 turns it off."""
     prompt_lookup_min: int = 2
     """The shortest run of a row's last tokens looked up for a guess (vLLM's
     `prompt_lookup_min`)."""

@@ -308,8 +308,6 @@ class TorchEngine:
                 )
             key = self._slots.adapters[adapter]
         req = Request(prompt, sampling, adapter, key, emit, stream)
-        if sampling.seed is not None:
-            req.generator = torch.Generator(device="cpu").manual_seed(sampling.seed)
         if sampling.grammar is not None:
             req.matcher = self.grammars.matcher(sampling.grammar)
         self._inbox.put(req)
@@ -562,7 +560,9 @@ class TorchEngine:
             self.grammars.mask_logits(logits, constrained, bitmask)
         temp = torch.tensor([r.sampling.temperature for r in rows], device=logits.device)
         top_p = torch.tensor([r.sampling.top_p for r in rows], device=logits.device)
-        tokens = sample_rows(logits, temp, top_p, [r.generator for r in rows], self._generator)
+        tokens = sample_rows(
+            logits, temp, top_p, [r.seeded_uniform() for r in rows], self._generator
+        )
         chosen = lp.gather(1, tokens.unsqueeze(1)).squeeze(1)  # (B,)
         tokens = tokens.cpu()
         tok_list, lp_list = tokens.tolist(), chosen.tolist()

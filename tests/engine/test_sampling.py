@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from art_langgraph.engine.sampling import apply_top_p, inverse_cdf, raw_logprobs, sample_rows
+from art_langgraph.engine.sampling import (
+    apply_top_p,
+    inverse_cdf,
+    position_uniform,
+    raw_logprobs,
+    sample_rows,
+)
 
 
 def test_top_p_keeps_the_nucleus() -> None:
@@ -28,17 +34,27 @@ def test_seeded_rows_repeat_whatever_shares_the_batch() -> None:
     torch.manual_seed(0)
     logits = torch.randn(4, 50)
     temp, top_p = torch.ones(4), torch.full((4,), 0.9)
+    seeded = position_uniform(7, 3)
 
     def draw() -> list[int]:
-        gens: list[torch.Generator | None] = [torch.Generator().manual_seed(7), None, None, None]
-        return sample_rows(logits, temp, top_p, gens, torch.Generator().manual_seed(123)).tolist()
+        uniforms = [seeded, None, None, None]
+        return sample_rows(
+            logits, temp, top_p, uniforms, torch.Generator().manual_seed(123)
+        ).tolist()
 
     a, b = draw(), draw()
     assert a == b
     # the seeded row does not depend on the other rows
-    gens2: list[torch.Generator | None] = [torch.Generator().manual_seed(7)]
-    alone = sample_rows(logits[:1], temp[:1], top_p[:1], gens2).tolist()
+    alone = sample_rows(logits[:1], temp[:1], top_p[:1], [seeded]).tolist()
     assert alone[0] == a[0]
+
+
+def test_a_positions_uniform_depends_on_the_seed_and_the_position_alone() -> None:
+    draws = [position_uniform(seed, pos) for seed in range(50) for pos in range(200)]
+    assert all(0.0 <= u < 1.0 for u in draws)
+    assert len(set(draws)) == len(draws)  # no two (seed, position) pairs share one
+    assert position_uniform(7, 3) == position_uniform(7, 3)
+    assert abs(sum(draws) / len(draws) - 0.5) < 0.01  # spread over [0, 1)
 
 
 def test_sampling_follows_the_distribution() -> None:

@@ -93,16 +93,23 @@ async def test_greedy_guesses_give_the_stepwise_tokens_and_logprobs(
         assert text.startswith("<tool_call>")
 
 
-async def test_sampled_guesses_record_the_models_logprobs_and_follow_the_seed(
-    engine: TorchEngine,
+@pytest.mark.parametrize("grammar", [False, True])
+async def test_a_seeded_row_draws_what_it_draws_without_guesses(
+    engine: TorchEngine, plain: TorchEngine, grammar: bool
 ) -> None:
+    """A seeded sampling row keeps its guesses only as far as its own draws go, each drawn
+    with its position's uniform: its tokens are those of an engine that never guesses (in
+    a batch of other shapes), again on a second run, and their logprobs a teacher-forced
+    forward's."""
     sampled = SamplingParams(max_tokens=40, temperature=1.0, seed=7, ignore_eos=True)
     kept = engine.lookup.kept
-    a, b = await asyncio.gather(*(_repeats(engine, sampled) for _ in range(2)))
+    got = await _repeats(engine, sampled, grammar)
+    again = await _repeats(engine, sampled, grammar)
     assert engine.lookup.kept > kept
-    for x, y in zip(a, b, strict=True):
-        assert x.completion_token_ids == y.completion_token_ids
-    for r in a[:-1]:
+    without = await _repeats(plain, sampled, grammar)
+    for x, y, z in zip(got, again, without, strict=True):
+        assert x.completion_token_ids == y.completion_token_ids == z.completion_token_ids
+    for r in got[:-1]:
         full = torch.tensor([r.prompt_token_ids + r.completion_token_ids])
         with torch.inference_mode():
             logits = engine.base_model(full).logits[0, len(r.prompt_token_ids) - 1 : -1]
