@@ -7,7 +7,7 @@ items a category, greedy and sampled at T=1 under
 `tool_choice="required"`, irrelevance also under "auto"), SmolLM2-135M on the torch
 engine with its defaults but `speculative_tokens` (`off`: 0; `on`: the default), in a
 child process of its own (its own peak RSS), the arms alternating over `--pairs` pairs.
-Reported per arm: the evaluation's wall time and its ratio to `off`'s in the same pair,
+`--arms` adds arms of other settings (`arm_config`). Reported per arm: the evaluation's wall time and its ratio to `off`'s in the same pair,
 the engine's decode steps, the tokens it generated, the guessed tokens kept of those fed,
 and whether each greedy item's BFCL verdict is the same as `off`'s (greedy rows decode
 the same tokens either way, up to the float noise of other batch shapes).
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -34,14 +35,32 @@ from bench.readme import ROOT, publish, results_dir
 from bench.trainer_roofline import cpu_flags
 
 ARMS = ("off", "on")
+"""The default arms: guesses off (`speculative_tokens=0`) and the engine's defaults. Other
+arms name their settings: `k2` (2 tokens a guess), `k4n3` (4 tokens, looked up from runs of
+at least 3)."""
+
+
+def arm_config(arm: str) -> Any:
+    """The `TorchEngineConfig` an arm names."""
+    from art_langgraph.engine import TorchEngineConfig
+
+    if arm in ARMS:
+        return TorchEngineConfig() if arm == "on" else TorchEngineConfig(speculative_tokens=0)
+    m = re.fullmatch(r"k(\d+)(?:n(\d+))?", arm)
+    if m is None:
+        raise SystemExit(f"--arms: {arm!r} is not off, on or k<tokens>[n<shortest run>]")
+    lo = int(m.group(2) or TorchEngineConfig.prompt_lookup_min)
+    hi = max(lo, TorchEngineConfig.prompt_lookup_max)
+    return TorchEngineConfig(
+        speculative_tokens=int(m.group(1)), prompt_lookup_min=lo, prompt_lookup_max=hi
+    )
 
 
 async def _child(arm: str, limit: int) -> dict[str, Any]:
     import art_langgraph as art
-    from art_langgraph.engine import TorchEngineConfig
     from examples.bfcl.app import Run, parser, trainable_model
 
-    config = TorchEngineConfig() if arm == "on" else TorchEngineConfig(speculative_tokens=0)
+    config = arm_config(arm)
     with tempfile.TemporaryDirectory() as tmp:
         argv = ["--out", tmp, "--eval-limit", str(limit), "--eval-split", "validation"]
         ex = parser().parse_args(argv)
@@ -97,10 +116,16 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=10, help="items a category of the sample")
     p.add_argument("--pairs", type=int, default=1, help="off/on pairs, alternating")
     p.add_argument("--tag", default="", help="a suffix for the result's file name")
+    p.add_argument("--arms", default=",".join(ARMS), help="off first (the ratios' base)")
     args = p.parse_args()
+    arms = args.arms.split(",")
+    if arms[0] != "off":
+        raise SystemExit("--arms: the first arm is off, the ratios' base")
+    for arm in arms:
+        arm_config(arm)
     pairs = []
     for k in range(args.pairs):
-        order = ARMS if k % 2 == 0 else ARMS[::-1]
+        order = arms if k % 2 == 0 else arms[::-1]
         runs = {arm: _run_arm(arm, args.limit) for arm in order}
         pairs.append(runs)
     lines = [
@@ -113,7 +138,7 @@ def main() -> None:
     ]
     for n, runs in enumerate(pairs, 1):
         off = runs["off"]
-        for arm in ARMS:
+        for arm in arms:
             r = runs[arm]
             kept = f"{r['kept']:,} / {r['drafted']:,}" if r["drafted"] else "-"
             lines.append(
