@@ -41,15 +41,18 @@ def read_ahead(r: Request, grammars: Any, eos_token_ids: frozenset[int], context
     return run
 
 
-def forced_width(runs: list[int]) -> int:
-    """How many forced tokens a decode step feeds per row, given each row's run (0 for
-    none): the longest run such that the step's real tokens are at least its padding.
-    Every row gets the step's columns, so a width only one row fills would grow the whole
-    batch's KV by pads; this bounds that growth to the real tokens it carries."""
+def forced_width(runs: list[int], worth: list[float] | None = None) -> int:
+    """How many tokens a decode step feeds per row ahead of its next, given each row's run
+    (0 for none) and what each of its tokens is worth (`worth`: 1 for a forced token, the
+    default; a guess's chance to be kept, `PromptLookup.worth`): the longest run such that
+    the step's expected real tokens are at least its padding. Every row gets the step's
+    columns, so a width only one row fills would grow the whole batch's KV, and the
+    step's positions, by pads; this bounds that growth to the real tokens it carries."""
     best = 0
     b = len(runs)
+    w = worth or [1.0] * b
     for k in sorted(set(runs)):
-        real = sum(1 + min(n, k) for n in runs)
+        real = sum(1 + min(n, k) * x for n, x in zip(runs, w, strict=True))
         if 2 * real >= b * (1 + k):
             best = k
     return best

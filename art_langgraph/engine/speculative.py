@@ -52,6 +52,9 @@ class NgramIndex:
         self.follows: dict[tuple[int, ...], int] = {}
         self.upto = 0
         """Positions whose preceding n-grams are indexed: every e < upto."""
+        self.fed = 0
+        """The row's guessed tokens fed so far, and of them the ones kept."""
+        self.kept = 0
 
     def guess(self, tokens: _Tokens, k: int) -> list[int]:
         """The k tokens that followed the latest earlier occurrence of the longest suffix
@@ -103,6 +106,16 @@ class PromptLookup:
         """Guessed tokens fed to the model (for metrics and benchmarks)."""
         self.kept = 0
         """Of them, the ones kept."""
+
+    @staticmethod
+    def worth(rows: list[Request | None]) -> list[float]:
+        """What one fed token of each row is expected to yield (`fast_forward.forced_width`):
+        a guessed one, the share of its row's guesses kept so far (a half before any); any
+        other, 1."""
+        return [
+            (r.lookup.kept + 1) / (r.lookup.fed + 2) if r is not None and r.draft else 1.0
+            for r in rows
+        ]
 
     def draft(self, r: Request, context: int) -> None:
         """Set `r.draft` (and, under a grammar, `r.draft_masks`) for its next step, within
@@ -161,6 +174,8 @@ class PromptLookup:
             nxt[i] = guess[kept - 1] if ended else drawn
             self.drafted += f
             self.kept += kept
+            r.lookup.fed += f
+            r.lookup.kept += kept
             if f > kept:  # the refused guesses' columns: their KV stays till squeeze_pads
                 batch.mask[i, kept - f :] = 0
                 moved[i] = 1 + kept

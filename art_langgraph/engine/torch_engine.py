@@ -512,7 +512,7 @@ class TorchEngine:
         (`engine/fast_forward.py`)."""
         batch = self._batch
         assert batch.mask is not None and batch.next is not None and batch.pos is not None
-        width = forced_width(runs)
+        width = forced_width(runs, self.lookup.worth(batch.rows))
         fed = [min(n, width) for n in runs]
         nxt = batch.next.tolist()
         ids, new_mask, offsets = step_inputs(batch.rows, nxt, fed, self.pad_token_id)
