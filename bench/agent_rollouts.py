@@ -7,7 +7,9 @@ another in one run:
 - `torch-cache`: our torch engine with its prefix cache (the default);
 - `torch-head`: our torch engine with its prefix cache and a batch head (the shared system
   prompt and tools held once: `TorchEngineConfig.batch_head=True`);
-- `vllm`: vLLM's CPU build with its automatic prefix caching (`VLLMEngineConfig`'s default).
+- `vllm`: vLLM's CPU build with its automatic prefix caching (`VLLMEngineConfig`'s default);
+- `torch-head-noguess` (not run by default): `torch-head` without speculative tokens
+  (`speculative_tokens=0`; the other torch settings guess, as the engine does by default).
 
 All in `--dtype`, the same for both engines; `auto` (the default): bfloat16 where the CPU
 multiplies it in hardware (AMX, AVX-512-BF16), float32 elsewhere. Each setting measures:
@@ -220,10 +222,16 @@ async def _one(setting: str, args: argparse.Namespace) -> dict[str, Any]:
 
             budget = 0 if setting == "torch-nocache" else None
             dtype = None if args.dtype == "auto" else args.dtype
-            head = setting == "torch-head"
+            head = setting in ("torch-head", "torch-head-noguess")
+            guesses = 0 if setting.endswith("-noguess") else TorchEngineConfig.speculative_tokens
             kind, config = (
                 "torch",
-                TorchEngineConfig(dtype=dtype, prefix_cache_bytes=budget, batch_head=head),
+                TorchEngineConfig(
+                    dtype=dtype,
+                    prefix_cache_bytes=budget,
+                    batch_head=head,
+                    speculative_tokens=guesses,
+                ),
             )
         t0 = time.perf_counter()
         async with art.LocalBackend(
