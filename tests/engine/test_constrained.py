@@ -85,6 +85,9 @@ def test_forced_width_keeps_pads_below_real_tokens() -> None:
     assert forced_width([6, 0, 0, 0]) == 0  # one row's run would pad the three others
     assert forced_width([6, 6, 0, 0]) == 6
     assert forced_width([8, 2, 2, 0]) == 2
+    assert forced_width([4, 4, 0, 0]) == 4
+    # guesses count by their rows' record: two rows that kept a quarter do not pad two more
+    assert forced_width([4, 4, 0, 0], [0.25, 0.25, 1.0, 1.0]) == 0
 
 
 @pytest.fixture(scope="module")
