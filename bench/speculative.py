@@ -2,17 +2,18 @@
 row's own context buy back decode steps on real agents' answers?
 
 Each arm runs the BFCL example's own untrained evaluation (`examples.bfcl.app.Run.evaluate`)
-on its training half's validation slice (a default is chosen on no held-out item), `--limit`
-items a category, greedy and sampled at T=1 under
-`tool_choice="required"`, irrelevance also under "auto"), SmolLM2-135M on the torch
-engine with its defaults but `speculative_tokens` (`off`: 0; `on`: the default), in a
-child process of its own (its own peak RSS), the arms alternating over `--pairs` pairs.
-`--arms` adds arms of other settings (`arm_config`). Reported per arm: the evaluation's wall time and its ratio to `off`'s in the same pair,
-the engine's decode steps, the tokens it generated, the guessed tokens kept of those fed,
-and whether each greedy item's BFCL verdict is the same as `off`'s (greedy rows decode
-the same tokens either way, up to the float noise of other batch shapes).
+on its training half's validation slice (a default is chosen on no held-out item):
+`--limit` items a category, greedy and sampled at T=1 under `tool_choice="required"`,
+irrelevance also under "auto". SmolLM2-135M on the torch engine with its defaults but
+`speculative_tokens` (`off`: 0; `on`: the default; `--arms` adds arms of other settings,
+`arm_config`), each arm in a child process of its own (its own peak RSS), alternating
+over `--pairs` pairs. Reported per arm: the evaluation's wall time and its ratio to
+`off`'s in the same pair, the engine's decode steps, the tokens it generated, the guessed
+tokens kept of those fed, and whether each greedy item's BFCL verdict is the same as
+`off`'s (a row decodes the same tokens either way, up to the float noise of other batch
+shapes).
 
-    .venv/bin/python -m bench.speculative [--limit 10] [--pairs 1] [--tag NAME]
+    .venv/bin/python -m bench.speculative [--limit 10] [--pairs 1] [--arms off,on] [--tag NAME]
 
 Needs `.venv-bfcl` (./scripts/setup-bfcl.sh). Left out: trained models (the final
 evaluation's answers repeat less), the MCP agent's rollouts (`bench.agent_rollouts`),
