@@ -53,9 +53,8 @@ class NgramIndex:
         self.upto = 0
         """Positions whose preceding n-grams are indexed: every e < upto."""
         self.fed = 0
-        """The row's guessed tokens fed so far (`PromptLookup.worth`)."""
+        """The row's guessed tokens fed so far, and of them the ones kept."""
         self.kept = 0
-        """Of them, the ones kept."""
 
     def guess(self, tokens: _Tokens, k: int) -> list[int]:
         """The k tokens that followed the latest earlier occurrence of the longest suffix
