@@ -39,7 +39,7 @@ import torch
 from art_langgraph.engine.batch import RunningBatch
 from art_langgraph.engine.constrained import GrammarCompiler, unpack_bitmask
 from art_langgraph.engine.request import Request
-from art_langgraph.engine.sampling import apply_top_p, inverse_cdf, raw_logprobs, top_pairs
+from art_langgraph.engine.sampling import raw_logprobs, sample_rows, top_pairs
 from art_langgraph.engine.torch_config import TorchEngineConfig
 
 
@@ -199,23 +199,15 @@ def _accept(
     if masks:
         allowed = unpack_bitmask(torch.cat(masks), scores.shape[-1]).to(scores.device)
         scores.masked_fill_(~allowed, float("-inf"))
-    if s.temperature <= 0:
-        best = scores.argmax(-1).tolist()
-        kept = 0
-        while kept < len(guess) and best[kept] == guess[kept]:
-            kept += 1
-        return kept, best[kept]
-    probs = torch.softmax(scores / s.temperature, dim=-1)
-    probs = apply_top_p(probs, torch.full((len(probs),), s.top_p, device=probs.device))
+    n = len(scores)  # each column draws as a step of its own would, with its position's uniform
+    draws = sample_rows(
+        scores,
+        torch.full((n,), s.temperature, device=scores.device),
+        torch.full((n,), s.top_p, device=scores.device),
+        [r.seeded_uniform(j) for j in range(n)],
+        generator,
+    ).tolist()
     kept = 0
-    while True:  # each column draws as a step of its own would, with the same uniform
-        drawn = _draw(probs[kept : kept + 1], r.seeded_uniform(kept), generator)
-        if kept == len(guess) or drawn != guess[kept]:
-            return kept, drawn
+    while kept < len(guess) and draws[kept] == guess[kept]:
         kept += 1
-
-
-def _draw(probs: torch.Tensor, u: float | None, generator: torch.Generator) -> int:
-    """One token from `probs` (1, V) by inverse CDF at `u`, or at a draw of `generator`."""
-    x = torch.rand(1, generator=generator) if u is None else torch.tensor([u])
-    return int(inverse_cdf(probs, x.to(probs.device))[0])
+    return kept, draws[kept]
