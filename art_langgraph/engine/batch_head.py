@@ -8,9 +8,7 @@ once, (1, kv heads, P, dim) per layer; each row's cache holds only what follows.
 
 `head_attention` is the attention of a forward over such a batch (registered with
 transformers as HEAD_ATTENTION; without the `batch_head` keyword it is SDPA as
-transformers runs it, except that on a CPU a forward of several queries a row runs
-torch's CPU flash kernel on the grouped key/value heads, where transformers would copy
-each of them once per query head: `_own_attention`). On a CPU it runs in two parts, each torch's CPU flash kernel, merged
+transformers runs it). On a CPU it runs in two parts, each torch's CPU flash kernel, merged
 by their log-sum-exps: the head's, with every row's queries of a key/value head stacked
 into one long query, so the head is read once for the batch (and never copied into a
 row); and the row's own keys under its mask (converted once a forward). On other devices
@@ -29,7 +27,6 @@ sliding-window layers (the engine keeps the head off for models that have them).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -53,22 +50,32 @@ MIN_HEAD_TOKENS = 128
 """A shorter common prefix is left in the rows: holding it apart saves too little."""
 
 
-class FlashMask:
-    """A forward's attention mask as torch's CPU flash kernel takes it: converted once a
-    forward (every layer gets the same mask object) and kept until the next one."""
+@dataclass
+class BatchHead:
+    """The prompt head the batch's rows share, and its KV."""
 
-    def __init__(self) -> None:
-        self._last: tuple[Any, tuple[int, int, int], Any, Any] | None = None
+    ids: tuple[int, ...]
+    """Its tokens: the first `len(ids)` of every row's prompt."""
+    identity: str
+    """The weights identity its KV was computed under (every row's)."""
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+    """Per layer, (keys, values), each (1, kv heads, P, head dim)."""
+    _mask: tuple[Any, tuple[int, int, int], Any, Any] | None = field(default=None, repr=False)
+    """The last forward's mask, converted (`own_mask`)."""
 
-    def convert(
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+    def own_mask(
         self, mask: torch.Tensor | None, b: int, q: int, s: int, dtype: Any, device: Any
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """`mask` ((b, 1, q, s) boolean where True attends, or additive, or None for causal)
-        as (b, 1, q, s) additive (or None), and where a query sees none of the keys
-        ((b, 1, q) or None)."""
-        last = self._last
-        if last is not None and last[0] is mask and last[1] == (b, q, s):
-            return last[2], last[3]
+        """The rows' own-key mask as the CPU flash kernel takes it ((b, 1, q, s) additive,
+        or None), and where a query sees none of its row's keys ((b, 1, q) or None):
+        converted once a forward (every layer gets the same mask object) and kept until the
+        next one."""
+        if self._mask is not None and self._mask[0] is mask and self._mask[1] == (b, q, s):
+            return self._mask[2], self._mask[3]
         out = blind = None
         if mask is None and q > 1:
             mask = torch.ones(q, s, dtype=torch.bool, device=device).tril(s - q)[None, None]
@@ -82,36 +89,8 @@ class FlashMask:
                 out = mask[..., -q:, -s:].to(dtype).expand(b, 1, q, s)
                 blind = (out == float("-inf")).all(-1)
             blind = blind if bool(blind.any()) else None
-        self._last = (mask, (b, q, s), out, blind)
+        self._mask = (mask, (b, q, s), out, blind)
         return out, blind
-
-
-_own_masks = threading.local()
-"""Per thread, the `FlashMask` of forwards without a batch head."""
-
-
-@dataclass
-class BatchHead:
-    """The prompt head the batch's rows share, and its KV."""
-
-    ids: tuple[int, ...]
-    """Its tokens: the first `len(ids)` of every row's prompt."""
-    identity: str
-    """The weights identity its KV was computed under (every row's)."""
-    layers: list[tuple[torch.Tensor, torch.Tensor]]
-    """Per layer, (keys, values), each (1, kv heads, P, head dim)."""
-    _mask: FlashMask = field(default_factory=lambda: FlashMask(), repr=False)
-    """The last forward's mask, converted (`own_mask`)."""
-
-    @property
-    def length(self) -> int:
-        return len(self.ids)
-
-    def own_mask(
-        self, mask: torch.Tensor | None, b: int, q: int, s: int, dtype: Any, device: Any
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """The rows' own-key mask as the CPU flash kernel takes it (`FlashMask.convert`)."""
-        return self._mask.convert(mask, b, q, s, dtype, device)
 
     def covers(self, prompt: Sequence[int], identity: str) -> bool:
         """Whether a row of `prompt` under `identity` can join: it opens with the head and
@@ -228,10 +207,6 @@ def head_attention(
     row's own keys (`key`/`value`, (B, kv heads, S, D), masked by `attention_mask`: a
     (B, 1, q, S) boolean where True attends, or None for causal). Returns (B, q, heads, D)."""
     if batch_head is None:
-        q, s = query.shape[2], key.shape[2]
-        if query.device.type == "cpu" and q > 1 and dropout == 0.0:
-            if attention_mask is not None or q == s:
-                return _own_attention(query, key, value, attention_mask, scaling)
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
@@ -257,33 +232,6 @@ def head_attention(
     # softmax over both parts: each part's output weighed by its share of the exp-sum
     share = torch.sigmoid(l_head - l_own).unsqueeze(-1)
     out = o_own + (o_head - o_own) * share
-    return out.transpose(1, 2).contiguous(), None
-
-
-def _own_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None,
-) -> tuple[torch.Tensor, None]:
-    """Attention without a head on a CPU, several queries a row (a prefill, or a decode
-    step that feeds forced tokens or guesses): torch's CPU flash kernel on the grouped
-    key/value heads as the cache holds them. transformers' SDPA copies each key/value head
-    once per query head for such a forward (`repeat_kv`); the kernel's outputs are the
-    same. Returns (B, q, heads, D)."""
-    masks = getattr(_own_masks, "memo", None)
-    if masks is None:
-        masks = _own_masks.memo = FlashMask()
-    b, _, q, d = query.shape
-    s = key.shape[2]
-    scale = scaling if scaling is not None else d**-0.5
-    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-    if attention_mask is None:  # one unpadded prompt (q == s): causal, no mask to build
-        out, _ = flash(query, key, value, 0.0, True, scale=scale)
-    else:
-        mask, _ = masks.convert(attention_mask, b, q, s, query.dtype, query.device)
-        out, _ = flash(query, key, value, 0.0, False, attn_mask=mask, scale=scale)
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -1,7 +1,7 @@
 """The batch head: rows that share a prompt head hold its KV once, and nothing changes.
 
 Its attention equals SDPA over the head put before each row's keys (decode, forced
-tokens, prefill, padded rows), and without a head it is transformers' SDPA exactly; the engine's greedy tokens and logprobs equal `generate`'s
+tokens, prefill, padded rows); the engine's greedy tokens and logprobs equal `generate`'s
 with a head formed, joined, and dissolved by a row that does not share it; under a KV
 budget, the head counted once lets more rows decode together."""
 
@@ -62,35 +62,6 @@ def test_head_attention_equals_sdpa_over_the_head_and_each_row(q_len: int) -> No
         out, _ = head_attention(_Layer(), q, k, v, None, scaling=d**-0.5, batch_head=head)
         want = _reference(q, k, v, hk, hv, causal[None, None].repeat(b, 1, 1, 1))
         assert torch.allclose(out, want, atol=1e-5)
-
-
-class _Grouped(_Layer):
-    num_key_value_groups = 3
-    is_causal = True
-
-
-@pytest.mark.parametrize("q_len", [1, 4, 30])
-def test_attention_without_a_head_is_transformers_sdpa_on_the_grouped_heads(q_len: int) -> None:
-    """Without a head, several queries a row run the CPU flash kernel on the grouped
-    key/value heads: exactly transformers' SDPA, which copies them per query head."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    torch.manual_seed(0)
-    b, hkv, s, d = 3, 2, 30, 16
-    q = torch.randn(b, 3 * hkv, q_len, d)
-    k, v = torch.randn(b, hkv, s, d), torch.randn(b, hkv, s, d)
-    mask = torch.ones(q_len, s, dtype=torch.bool).tril(s - q_len)[None, None].repeat(b, 1, 1, 1)
-    mask[1, :, :, :12] = False  # a left-padded row
-    mask[2, :, 0, :] = False  # a pad query that sees no key
-    layer = _Grouped()
-    for m in (mask, None):  # None: transformers' own rule for a short query
-        out, _ = head_attention(layer, q, k, v, m, scaling=d**-0.5)
-        want, _ = sdpa_attention_forward(layer, q, k, v, m, scaling=d**-0.5)
-        assert torch.equal(out, want), (out - want).abs().max()
-    square = torch.randn(b, 3 * hkv, s, d)  # a prompt alone: causal, no mask
-    out, _ = head_attention(layer, square, k, v, None, scaling=d**-0.5)
-    want, _ = sdpa_attention_forward(layer, square, k, v, None, scaling=d**-0.5)
-    assert torch.equal(out, want)
 
 
 def test_a_head_is_whole_blocks_of_the_common_prefix_and_long_enough() -> None:
