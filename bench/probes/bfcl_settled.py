@@ -125,7 +125,7 @@ def main() -> None:
         after[key] += len(r["ids"]) - stop
         count[key] += 1
     lines = [
-        f"The example's untrained evaluation requests under `\"required\"`, smollm2-135m, "
+        f'The example\'s untrained evaluation requests under `"required"`, smollm2-135m, '
         f"{len(rows)} answers, CPU flags {cpu_flags()}\n",
         "| category | mode | answers | completion tokens | after the verdict was settled | share |",
         "|---|---|---:|---:|---:|---:|",
