@@ -33,11 +33,11 @@ import collections
 import tempfile
 from typing import Any
 
+from art_langgraph.chat.format import TOOL_CALL_CLOSE
 from bench.readme import publish, results_dir
 from bench.trainer_roofline import cpu_flags
-
-CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
-CLOSE = "</tool_call>"
+from examples.bfcl.answers import DECLINE
+from examples.bfcl.app import TRAINABLE
 
 
 def settled_at(tok: Any, ids: list[int], names: list[str], expected: int | None) -> int:
@@ -46,19 +46,20 @@ def settled_at(tok: Any, ids: list[int], names: list[str], expected: int | None)
     has (None: an irrelevance item)."""
     closed = 0
     for k in range(1, len(ids) + 1):
-        now = tok.decode(ids[:k]).count(CLOSE)
+        now = tok.decode(ids[:k]).count(TOOL_CALL_CLOSE)
         if now == closed:
             continue
         closed = now
         if expected is None:
-            if closed <= len(names) and names[closed - 1] != "decline":
+            if closed <= len(names) and names[closed - 1] != DECLINE:
                 return k
         elif closed > expected:
             return k
     return len(ids)
 
 
-async def _answers(limit: int | None, out: str) -> list[dict[str, Any]]:
+async def _answers(limit: int | None, out: str) -> tuple[str, list[dict[str, Any]]]:
+    """The example's base model and its untrained answers, one a request."""
     import art_langgraph as art
     from examples.bfcl.app import MAX_TOKENS, Run, build_graph, parser, trainable_model
 
@@ -93,7 +94,7 @@ async def _answers(limit: int | None, out: str) -> list[dict[str, Any]]:
 
         jobs = []
         n = 0
-        for category in CATEGORIES:
+        for category in TRAINABLE:
             for item_id in run.splits["eval_sample"][category][:limit]:
                 seed = art.derive_seed(ex.seed, 1, n)  # the example's evaluation seeds
                 n += 1
@@ -101,7 +102,7 @@ async def _answers(limit: int | None, out: str) -> list[dict[str, Any]]:
         await asyncio.gather(*jobs)
     finally:
         run.checker.close()
-    return rows
+    return ex.base_model, rows
 
 
 def main() -> None:
@@ -113,8 +114,8 @@ def main() -> None:
     from art_langgraph.presets import resolve_preset
 
     with tempfile.TemporaryDirectory() as tmp:
-        rows = asyncio.run(_answers(args.limit, tmp))
-    tok = AutoTokenizer.from_pretrained(resolve_preset("smollm2-135m"))
+        base_model, rows = asyncio.run(_answers(args.limit, tmp))
+    tok = AutoTokenizer.from_pretrained(resolve_preset(base_model))
     total: collections.Counter[tuple[str, str]] = collections.Counter()
     after: collections.Counter[tuple[str, str]] = collections.Counter()
     count: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -125,7 +126,7 @@ def main() -> None:
         after[key] += len(r["ids"]) - stop
         count[key] += 1
     lines = [
-        f'The example\'s untrained evaluation requests under `"required"`, smollm2-135m, '
+        f'The example\'s untrained evaluation requests under `"required"`, {base_model}, '
         f"{len(rows)} answers, CPU flags {cpu_flags()}\n",
         "| category | mode | answers | completion tokens | after the verdict was settled | share |",
         "|---|---|---:|---:|---:|---:|",
