@@ -72,7 +72,9 @@ async def test_greedy_guesses_give_the_stepwise_tokens_and_logprobs(
 ) -> None:
     """Rows that guess (beside one that does not) decode what one step a token decodes:
     the same tokens, logprobs and top pairs, within max_tokens and the grammar; with room
-    to, in fewer steps."""
+    to, in fewer steps. Under a grammar, fast-forward already feeds the forced runs and
+    guesses save about one step of nine, less than which step each row happens to join at
+    (the worker thread admits rows as they arrive), so there only guesses kept are asserted."""
     greedy = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True, top_logprobs=2)
     steps, kept = engine.steps, engine.lookup.kept
     got = await _repeats(engine, greedy, grammar)
@@ -87,7 +89,9 @@ async def test_greedy_guesses_give_the_stepwise_tokens_and_logprobs(
         for top_a, top_b in zip(a.top_logprobs or [], b.top_logprobs or [], strict=True):
             assert [t for t, _ in top_a] == [t for t, _ in top_b]
     if max_tokens == 40:
-        assert engine.lookup.kept > kept and ran < plain.steps - steps
+        assert engine.lookup.kept > kept
+    if max_tokens == 40 and not grammar:
+        assert ran < plain.steps - steps
     if grammar:
         text = engine.tokenizer.decode(got[0].completion_token_ids, skip_special_tokens=True)
         assert text.startswith("<tool_call>")
