@@ -32,6 +32,12 @@ class GrammarCompiler:
     def __init__(self, hf_tokenizer: Any, vocab_size: int) -> None:
         import llguidance.hf
 
+        # Imported here, on the thread that builds the engine, and not first on the worker:
+        # it imports torch's functorch, and a first import of that on the worker while the
+        # caller's thread imports other parts of torch (a trainer, peft) met half-made
+        # modules ("grammar warm-up failed": torch.ops.streams had no record_event).
+        import llguidance.torch
+
         self.ll_tokenizer = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab_size)
         self.vocab_size = vocab_size
         added = set(hf_tokenizer.get_added_vocab())
