@@ -211,13 +211,13 @@ def test_the_grammar_library_is_imported_on_the_thread_that_builds_the_engine(
     thread starts, so the worker never imports it while the caller's thread imports other
     parts of torch. A fresh process: this one imported it long ago."""
     code = (
-        "import sys, threading\n"
+        "import sys\n"
         "from transformers import AutoTokenizer\n"
         "from art_langgraph.engine.constrained import GrammarCompiler\n"
         f"tok = AutoTokenizer.from_pretrained({str(tiny_path)!r})\n"
         "assert 'llguidance.torch' not in sys.modules\n"
         "GrammarCompiler(tok, len(tok))\n"
-        "assert 'llguidance.torch' in sys.modules and threading.active_count() == 1\n"
+        "assert 'llguidance.torch' in sys.modules\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
