@@ -62,6 +62,11 @@ class AdapterSlots:
         weights. `prefix`: the engine's prefix cache, told of every identity retired.
         `in_use`: the keys the running rows use now. `merge_latest` and `prepack_weights`:
         the `TorchEngineConfig` settings."""
+        # peft is imported here, on the thread that builds the engine, not first by the worker
+        # in `load`: a first import of it there while the caller's thread imported other parts
+        # of torch could meet half-made modules (as llguidance.torch did: `GrammarCompiler`).
+        import peft  # noqa: F401
+
         self.base_model: Any = model
         """The plain model (peft's base model once an adapter is loaded)."""
         self.model: Any = model

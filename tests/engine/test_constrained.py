@@ -4,8 +4,6 @@ fast-forward through forced tokens gives what one step a token gives, in fewer s
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -202,22 +200,3 @@ def test_forced_run_hands_the_sampler_the_mask_after_it(engine: TorchEngine) -> 
     assert torch.equal(ready, fresh)
     _, none = engine.grammars.forced_run(engine.grammars.matcher(g), 1, engine.eos_token_ids)
     assert none is None  # stopped by the limit: no mask of the state after it
-
-
-def test_the_grammar_library_is_imported_on_the_thread_that_builds_the_engine(
-    tiny_path: Path,
-) -> None:
-    """`llguidance.torch` (which imports torch's functorch) is imported before the worker
-    thread starts, so the worker never imports it while the caller's thread imports other
-    parts of torch. A fresh process: this one imported it long ago."""
-    code = (
-        "import sys\n"
-        "from transformers import AutoTokenizer\n"
-        "from art_langgraph.engine.constrained import GrammarCompiler\n"
-        f"tok = AutoTokenizer.from_pretrained({str(tiny_path)!r})\n"
-        "assert 'llguidance.torch' not in sys.modules\n"
-        "GrammarCompiler(tok, len(tok))\n"
-        "assert 'llguidance.torch' in sys.modules\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]

@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -574,3 +576,48 @@ async def test_a_closed_engine_is_freed_by_its_last_reference_alone(tiny_path: P
         assert freed() is None
     finally:
         gc.enable()
+
+
+_IMPORTS_BY_THREAD = """
+import asyncio, importlib.abc, json, sys, threading
+first = {}
+class Recorder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        first.setdefault(name, threading.current_thread().name)
+        return None
+sys.meta_path.insert(0, Recorder())
+from art_langgraph.engine import SamplingParams, TorchEngine, TorchEngineConfig
+eng = TorchEngine.from_pretrained(sys.argv[1], TorchEngineConfig(dtype="float32"))
+built = sorted(sys.modules)
+tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+async def main():
+    ids = eng.tokenizer.encode("hello")
+    forced = SamplingParams(max_tokens=8, grammar=eng.grammars.tool_calls([tool]))
+    await eng.generate(ids, forced)
+    await eng.load_adapter("a", sys.argv[2])
+    await eng.generate(ids, SamplingParams(max_tokens=8, temperature=0), adapter="a")
+    await eng.unload_adapter("a")
+asyncio.run(main())
+eng.close_sync()
+print(json.dumps({"first": first, "built": built}))
+"""
+
+
+def test_the_worker_imports_no_part_of_torch_or_its_libraries_first(
+    tiny_path: Path, lora_adapter: Path
+) -> None:
+    """The worker thread's first grammar, adapter load and adapter batch import nothing of
+    torch, transformers, llguidance or peft that the building thread had not: a first import
+    on the worker while the caller's thread imported other parts of torch met half-made
+    modules ("grammar warm-up failed"). A fresh process: this one imported them long ago."""
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_BY_THREAD, str(tiny_path), str(lora_adapter)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert {"llguidance.torch", "peft.peft_model"} <= set(seen["built"])
+    roots = ("torch", "functorch", "transformers", "llguidance", "peft.tuners", "peft.peft_model")
+    on_worker = [n for n, t in seen["first"].items() if t != "MainThread" and n.startswith(roots)]
+    assert on_worker == []
