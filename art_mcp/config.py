@@ -343,6 +343,18 @@ class HarnessConfig(BaseModel):
             "third epoch took it to 1.00: docs/benchmarks.md#time-to-rise)."
         ),
     )
+    sft_replay: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Demonstrations replayed after each RL step: one SFT step, at RL's learning rate, "
+            "on this many of the warm start's demonstrations (drawn by the seed and the "
+            "step), so that a question type the warm start solved, whose groups have one "
+            "reward and train nothing, keeps a gradient while RL's other groups move the "
+            "policy (InstructGPT's PPO-ptx, as a step of its own). 0: off. Nothing without "
+            "demonstrations (art_mcp/warm_start.py)."
+        ),
+    )
     sft_probe_pass: float = Field(
         0.85,
         gt=0,

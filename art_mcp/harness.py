@@ -41,6 +41,7 @@ from art_langgraph.backend.base import Backend
 from art_langgraph.backend.checkpoints import CheckpointFolder
 from art_langgraph.errors import UsageError
 from art_langgraph.utils import iterate_dataset
+from art_mcp.agent import demonstrations
 from art_mcp.backends import backend_for, machine_line
 from art_mcp.check import run_estimate, summarize
 from art_mcp.config import HarnessConfig, default_learning_rate
@@ -87,7 +88,7 @@ from art_mcp.scoring import (
     shuffle_rewards,
 )
 from art_mcp.servers import Servers, check_server
-from art_mcp.warm_start import warm_start
+from art_mcp.warm_start import replay, warm_start
 
 _STEP_KEYS = ("reward", "zero_variance_groups", "groups", "nothing_trainable", "trajectories")
 """The train metrics a journal step line keeps (report.py rebuilds rows from them)."""
@@ -186,6 +187,8 @@ class _Run:
         """What the run is doing, for the line an interrupt prints."""
         self.pace: list[float] = []
         """Seconds per held-out episode of each evaluation, for the run's estimate."""
+        self.demos: list[Any] = []
+        """The demonstrations RL steps replay (`sft_replay`); none when it is off."""
 
     async def start(
         self,
@@ -282,6 +285,8 @@ class _Run:
                     f"estimate: ~{step_s:.0f} s a step, ~{run_s / 60:.0f} min for "
                     f"{cfg.steps} steps and the evaluations (refined after step 1)"
                 )
+        if cfg.sft_replay:  # the demonstrations RL steps replay (`warm_start.replay`)
+            self.demos = demonstrations(sft, self.train_set, self.rollouts.tools)
         if grpo_done == 0:
             self.phase = "the SFT warm start"
             await warm_start(
@@ -378,10 +383,12 @@ class _Run:
                 cfg.rl_config(),
                 progress=progress,
             )
+        replayed = await replay(model, cfg, self.demos, index)
         train_s = time.perf_counter() - tick
+        note = f" and replayed {cfg.sft_replay} demonstrations" if replayed else ""
         log(
             f"RL step {done}: trained {progress.micro_batches} micro-batches "
-            f"({progress.tokens} tokens) in {train_s:.0f} s"
+            f"({progress.tokens} tokens){note} in {train_s:.0f} s"
         )
         if first_here:  # the first step this process ran
             step_s = rollout_s + train_s
@@ -411,7 +418,7 @@ class _Run:
         train_reward = m.get("reward", float("nan"))
         ends = done < cfg.steps and self.ended_flat()
         if done == cfg.steps or ends or (cfg.eval_every and done % cfg.eval_every == 0):
-            held = await self.evaluate_if_changed(result.step, done)
+            held = await self.evaluate_if_changed((replayed or result).step, done)
         else:
             held = "-"
         log(
@@ -497,11 +504,11 @@ class _Run:
         return (count, first), stopped
 
     async def evaluate_if_changed(self, step: int, rl_step: int) -> str:
-        """`evaluate`, unless no GRPO step since the last evaluation trained on anything
-        (`report.evaluated_weights`): that one stands for these weights. The held-out line."""
+        """`evaluate`, unless no GRPO step since the last evaluation trained on anything and
+        none replayed (`report.evaluated_weights`): that one stands for them. The held-out line."""
         journal = read_journal(self.folder)
         same = evaluated_weights(journal_evaluations(journal), grpo_steps(self.folder, journal))
-        if same is None:
+        if same is None or self.demos:
             return eval_line(await self.evaluate(step, rl_step))
         return (
             f"not evaluated again: the adapter is step {same.step}'s, evaluated then "

@@ -16,6 +16,10 @@ run goes on from the epochs its folder holds. Given demonstrations (`--sft`), to
 of them for a probe (`probe_size`), or one epoch: the warm start is one call, ended by
 `sft_stop_loss` as before.
 
+`replay` is the warm start carried into RL (`sft_replay`): after each RL step, one SFT
+step at RL's rate on a draw of the same demonstrations. A kill between an RL step and its
+replay loses that replay, not the RL step (the RL step is committed first).
+
 Left out: a probe of given demonstrations (they name no scenario to run), and of a run
 scored by a judge alone (the probe reads the reward function's score; judging a group's
 episodes against each other says little of one greedy episode).
@@ -201,3 +205,17 @@ async def warm_start(
             demos, sft_config(cfg), epochs=epochs, batch_size=8, stop_loss=cfg.sft_stop_loss
         )
         log(warm_start_line(len(demos), epochs, res.metrics))
+
+
+async def replay(
+    model: art.TrainableModel, cfg: HarnessConfig, demos: list[Any], index: int
+) -> art.TrainResult | None:
+    """RL step `index + 1`'s replay (`cfg.sft_replay`): one SFT step at RL's learning rate on
+    a seeded draw of `demos`; None when it is off or there are no demonstrations."""
+    if not cfg.sft_replay or not demos:
+        return None
+    draw = random.Random(f"{cfg.seed}/replay/{index}").sample(
+        demos, min(cfg.sft_replay, len(demos))
+    )
+    rate = sft_config(cfg).model_copy(update={"learning_rate": cfg.lr()})
+    return await model.train_sft(draw, rate, epochs=1, batch_size=len(draw))

@@ -42,6 +42,7 @@ ARMS = {
     "seqmean": ["--loss-normalization", "sequence_mean"],
     "batch": ["--flat-groups", "batch_baseline"],
     "batchpos": ["--flat-groups", "batch_baseline_positive"],
+    "replay8": ["--sft-replay", "8"],
 }
 """Arm -> its flags: today's default (1e-3, `SWEPT_LEARNING_RATE`), a third of it, three
 times it, the default rate with each step scaled by its signal share, and the same 32
@@ -55,7 +56,9 @@ training questions are solved, so their groups are flat and nothing holds two-ho
 one-hop failures push down what it needs), or only those above the step's mean (a flat
 failure has no rollout to contrast with, so its negative advantage pushes down its right
 calls with its wrong answer: seed 1's "Which person leads project Willow?", answered with
-the lead's extension after both lookups)."""
+the lead's extension after both lookups), and one SFT step at RL's rate on 8 of the warm
+start's demonstrations after each RL step (a solved question type keeps its gradient from
+the demonstrations, not from a baseline that pushed BFCL's irrelevance down)."""
 
 
 def main(argv: list[str] | None = None) -> None:

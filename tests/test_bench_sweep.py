@@ -85,6 +85,10 @@ def test_every_rl_lr_arm_sets_one_thing() -> None:
             assert cfg.rl_config().flat_groups == want
             assert cfg.model_copy(update={"flat_groups": "skip"}) == default
             continue
+        if arm == "replay8":
+            assert cfg.sft_replay == 8
+            assert cfg.model_copy(update={"sft_replay": 0}) == default
+            continue
         if arm == "share":
             assert cfg.signal_share_scale and cfg.rl_config().signal_share_scale
             assert cfg.model_copy(update={"signal_share_scale": False}) == default

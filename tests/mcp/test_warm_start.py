@@ -160,3 +160,28 @@ async def test_epochs_trained_a_call_each_train_as_one_call(tmp_path: Path) -> N
     for k in once:
         assert (once[k] - twice[k]).abs().max() < 1e-5, k
     assert json.dumps(sorted(once)) == json.dumps(sorted(twice))
+
+
+@pytest.mark.slow
+async def test_replay_trains_a_draw_of_demonstrations_after_each_rl_step(tmp_path: Path) -> None:
+    """`sft_replay`: each RL step is followed by one SFT step on that many demonstrations;
+    the RL steps stay the run's GRPO steps, and the evaluation after the last step is of the
+    weights after its replay."""
+    from art_mcp.report import grpo_steps, journal_evaluations
+
+    said: list[str] = []
+    cfg = _cfg(tmp_path, sft_epochs=1, steps=2, sft_replay=4, group_size=2, groups_per_step=2)
+    await train(
+        SERVER, cfg, scenarios=SCENARIOS, reward="examples.mcp_server.tasks:score",
+        log=said.append,
+    )  # fmt: skip
+    text = "\n".join(said)
+    assert text.count("and replayed 4 demonstrations") == 2
+    (folder,) = (tmp_path / "mcp" / "models").iterdir()
+    history = [json.loads(line) for line in (folder / "history.jsonl").read_text().splitlines()]
+    sft = [h for h in history if "sft_steps" in h]
+    assert len(sft) == 3  # the warm start, then one replay after each RL step
+    assert max(p.name for p in (folder / "checkpoints").iterdir()) == "0005"
+    journal = read_journal(folder)
+    assert [r["step"] for r in grpo_steps(folder, journal)] == [2, 4]
+    assert max(e.step for e in journal_evaluations(journal)) == 5
