@@ -213,7 +213,8 @@ def build_report(
     done = grpo_steps(folder, journal)
     if stop_when_flat and len(done) < steps and flat_run(done) >= stop_when_flat:
         report.ended_after = len(done)
-    for i, h in enumerate(done, start=1):
+    nexts = [h["step"] for h in done[1:]] + [float("inf")]
+    for i, (h, upto) in enumerate(zip(done, nexts, strict=False), start=1):
         row: dict[str, float] = {
             "step": float(h["step"]),
             "rl_step": float(i),
@@ -223,7 +224,8 @@ def build_report(
             "groups": _nan(h.get("groups")),
             "nothing_trainable": _nan(h.get("nothing_trainable")),
         }
-        ev = next((e for e in reversed(evs) if e.rl_step == i and e.step == h["step"]), None)
+        # this step's weights: its checkpoint, or a replay's after it (`sft_replay`)
+        ev = next((e for e in reversed(evs) if e.rl_step == i and h["step"] <= e.step < upto), None)
         if ev is not None:
             row.update(eval_row(ev))
         if row["nothing_trainable"] == 1:

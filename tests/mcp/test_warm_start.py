@@ -171,12 +171,14 @@ async def test_replay_trains_a_draw_of_demonstrations_after_each_rl_step(tmp_pat
 
     said: list[str] = []
     cfg = _cfg(tmp_path, sft_epochs=1, steps=2, sft_replay=4, group_size=2, groups_per_step=2)
-    await train(
+    report = await train(
         SERVER, cfg, scenarios=SCENARIOS, reward="examples.mcp_server.tasks:score",
         log=said.append,
     )  # fmt: skip
     text = "\n".join(said)
     assert text.count("and replayed 4 demonstrations") == 2
+    last = report.rows[-1]  # RL step 2's row holds the evaluation of its replayed weights
+    assert last["rl_step"] == 2 and last["val_greedy_success"] == last["val_greedy_success"]
     (folder,) = (tmp_path / "mcp" / "models").iterdir()
     history = [json.loads(line) for line in (folder / "history.jsonl").read_text().splitlines()]
     sft = [h for h in history if "sft_steps" in h]
