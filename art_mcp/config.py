@@ -351,7 +351,9 @@ class HarnessConfig(BaseModel):
             "on this many of the warm start's demonstrations (drawn by the seed and the "
             "step), so that a question type the warm start solved, whose groups have one "
             "reward and train nothing, keeps a gradient while RL's other groups move the "
-            "policy (InstructGPT's PPO-ptx, as a step of its own). 0: off. Nothing without "
+            "policy (InstructGPT's PPO-ptx, as a step of its own). 0 (the default): off, as 8 "
+            "did not keep the two-hop task's one-hop questions on held-out seed 7 (-0.36) and "
+            "split its validation seeds (docs/benchmarks.md#rl-update-size). Nothing without "
             "demonstrations (art_mcp/warm_start.py)."
         ),
     )
