@@ -192,10 +192,12 @@ def table(rows: list[dict[str, Any]]) -> str:
     ]
     for r in rows:
         name = f"{r['arm']} (round {r['round']})" if rounds else r["arm"]
+        # the log gives whole seconds: an evaluation under 0.5 s (the tiny preset) reads 0
+        ratio = f"{r['eval_s'] / base:.2f}x" if base else "-"
+        rate = f"{r['generated_tokens'] / r['eval_s']:.0f}" if r["eval_s"] else "-"
         lines.append(
-            f"| {name} | {r['eval_s']:.0f} s | {r['eval_s'] / base:.2f}x | "
-            f"{r['peak_rss_mib'] / 1024:.2f} GiB | {r['prefix_hit_share']:.0%} | "
-            f"{r['generated_tokens'] / r['eval_s']:.0f} | "
+            f"| {name} | {r['eval_s']:.0f} s | {ratio} | "
+            f"{r['peak_rss_mib'] / 1024:.2f} GiB | {r['prefix_hit_share']:.0%} | {rate} | "
             f"{r['greedy_success']:.2f} / {r['sampled_success']:.2f} |"
         )
     return "\n".join(lines)

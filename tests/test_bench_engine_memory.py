@@ -44,6 +44,10 @@ def test_the_table_gives_ratios_against_the_default_arm() -> None:
 
     text = table([row("default", 100.0), row("kv256-prefix256", 150.0)])
     assert "| kv256-prefix256 | 150 s | 1.50x | 2.00 GiB | 50% | 7 | 0.25 / 0.00 |" in text
+    # the log's whole seconds: a tiny preset's evaluation under 0.5 s reads 0, not a crash
+    text = table([row("default", 0.0), row("kv256-prefix256", 1.0)])
+    assert "| default | 0 s | - | 2.00 GiB | 50% | - |" in text
+    assert "| kv256-prefix256 | 1 s | - | 2.00 GiB | 50% | 1000 |" in text
 
 
 def test_ref_arms_run_from_another_checkout_in_alternating_rounds(tmp_path) -> None:
