@@ -385,7 +385,7 @@ class _Run:
             )
         replayed = await replay(model, cfg, self.demos, index)
         train_s = time.perf_counter() - tick
-        note = f" and replayed {cfg.sft_replay} demonstrations" if replayed else ""
+        note = " and one replay step on demonstrations" if replayed else ""
         log(
             f"RL step {done}: trained {progress.micro_batches} micro-batches "
             f"({progress.tokens} tokens){note} in {train_s:.0f} s"

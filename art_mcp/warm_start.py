@@ -217,5 +217,5 @@ async def replay(
     draw = random.Random(f"{cfg.seed}/replay/{index}").sample(
         demos, min(cfg.sft_replay, len(demos))
     )
-    rate = sft_config(cfg).model_copy(update={"learning_rate": cfg.lr()})
-    return await model.train_sft(draw, rate, epochs=1, batch_size=len(draw))
+    config = sft_config(cfg).model_copy(update={"learning_rate": cfg.lr()})
+    return await model.train_sft(draw, config, epochs=1, batch_size=len(draw))

@@ -176,7 +176,7 @@ async def test_replay_trains_a_draw_of_demonstrations_after_each_rl_step(tmp_pat
         log=said.append,
     )  # fmt: skip
     text = "\n".join(said)
-    assert text.count("and replayed 4 demonstrations") == 2
+    assert text.count("and one replay step on demonstrations") == 2
     last = report.rows[-1]  # RL step 2's row holds the evaluation of its replayed weights
     assert last["rl_step"] == 2 and last["val_greedy_success"] == last["val_greedy_success"]
     (folder,) = (tmp_path / "mcp" / "models").iterdir()
