@@ -21,18 +21,11 @@ directory's four train (or held-out) phrasings. That is 24 x 3 x 4 = 288 two-hop
 24 x 2 + 30 x 3 x 2 = 228 one-hop train scenarios, and 16 x 3 x 2 = 96 two-hop and
 16 x 2 + 20 x 3 x 2 = 152 one-hop held-out ones.
 
-`score(trajectory, scenario)`: a success when the answer is right *and* a lookup of the
-episode returned it (`art_langgraph.rewards.check_answer`: an answer naming other
-candidates of the field is not right, and a right answer no tool returned is not a
-success); else 0.1 for each call the question needs (tool and arguments) that the episode
-made. A success pays 1.0 plus `EFFICIENCY_BONUS` times the share of its server calls that
-the question needed (1.2 for exactly the calls it needs, 1.1 for twice as many), as ART's
-email agent pays a right answer more for fewer turns: without it, a group whose rollouts
-all succeed has one reward and trains nothing, whatever calls they made, so nothing held a
-one-hop question at one call while two-hop groups taught two (docs/results.md). Every
-success is at or above 1.0, the harness's `success_reward`, so success is measured as
-before. It records `right_without_lookup`, `hops` and `extra_calls` among the
-trajectory's metrics.
+`score(trajectory, scenario)`: 1.0 when the answer is right *and* a lookup of the episode
+returned it (`art_langgraph.rewards.check_answer`: an answer naming other candidates of
+the field is not right, and a right answer no tool returned is not a success); else 0.1
+for each call the question needs (tool and arguments) that the episode made. It records
+`right_without_lookup` and `hops` among the trajectory's metrics.
 """
 
 from __future__ import annotations
@@ -96,12 +89,6 @@ N_DEMONSTRATIONS = 64
 spread: the default SFT warm start's. With one epoch, 64 took the model's two-hop sampled
 success on the validation slice from 0.00 to 0.28, as 128 did; with the default three,
 to 0.57, one-hop to 0.58 (bench/results/warm_start)."""
-
-
-EFFICIENCY_BONUS = 0.2
-"""What a success earns above 1.0 for making only the server calls its question needs
-(scaled by needed / made). Small next to a success's 1.0 and a failure's at most 0.2, so
-no shortcut outpays a right answer."""
 
 
 def _own(phrasings: list[str], n_train: int, train: bool) -> list[str]:
@@ -210,15 +197,11 @@ def score(traj: art.Trajectory, scenario: Scenario) -> float:
     """The reward (see the module doc)."""
     answer = str(traj.metadata.get("answer") or "")
     check = check_answer(answer, scenario.answer or "", traj, candidates(scenario))
-    hops = scenario.metadata["hops"]
-    calls = sum(ev.name != "complete_task" for ev in traj.tool_events)
     traj.metrics.update(
-        right_without_lookup=check.right_without_lookup,
-        hops=hops,
-        extra_calls=max(0, calls - hops),
+        right_without_lookup=check.right_without_lookup, hops=scenario.metadata["hops"]
     )
-    if check.success:  # a success made at least the one call that returned the answer
-        return 1.0 + EFFICIENCY_BONUS * min(1.0, hops / max(calls, 1))
+    if check.success:
+        return 1.0
     made = [{"tool": ev.name, "args": ev.args} for ev in traj.tool_events if ev.error is None]
     return 0.1 * sum(want in made for want in scenario.metadata["calls"])
 
