@@ -98,7 +98,15 @@ def validation_scenarios(
     """The training scenarios alone, re-split for choosing a setting without the held-out
     ones: a `fraction` of the training entities (`metadata["entity"]`; a scenario naming
     none is its own) become `split="val"`, the rest stay "train", and every scenario the
-    task holds out (`split="val"`) is dropped, so a choice made on this never sees it."""
+    task holds out (`split="val"`) is dropped, so a choice made on this never sees it.
+
+    Where scenarios name their wording (`metadata["phrasing"]`, with the question kind it
+    words in `metadata["kind"]`), the slice holds wordings out too, as a task whose
+    held-out questions are worded anew does: of each kind with two wordings or more, a
+    `fraction` (at least one) is the slice's; a scenario is "val" when both its entity and
+    its wording are, "train" when neither is, and dropped when one is, so no validation
+    entity or wording occurs in training. Scenarios without a wording split by entity
+    alone, as before."""
     if not 0 < fraction < 1:
         raise UsageError(f"fraction must be in (0, 1), got {fraction}")
     train, _ = split_scenarios(scenarios, 0.25, seed)
@@ -106,12 +114,43 @@ def validation_scenarios(
     random.Random(f"{seed}/validation").shuffle(entities)
     n = min(max(round(len(entities) * fraction), 1), len(entities) - 1)
     chosen = set(entities[:n])
-    return [
-        s.model_copy(
-            update={"split": "val" if str(s.metadata.get("entity") or s.id) in chosen else "train"}
-        )
-        for s in train
-    ]
+    worded = _validation_wordings(train, fraction, seed)
+    out = []
+    for s in train:
+        new_entity = str(s.metadata.get("entity") or s.id) in chosen
+        # no wording, or a kind with one: the entity decides; else both must agree
+        key = _wording(s)
+        if key is None or key not in worded or worded[key] == new_entity:
+            out.append(s.model_copy(update={"split": "val" if new_entity else "train"}))
+    return out
+
+
+def _wording(s: Scenario) -> tuple[str, str] | None:
+    """(kind, wording) of a scenario that names its wording; else None."""
+    wording = s.metadata.get("phrasing")
+    return None if wording is None else (str(s.metadata.get("kind", "")), str(wording))
+
+
+def _validation_wordings(
+    scenarios: list[Scenario], fraction: float, seed: int
+) -> dict[tuple[str, str], bool]:
+    """Every (kind, wording) of a kind with two wordings or more: True for the validation
+    slice's (a `fraction` of the kind's, at least one, drawn by `seed`), False for
+    training's."""
+    kinds: dict[str, set[str]] = {}
+    for s in scenarios:
+        key = _wording(s)
+        if key is not None:
+            kinds.setdefault(key[0], set()).add(key[1])
+    out: dict[tuple[str, str], bool] = {}
+    for kind, wordings in sorted(kinds.items()):
+        if len(wordings) < 2:
+            continue
+        order = sorted(wordings)
+        random.Random(f"{seed}/validation/{kind}").shuffle(order)
+        n = min(max(round(len(order) * fraction), 1), len(order) - 1)
+        out |= {(kind, w): i < n for i, w in enumerate(order)}
+    return out
 
 
 MIN_HELD_OUT = 8

@@ -108,8 +108,8 @@ def task_args(task: str, scenarios: Path | None = None) -> list[str]:
 
 def validation_file(task: str, folder: Path) -> Path:
     """The task's validation slice (`art_mcp.scenarios.validation_scenarios`: a quarter of
-    its training entities held out, its held-out scenarios dropped), written into `folder`:
-    what a choice of setting is made on."""
+    its training entities held out, and of their wordings where the scenarios name them; its
+    held-out scenarios dropped), written into `folder`: what a choice of setting is made on."""
     from art_mcp.scenarios import load_scenarios, save_scenarios, validation_scenarios
 
     path = folder / f"{task}_validation.jsonl"
@@ -746,7 +746,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--validation",
         action="store_true",
-        help="run on the task's validation slice (a quarter of its training entities; never "
+        help="run on the task's validation slice (a quarter of its training entities and "
+        "wordings; never "
         "its held-out scenarios), for choosing a setting; needs --tag",
     )
     args = p.parse_args(argv)

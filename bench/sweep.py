@@ -3,7 +3,8 @@ harness default runs.
 
 An arm is a list of flags; every other flag stays at its default. `run_all` trains each
 (seed, task, arm) not landed yet on the task's validation slice
-(`bench.learning.validation_file`: a quarter of its training entities held out, its own
+(`bench.learning.validation_file`: a quarter of its training entities held out, and of
+their wordings where the scenarios name them; its own
 held-out scenarios never seen), one after another under the project's watchdog, arms
 alternating within a task; a run lands in the sweep's folder as
 `<task>-<arm>-s<seed>.json` (its figures and commit). `table` pools the seeds per task and

@@ -3,7 +3,8 @@
 An arm is a set of `art-mcp train` turn flags (`--max-turns`, `--final-answer-turn`,
 `--after-repeat`); every other flag stays at its default. Each run trains one task
 with one arm and one seed on the task's validation slice (`bench.learning.validation_file`:
-a quarter of its training entities held out, its own held-out scenarios never seen), one
+a quarter of its training entities held out, and of their wordings where the scenarios
+name them; its own held-out scenarios never seen), one
 after another, each under the project's watchdog. Tasks: one lookup with recall possible
 (capitals), one lookup without (the staff directory), and one or two dependent lookups
 (the org chart). A run lands in `--out` as `<task>-<arm>-s<seed>.json` (its figures and

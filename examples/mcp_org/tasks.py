@@ -181,6 +181,8 @@ def _scenario(
             "field": calls[-1]["args"].get("field", "lead"),
             "calls": calls,
             "entity": entity,  # the phrasings of one entity's questions: one cluster of errors
+            "kind": kind,
+            "phrasing": phrasing,  # validation_scenarios holds wordings out, as the split does
             "slice": "two-hop" if len(calls) == 2 else "one-hop",  # reported apart
         },
     )

@@ -31,7 +31,20 @@ def test_held_out_scenarios_share_no_entity_or_phrasing_with_training() -> None:
         return s.task.replace(s.metadata["entity"], "{}")
 
     assert not {wording(s) for s in val} & {wording(s) for s in train}
+    assert all(s.metadata["phrasing"] == wording(s) for s in build())
     assert build() == build()  # the same in every process
+
+
+def test_its_validation_slice_holds_out_wordings_as_the_split_does() -> None:
+    """A setting chosen on the validation slice meets new wordings, as held-out runs do."""
+    from art_mcp.scenarios import validation_scenarios
+
+    carved = validation_scenarios(build())
+    val = [s for s in carved if s.split == "val"]
+    train = [s for s in carved if s.split == "train"]
+    assert sum(s.metadata["hops"] == 2 for s in val) >= 16
+    for key in ("entity", "phrasing"):
+        assert {s.metadata[key] for s in val}.isdisjoint(s.metadata[key] for s in train)
 
 
 async def test_a_project_lead_is_looked_up_and_then_looked_up_in_turn() -> None:

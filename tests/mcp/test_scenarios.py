@@ -208,3 +208,33 @@ def test_a_validation_slice_is_carved_from_training_entities_alone() -> None:
     assert len(val) == 1 and val.isdisjoint(train) and len(carved) == 12
     assert carved == validation_scenarios(scen, 0.25, seed=0)  # the same in every process
     assert scen[0].split == "train"  # the input is left as it was
+
+
+def test_a_validation_slice_holds_wordings_out_where_scenarios_name_them() -> None:
+    from art_mcp.scenarios import Scenario, validation_scenarios
+
+    wordings = {"ask": ["Who is {}?", "Name {}.", "Tell me {}.", "Find {}."], "one": ["{}?"]}
+    scen = [
+        Scenario(
+            id=f"{kind}-{who}-{k}",
+            task=w.format(who),
+            split="val" if who == "zed" else "train",
+            metadata={"entity": who, "kind": kind, "phrasing": w},
+        )
+        for who in ["ann", "bo", "cy", "dee", "eve", "fay", "gus", "hal", "zed"]
+        for kind, ws in wordings.items()
+        for k, w in enumerate(ws)
+    ]
+    carved = validation_scenarios(scen, 0.25, seed=0)
+    val = [s for s in carved if s.split == "val"]
+    train = [s for s in carved if s.split == "train"]
+    assert val and train
+    # no validation entity, and no validation wording of a kind with several, in training
+    assert {s.metadata["entity"] for s in val}.isdisjoint(s.metadata["entity"] for s in train)
+    asks = lambda part: {s.metadata["phrasing"] for s in part if s.metadata["kind"] == "ask"}  # noqa: E731
+    assert len(asks(val)) == 1 and len(asks(train)) == 3
+    # a kind worded one way splits by entity alone: each entity keeps its "one" question
+    assert sum(s.metadata["kind"] == "one" for s in carved) == 8
+    # 2 validation entities x 1 wording + 6 training entities x 3 wordings of "ask"
+    assert sum(s.metadata["kind"] == "ask" for s in carved) == 2 + 18
+    assert carved == validation_scenarios(scen, 0.25, seed=0)
