@@ -89,6 +89,10 @@ def test_every_rl_lr_arm_sets_one_thing() -> None:
             assert cfg.sft_replay == 8
             assert cfg.model_copy(update={"sft_replay": 0}) == default
             continue
+        if arm == "e2":
+            assert cfg.warm_start_epochs(64) == 2 != default.warm_start_epochs(64)
+            assert cfg.model_copy(update={"sft_epochs": None}) == default
+            continue
         if arm == "share":
             assert cfg.signal_share_scale and cfg.rl_config().signal_share_scale
             assert cfg.model_copy(update={"signal_share_scale": False}) == default
