@@ -63,10 +63,11 @@ the demonstrations, not from a baseline that pushed BFCL's irrelevance down), an
 start of two epochs instead of three (on held-out runs its probe of 4 passed 3 after the
 second epoch, under the 0.85 that ends it; on the validation slice, with 42
 demonstrations, there is no probe and the stop loss runs all three; after the default warm
-start 5-7 of a step's 8 groups on held-out seed 4 had one reward, and 3 of its 27 two-hop
-groups a signal, against 20 of 30 on seed 7, whose warm start left two-hop training
-questions at 0.35 and whose held-out two-hop rose +0.45: RL learns what the warm start left
-it to learn)."""
+start 5-8 of a step's 8 groups on held-out seed 4 had one reward, and 3 of its 27 two-hop
+groups had rollouts both right and wrong, against 17 of 30 in the kept seed-7 run, whose
+warm start left two-hop training questions at 0.35 and whose held-out two-hop rose +0.47:
+bench/results/learning/d3519c3/kept_runs_groups.json). Measured, not adopted: RL's two-hop
+rise grew, but the runs ended lower (docs/benchmarks.md#wording-slice)."""
 
 
 def main(argv: list[str] | None = None) -> None:
