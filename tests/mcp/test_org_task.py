@@ -10,7 +10,7 @@ import art_langgraph as art
 from art_mcp import MCPToolset
 from art_mcp.scenarios import Scenario, split_scenarios
 from examples.mcp_org.server import org, projects
-from examples.mcp_org.tasks import N_DEMONSTRATIONS, build, score
+from examples.mcp_org.tasks import N_DEMONSTRATIONS, TAUGHT_EVERY, build, score
 
 
 def test_held_out_scenarios_share_no_entity_or_phrasing_with_training() -> None:
@@ -74,6 +74,15 @@ async def test_a_project_lead_is_looked_up_and_then_looked_up_in_turn() -> None:
     # the default warm start's demonstrations: 64 training scenarios, half of each slice
     shown = [s.metadata["slice"] for s in build() if s.demonstration is not None]
     assert len(shown) == N_DEMONSTRATIONS and shown.count("two-hop") == N_DEMONSTRATIONS // 2
+    # ... about a third of the training projects and their leads: RL's other questions name
+    # projects and leads no demonstration shows
+    train = [s for s in build() if s.split == "train"]
+    about = {s.metadata["entity"] for s in train if s.demonstration is not None}
+    led = {p["name"]: p["lead"] for p in projects().values() if p["split"] == "train"}
+    assert {p for p in led if p in about} == set(list(led)[::TAUGHT_EVERY])
+    unshown = [p for p in led if p not in about]
+    assert len(unshown) == len(led) - len(led) // TAUGHT_EVERY
+    assert not {led[p] for p in unshown} & about
 
 
 def test_the_reward_pays_an_answer_only_when_a_lookup_returned_it() -> None:
