@@ -70,9 +70,10 @@ def flags(arm: str) -> list[str]:
 
 
 def with_demonstrations(scenarios: list[Scenario], n: int) -> list[Scenario]:
-    """`scenarios` with a demonstration on `n` training scenarios (half of each slice,
-    evenly spread in file order; made by the task's `demonstration`, whichever of them the
-    task file ships) and on no other."""
+    """`scenarios` with a demonstration on `n` training scenarios (the task's
+    `demonstration_ids`: half of each slice, evenly spread in file order over the entities
+    of its `taught_entities` since 0cefb6b, over every entity before; made by the task's
+    `demonstration`, whichever of them the task file ships) and on no other."""
     from examples.mcp_org.tasks import demonstration, demonstration_ids
 
     keep = demonstration_ids(scenarios, n)
