@@ -1,11 +1,14 @@
 """`art-mcp check`: will this setup learn? One small step's rollouts, before any compute is spent.
 
 ART's own advice is to validate a reward function on a handful of rollouts before
-scaling; `check` does it with the arguments `train` takes. It runs the first step's
-rollouts of the untrained model (`groups_per_step` scenarios of the train split,
-`group_size` each at the training temperature, plus one greedy episode per scenario),
-times them, trains that step on a throwaway copy of the model (in a temporary folder) to
-time training too, and reports (`Preflight`):
+scaling; `check` does it with the arguments `train` takes. It runs the first RL step's
+rollouts (`groups_per_step` scenarios of the train split, `group_size` each at the
+training temperature, plus one greedy episode per scenario) of the model RL would start
+from: the untrained one, or, when `train` would warm-start (demonstrations in the
+scenarios or `--sft`, and `sft_epochs` not 0), the model after that same warm start
+(`warm_start.warm_start`, its probe included), which it times. It times the rollouts,
+trains that step on the throwaway model (in a temporary folder) to time training too,
+and reports (`Preflight`):
 
 - sampled and greedy success, the format rate (the first call names the right tool and
   runs), the reward's mean and spread;
@@ -14,13 +17,15 @@ time training too, and reports (`Preflight`):
   answering on the forced final-answer turn) and of repeated identical tool calls;
   truncation past `TRUNCATION_COMMON` adds "raise --max-turns" to the verdict;
 - the reward function's errors (count and first traceback);
-- the time of a step and of the whole run (`steps`, and the evaluations) on this machine;
+- the time of the warm start, of a step and of the whole run (the warm start, `steps`,
+  and the evaluations) on this machine;
 - a verdict: learnable as set up, or what to change (`verdict`).
 
 `summarize` builds the same report from any step's groups: `train` prints it for its
 first step.
 
-Left out: the judge's cost (a RULER run is timed with the rollouts it scores only in
+Left out: the warm start's own checks beyond `train`'s (its probe and loss lines are
+logged as `train` logs them); the judge's cost (a RULER run is timed with the rollouts it scores only in
 `train`); scenarios generated for the check are not saved.
 """
 
@@ -41,6 +46,7 @@ import art_langgraph as art
 from art_langgraph.backend.checkpoints import CheckpointFolder
 from art_langgraph.errors import UsageError
 from art_langgraph.utils import iterate_dataset
+from art_mcp.agent import demonstrations
 from art_mcp.backends import backend_for, machine_line
 from art_mcp.config import HarnessConfig
 from art_mcp.evaluation import episode_calls, episode_format
@@ -50,6 +56,7 @@ from art_mcp.scenario_source import run_scenarios
 from art_mcp.scenarios import Scenario, few_scenarios, load_scenarios, split_scenarios
 from art_mcp.scoring import RewardFn, load_reward
 from art_mcp.servers import Servers, check_server
+from art_mcp.warm_start import warm_start
 
 FLAT_GROUPS_LIMIT = 0.5
 """Past this share of groups with one reward for all rollouts, a step trains on too little."""
@@ -62,7 +69,7 @@ TRUNCATION_COMMON = 0.25
 
 
 class Preflight(BaseModel):
-    """What one step's untrained rollouts say about a setup (see the module doc)."""
+    """What RL's first step's rollouts say about a setup (see the module doc)."""
 
     rollouts: int
     """Sampled rollouts scored (groups x group size, less the dropped ones)."""
@@ -90,12 +97,16 @@ class Preflight(BaseModel):
     """Episodes (sampled and greedy) stopped by an error other than running out of turns:
     a model call the server refused, a server gone. Scored as they ended."""
     first_episode_error: str = ""
+    warm_start_s: float | None = None
+    """Wall time of the SFT warm start the check ran before the rollouts, as `train` would
+    (seconds); None when there was none."""
     rollout_s: float | None = None
     """Wall time of the step's rollouts (seconds)."""
     train_s: float | None = None
     """Wall time of training on them (seconds); None when not measured."""
     run_s: float | None = None
-    """Estimated wall time of the whole run: `steps` steps and the held-out evaluations."""
+    """Estimated wall time of the whole run: the warm start, `steps` steps and the held-out
+    evaluations."""
     ok: bool
     """Learnable as set up."""
     verdict: str
@@ -124,10 +135,13 @@ class Preflight(BaseModel):
             )
         if self.rollout_s is not None:
             t = f"time: rollouts {self.rollout_s:.0f} s"
+            if self.warm_start_s is not None:
+                t = f"time: SFT warm start {self.warm_start_s:.0f} s, rollouts {self.rollout_s:.0f} s"
             if self.train_s is not None:
                 t += f", training {self.train_s:.0f} s, a step ~{self.rollout_s + self.train_s:.0f} s"
             if self.run_s is not None:
-                t += f"; the run ~{self.run_s / 60:.0f} min with its evaluations"
+                with_ = "its warm start and evaluations" if self.warm_start_s else "its evaluations"
+                t += f"; the run ~{self.run_s / 60:.0f} min with {with_}"
             out.append(t)
         out.append(("learnable as set up: " if self.ok else "change the setup: ") + self.verdict)
         return out
@@ -241,18 +255,62 @@ def _base_verdict(p: Preflight, cfg: HarnessConfig, rewards: list[float]) -> tup
     )
 
 
+async def _warm_start(
+    model: art.TrainableModel,
+    cfg: HarnessConfig,
+    folder: Path,
+    train_set: list[Scenario],
+    sft: list[Any] | str | Path | None,
+    rollouts: Rollouts,
+    log: Callable[[str], None],
+) -> float | None:
+    """The warm start `train` would run before RL (`warm_start.warm_start`, its probe
+    running greedy episodes as `train`'s does), on the check's throwaway model; its wall
+    time, or None when `train` would run none (no demonstrations, or `sft_epochs` 0)."""
+    demos = demonstrations(sft, train_set, rollouts.tools)
+    if not cfg.warm_start_epochs(len(demos)):
+        return None
+    log(
+        f"train warm-starts RL on {len(demos)} demonstrations first; so does the check "
+        "(--sft-epochs 0 checks RL from the untrained model)"
+    )
+    greedy = rollouts.agent(0.0)
+
+    async def probe(scenarios: list[Scenario]) -> list[float]:
+        trajs = await asyncio.gather(*(rollouts.run(s, greedy, held_out=True) for s in scenarios))
+        return [t.reward for t in trajs]
+
+    tick = time.perf_counter()
+    await warm_start(model, cfg, folder, 0, train_set, sft, rollouts.tools, probe, log)
+    n_err, first = rollouts.episode_errors.take()
+    if n_err:
+        log(f"{n_err} warm-start probe episodes stopped with an error; first:\n{first}")
+    rollouts.errors.take()  # a raising reward shows again in the step's rollouts
+    return time.perf_counter() - tick
+
+
 def run_estimate(
-    cfg: HarnessConfig, step_s: float, episode_s: float, held_out: int, *, done: int = 0
+    cfg: HarnessConfig,
+    step_s: float,
+    episode_s: float,
+    held_out: int,
+    *,
+    done: int = 0,
+    warm_start_s: float = 0.0,
 ) -> float:
     """Seconds left for a run at RL step `done`: the steps to `cfg.steps` at `step_s` each,
     and the held-out evaluations still to come (before RL when `done` is 0, every
-    `eval_every` steps, after the last) at `episode_s` an episode."""
+    `eval_every` steps, after the last) at `episode_s` an episode. At step 0 a warm start
+    of `warm_start_s` (not 0) adds its time and, with `eval_untrained`, the untrained
+    model's evaluation before it."""
     evals = sum(
         k == cfg.steps or bool(cfg.eval_every and k % cfg.eval_every == 0)
         for k in range(done + 1, cfg.steps + 1)
     ) + (done == 0)
+    warm = warm_start_s if done == 0 else 0.0
+    evals += bool(warm and cfg.eval_untrained)
     n_eval = min(cfg.eval_scenarios or held_out, held_out)
-    return (cfg.steps - done) * step_s + evals * n_eval * (1 + cfg.eval_samples) * episode_s
+    return warm + (cfg.steps - done) * step_s + evals * n_eval * (1 + cfg.eval_samples) * episode_s
 
 
 async def check(
@@ -262,11 +320,13 @@ async def check(
     scenarios: list[Scenario] | str | Path | None = None,
     reward: RewardFn | str | None = None,
     env: dict[str, str] | None = None,
+    sft: list[Any] | str | Path | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Preflight:
-    """Run the first step's rollouts of the untrained model and report (see the module
-    doc). Nothing is written under `config.path`: the model, its step and the generated
-    scenarios live in a temporary folder, removed at the end."""
+    """Run RL's first step's rollouts of the model `train` would start RL from (after its
+    warm start on `sft`, else the scenarios' demonstrations, when it would run one) and
+    report (see the module doc). Nothing is written under `config.path`: the model, its
+    steps and the generated scenarios live in a temporary folder, removed at the end."""
     cfg = config or HarnessConfig()
     log = log or say
     if cfg.backend is not None:
@@ -308,9 +368,11 @@ async def check(
             )
             rollouts = Rollouts(model, servers, cfg, reward_fn)
             sampled, greedy_agent = rollouts.agent(cfg.temperature), rollouts.agent(0.0)
+            warm_s = await _warm_start(model, local, folder, train_set, sft, rollouts, log)
             log(
                 f"{len(batch.items)} scenarios x {cfg.group_size} rollouts at temperature "
-                f"{cfg.temperature:g}, and one greedy episode each, untrained"
+                f"{cfg.temperature:g}, and one greedy episode each, "
+                + ("untrained" if warm_s is None else "after the SFT warm start")
             )
             tick = time.perf_counter()
             groups_task = art.gather_trajectory_groups(
@@ -334,7 +396,7 @@ async def check(
                 errors=rollouts.errors.take(),
                 episode_errors=rollouts.episode_errors.take(),
             )
-            report.rollout_s = rollout_s
+            report.rollout_s, report.warm_start_s = rollout_s, warm_s
             if any(len({t.reward for t in g.trajectories}) > 1 for g in groups):
                 tick = time.perf_counter()
                 await model.train(
@@ -344,7 +406,9 @@ async def check(
                 report.train_s = time.perf_counter() - tick
             episodes = sum(len(g.trajectories) for g in groups) + len(greedy)
             step_s = rollout_s + (report.train_s or 0.0)
-            report.run_s = run_estimate(cfg, step_s, rollout_s / max(episodes, 1), len(val_set))
+            report.run_s = run_estimate(
+                cfg, step_s, rollout_s / max(episodes, 1), len(val_set), warm_start_s=warm_s or 0.0
+            )
         finally:
             await servers.close()
             await backend.close()

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         config = HarnessConfig(**{k: getattr(args, k) for k in HarnessConfig.model_fields})
         given = {"scenarios": args.scenarios, "reward": args.reward, "env": _env(args.env)}
         if args.command == "check":
-            preflight = asyncio.run(check(args.server, config, **given))
+            preflight = asyncio.run(check(args.server, config, sft=args.sft, **given))
             return 0 if preflight.ok else 1
         report = asyncio.run(train(args.server, config, sft=args.sft, **given))
     except (ArtError, ValueError) as exc:
