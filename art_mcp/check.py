@@ -54,7 +54,7 @@ from art_mcp.progress import say, terminal
 from art_mcp.rollouts import Rollouts
 from art_mcp.scenario_source import run_scenarios
 from art_mcp.scenarios import Scenario, few_scenarios, load_scenarios, split_scenarios
-from art_mcp.scoring import RewardFn, load_reward
+from art_mcp.scoring import RewardFn, load_reward, penalize_repeats, task_reward
 from art_mcp.servers import Servers, check_server
 from art_mcp.warm_start import warm_start
 
@@ -162,7 +162,7 @@ def summarize(
     by_id = {s.id: s for s in scenarios}
     trajs = [t for g in groups for t in g.trajectories]
     rewards = [float(t.reward) for t in trajs]
-    won = [r >= cfg.success_reward for r in rewards]
+    won = [task_reward(t) >= cfg.success_reward for t in trajs]
     formats = [
         episode_format(t, by_id[t.metadata["scenario"]])
         for t in trajs
@@ -175,7 +175,7 @@ def summarize(
         groups=len(groups),
         sampled_success=_mean(won),
         greedy_success=(
-            _mean([t.reward >= cfg.success_reward for t in greedy]) if greedy else None
+            _mean([task_reward(t) >= cfg.success_reward for t in greedy]) if greedy else None
         ),
         format_rate=_mean(formats),
         reward_mean=_mean(rewards),
@@ -387,6 +387,7 @@ async def check(
                 *(rollouts.run(s, greedy_agent, held_out=True) for s in batch.items)
             )
             groups, greedy = await asyncio.gather(groups_task, greedy_task)
+            penalize_repeats(groups, cfg.repeat_penalty, cfg.success_reward)  # as train's steps
             rollout_s = time.perf_counter() - tick
             report = summarize(
                 groups,

@@ -133,6 +133,22 @@ class HarnessConfig(BaseModel):
             "repeating a call returns what it did: a polling tool wants allow."
         ),
     )
+    repeat_penalty: float = Field(
+        0.0,
+        ge=0,
+        description=(
+            "Subtracted from the reward of a training rollout that solved its task (reward at "
+            "or above success_reward) for each tool call that repeats an earlier call of the "
+            "rollout (name and arguments; complete_task aside), after the reward function or "
+            "judge scored it: GRPO then ranks a solution without repeats above one with them. "
+            "Failed rollouts keep their reward (a group's rewards are scaled by their spread, "
+            "so a penalty among failures alone would teach giving up before a second try). "
+            "The score is kept as the trajectory's metadata['task_reward'], which counts "
+            "success in the reports; held-out evaluations score without it. Assumes "
+            "repeating a call returns what it did (as after_repeat). 0: off (the default: "
+            "not yet swept)."
+        ),
+    )
     eval_samples: int = Field(
         2,
         ge=0,

@@ -36,9 +36,9 @@ from pydantic import BaseModel, Field
 
 import art_langgraph as art
 from art_langgraph.runtime.names import inference_name
-from art_mcp.agent import call_key
 from art_mcp.config import HarnessConfig
 from art_mcp.scenarios import Scenario
+from art_mcp.scoring import repeated_calls, task_reward
 
 
 class EpisodeCalls(BaseModel):
@@ -54,16 +54,9 @@ class EpisodeCalls(BaseModel):
 
 def episode_calls(traj: art.Trajectory, success_reward: float) -> EpisodeCalls:
     """The episode's server calls and repeats (`EpisodeCalls`)."""
-    seen: set[str] = set()
-    calls = repeated = 0
-    for ev in traj.tool_events:
-        if ev.name == "complete_task":
-            continue
-        key = call_key(ev.name, ev.args)
-        calls += 1
-        repeated += key in seen
-        seen.add(key)
-    return EpisodeCalls(calls=calls, repeated=repeated, solved=traj.reward >= success_reward)
+    calls = sum(ev.name != "complete_task" for ev in traj.tool_events)
+    solved = task_reward(traj) >= success_reward
+    return EpisodeCalls(calls=calls, repeated=repeated_calls(traj), solved=solved)
 
 
 class Evaluation(BaseModel):

@@ -6,20 +6,19 @@ splits them train/val (scenario_source.py), registers a trainable model on an em
 with SFT on demonstrations, and then runs GRPO steps: a LangGraph agent (`create_agent`)
 over the server's tools plus a `complete_task(answer)` tool that ends the run (agent.py),
 `max_turns` at most, each rollout captured; groups scored by your reward function and/or
-RULER (scoring.py; `shuffle_rewards`: the control arm); `model.train`. The held-out
-scenarios are evaluated before RL and after the last step, greedy and sampled
-(`art_mcp.evaluation`), scored as training scores (the reward function, else the judge).
-What is done is saved as it happens, so the same command resumes an interrupted run (the
-model's name and recipe: recipe.py) and the report (`art_mcp.report`: JSON, markdown with
-changed episodes, a reward curve PNG in the model's folder) is rebuilt from what was saved.
-A reward function that raises is counted and shown per step; a step that trained on
-nothing says so (progress.py). Before it starts, a run prints the machine and the dtypes
-`auto` chose; after the untrained evaluation, an estimate of its time, refined after its
-first step, whose rollouts also get `art-mcp check`'s summary and verdict (check.py).
-Episodes themselves are played and scored by `Rollouts` (rollouts.py).
-
-This module is the loop; each part it drives lives in the module named above, and the
-knobs in config.py (`HarnessConfig`). It re-exports the names it always had.
+RULER, less `repeat_penalty` (scoring.py; `shuffle_rewards`: the control arm);
+`model.train`. The held-out scenarios are evaluated before RL and after the last step,
+greedy and sampled (`art_mcp.evaluation`), scored as training scores (the reward
+function, else the judge). What is done is saved as it happens, so the same command
+resumes an interrupted run (the model's name and recipe: recipe.py) and the report
+(`art_mcp.report`: JSON, markdown with changed episodes, a reward curve PNG in the
+model's folder) is rebuilt from what was saved. A reward function that raises is counted
+and shown per step; a step that trained on nothing says so (progress.py). Before it
+starts, a run prints the machine and the dtypes `auto` chose; after the untrained
+evaluation, an estimate of its time, refined after its first step, whose rollouts also
+get `art-mcp check`'s summary and verdict (check.py). Episodes are played and scored by
+`Rollouts` (rollouts.py). This module is the loop; each part it drives lives in the
+module named above, the knobs in config.py (`HarnessConfig`).
 
 Left out: multi-server toolsets and tool allow-lists (wrap your server instead).
 """
@@ -85,6 +84,7 @@ from art_mcp.scoring import (
     judge_held_out,
     judge_params,
     load_reward,
+    penalize_repeats,
     shuffle_rewards,
 )
 from art_mcp.servers import Servers, check_server
@@ -435,17 +435,15 @@ class _Run:
     async def gather(
         self, items: list[Scenario], judged: CountedJudge, desc: str
     ) -> list[art.TrajectoryGroup]:
-        """A group of `group_size` training rollouts per scenario, judged when a judge scores."""
-        return await art.gather_trajectory_groups(
-            (
-                art.TrajectoryGroup(self.rollout(s) for _ in range(self.cfg.group_size))
-                for s in items
-            ),
-            pbar_desc=desc,
-            progress=terminal(),
-            max_exceptions=0.5,
-            after_each=judged if self.judge is not None else None,
+        """`group_size` training rollouts per scenario, judged if a judge scores, penalized."""
+        groups = (
+            art.TrajectoryGroup(self.rollout(s) for _ in range(self.cfg.group_size)) for s in items
         )
+        judge = judged if self.judge is not None else None
+        done = await art.gather_trajectory_groups(
+            groups, pbar_desc=desc, progress=terminal(), max_exceptions=0.5, after_each=judge
+        )
+        return penalize_repeats(done, self.cfg.repeat_penalty, self.cfg.success_reward)
 
     async def finish(self) -> Report:
         """The last step's evaluation if an interrupt cut it off, the judge's calibration

@@ -6,7 +6,8 @@
 training group (`group_judge`, as `after_each`, counted by `CountedJudge`) and each held-out
 scenario's episodes (`judge_held_out`), the reward function's score kept as
 `independent_reward`. `shuffle_rewards` is the control arm: a step's rewards permuted
-across its rollouts.
+across its rollouts. `penalize_repeats` takes `repeat_penalty` off a solved training
+rollout's reward per repeated tool call, keeping the score as `task_reward`.
 
 Left out: RULER itself (art_langgraph/rewards); what a reward means (the user's).
 """
@@ -27,6 +28,7 @@ from typing import Any
 
 import art_langgraph as art
 from art_langgraph.errors import UsageError
+from art_mcp.agent import call_key
 from art_mcp.config import HarnessConfig
 from art_mcp.scenarios import Scenario
 
@@ -163,3 +165,41 @@ def shuffle_rewards(groups: list[art.TrajectoryGroup], rng: random.Random) -> No
     rng.shuffle(rewards)
     for t, r in zip(trajs, rewards, strict=True):
         t.reward = r
+
+
+def repeated_calls(traj: art.Trajectory) -> int:
+    """Tool calls of `traj` (complete_task aside) that repeat an earlier one, name and
+    arguments alike."""
+    seen: set[str] = set()
+    repeated = 0
+    for ev in traj.tool_events:
+        if ev.name == "complete_task":
+            continue
+        key = call_key(ev.name, ev.args)
+        repeated += key in seen
+        seen.add(key)
+    return repeated
+
+
+def task_reward(traj: art.Trajectory) -> float:
+    """The reward function's (or judge's) score of `traj`, before `penalize_repeats`."""
+    return float(traj.metadata.get("task_reward", traj.reward))
+
+
+def penalize_repeats(
+    groups: list[art.TrajectoryGroup], penalty: float, success_reward: float
+) -> list[art.TrajectoryGroup]:
+    """Take `penalty` off the reward of each trajectory that solved its task (reward at or
+    above `success_reward`) per repeated tool call (`HarnessConfig.repeat_penalty`), once,
+    keeping its score as `metadata["task_reward"]`; `groups`, changed in place. Failed
+    ones keep theirs: GRPO scales a group's rewards by their spread, so a penalty among
+    failures alone would teach the agent to give up before a second try."""
+    if not penalty:
+        return groups
+    for g in groups:
+        for t in g.trajectories:
+            if "task_reward" not in t.metadata:
+                t.metadata["task_reward"] = t.reward
+                if t.reward >= success_reward:
+                    t.reward = t.reward - penalty * repeated_calls(t)
+    return groups
