@@ -77,7 +77,7 @@ TASKS = {
 }
 """Task name -> its server module, folder (scenarios.jsonl) and reward module."""
 TASK_EVAL = {"org": ["--eval-scenarios", "48", "--eval-every", "3"]}
-"""Evaluation flags a task's runs of the defaults take (`--extra` when none is given): they
+"""Evaluation flags a task's runs take before `--extra`'s (which may override one): they
 change what is measured, never what is trained. The org chart evaluates 48 held-out
 scenarios, not the default 24 (its two-hop slice, about 40% of them, needs more), and once
 mid-run, for the success curve."""
@@ -739,7 +739,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--task", choices=sorted(TASKS), default="capitals")
     p.add_argument("--seeds", default="1,2,3,4,5")
     p.add_argument("--controls", default="1,2,3")
-    p.add_argument("--extra", default="", help="more `art-mcp train` flags, as one string")
+    p.add_argument(
+        "--extra",
+        default="",
+        help="more `art-mcp train` flags, as one string, after the task's evaluation flags (TASK_EVAL)",
+    )
     p.add_argument("--tag", default="", help="a suffix for the results file")
     p.add_argument("--combine", action="store_true", help="gather the tagged results; run nothing")
     p.add_argument("--compare", default="", help="a tag to set beside the defaults; run nothing")
@@ -777,7 +781,8 @@ def main(argv: list[str] | None = None) -> None:
         if not args.tag:
             update_docs(f"learning_headline_{args.task}", headline(datasets))
         return
-    extra = args.extra.split() or TASK_EVAL.get(args.task, [])
+    # the task's evaluation flags first, so an arm's --extra keeps them (a later flag wins)
+    extra = [*TASK_EVAL.get(args.task, []), *args.extra.split()]
     plan = [(int(s), False) for s in args.seeds.split(",") if s]
     plan += [(int(s), True) for s in args.controls.split(",") if s]
     rows: list[dict[str, Any]] = []
