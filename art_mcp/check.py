@@ -134,13 +134,14 @@ class Preflight(BaseModel):
                 f"{self.first_episode_error}"
             )
         if self.rollout_s is not None:
-            t = f"time: rollouts {self.rollout_s:.0f} s"
-            if self.warm_start_s is not None:
-                t = f"time: SFT warm start {self.warm_start_s:.0f} s, rollouts {self.rollout_s:.0f} s"
+            warm = (
+                "" if self.warm_start_s is None else f"SFT warm start {self.warm_start_s:.0f} s, "
+            )
+            t = f"time: {warm}rollouts {self.rollout_s:.0f} s"
             if self.train_s is not None:
                 t += f", training {self.train_s:.0f} s, a step ~{self.rollout_s + self.train_s:.0f} s"
             if self.run_s is not None:
-                with_ = "its warm start and evaluations" if self.warm_start_s else "its evaluations"
+                with_ = "its warm start and evaluations" if warm else "its evaluations"
                 t += f"; the run ~{self.run_s / 60:.0f} min with {with_}"
             out.append(t)
         out.append(("learnable as set up: " if self.ok else "change the setup: ") + self.verdict)
