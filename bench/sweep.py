@@ -71,12 +71,12 @@ def table(rows: list[dict[str, Any]]) -> str:
     """Per task and arm: the seeds' mean sampled rise (± sd), each seed's on the one-hop and
     two-hop questions where the task has them, success after, the groups
     the trainer took (those without one reward for all rollouts) of those rolled out over
-    the run, and wall time."""
+    the run, repeated calls per solved held-out episode before and after RL, and wall time."""
     lines = [
         "| task | arm | seeds | sampled rise (mean ± sd) | one-hop sampled rise "
         "| two-hop sampled rise | sampled after | greedy after | groups trained / rolled out "
-        "| wall min |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| repeated calls per solved episode | wall min |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for task in dict.fromkeys(r["task"] for r in rows):
         for arm in dict.fromkeys(r["arm"] for r in rows if r["task"] == task):
@@ -87,7 +87,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"| {task} | {arm} | {len(rs)} | {statistics.fmean(rises):+.2f}{sd} | "
                 f"{_slice(rs, 'one-hop')} | {_slice(rs, 'two-hop')} | {statistics.fmean(r['sampled_after'] for r in rs):.2f} | "
                 f"{statistics.fmean(r['greedy_after'] for r in rs):.2f} | {_trained(rs)} | "
-                f"{_wall(rs)} |"
+                f"{_repeats(rs)} | {_wall(rs)} |"
             )
     return "\n".join(lines)
 
@@ -96,6 +96,19 @@ def _wall(rows: list[dict[str, Any]]) -> str:
     """The seeds' mean wall time in minutes; "-" where a run was stopped before its end."""
     walls = [r.get("wall_s") for r in rows]
     return "-" if None in walls else f"{statistics.fmean(walls) / 60:.1f}"  # type: ignore[arg-type]
+
+
+def _repeats(rows: list[dict[str, Any]]) -> str:
+    """Repeated calls per solved held-out episode, before RL -> after, the seeds' mean; "-"
+    for runs that did not record their calls."""
+    calls = [(r.get("calls") or {}).get("all") for r in rows]
+    if None in calls:
+        return "-"
+    before = [c["repeated_before"] for c in calls]  # type: ignore[index]
+    after = [c["repeated_after"] for c in calls]  # type: ignore[index]
+    if None in before or None in after:  # a run with no solved episode at one end
+        return "-"
+    return f"{statistics.fmean(before):.2f} -> {statistics.fmean(after):.2f}"
 
 
 def _slice(rows: list[dict[str, Any]], name: str) -> str:

@@ -1,5 +1,5 @@
-"""bench.turn_rules, bench.dynamic_sampling and bench.rl_lr: their arms are flags `art-mcp
-train` takes, and bench.sweep's table pools seeds."""
+"""bench.turn_rules, bench.dynamic_sampling, bench.rl_lr and bench.repeat_penalty: their arms
+are flags `art-mcp train` takes, and bench.sweep's table pools seeds."""
 
 from __future__ import annotations
 
@@ -29,7 +29,14 @@ def test_the_table_pools_seeds_per_task_and_arm() -> None:
     text = table(
         [
             row(
-                "org", "now", 0.1, 0.3, groups=[8, 8], zero_variance_groups=[6, 2], slices=hop(0.2)
+                "org",
+                "now",
+                0.1,
+                0.3,
+                groups=[8, 8],
+                zero_variance_groups=[6, 2],
+                slices=hop(0.2),
+                calls={"all": {"repeated_before": 0.4, "repeated_after": 0.2}},
             ),
             row(
                 "org",
@@ -39,17 +46,18 @@ def test_the_table_pools_seeds_per_task_and_arm() -> None:
                 groups=[8, 12],
                 zero_variance_groups=[4, 4],
                 slices=hop(-0.05),
+                calls={"all": {"repeated_before": 0.2, "repeated_after": 0.0}},
             ),
             row("org", "turns6", 0.1, 0.2),  # a run that did not record its groups
             {**row("org", "stopped", 0.5, 0.1), "wall_s": None},  # stopped before its end
         ]
     )
-    assert "| org | stopped | 1 | -0.40 | - | - | 0.10 | 0.10 | - | - |" in text
+    assert "| org | stopped | 1 | -0.40 | - | - | 0.10 | 0.10 | - | - | - |" in text
     assert (
-        "| org | now | 2 | +0.30 ± 0.14 | -0.20, +0.05 | +0.20, -0.05 | 0.40 | 0.40 | 10 / 18 | 10.0 |"
-        in text
+        "| org | now | 2 | +0.30 ± 0.14 | -0.20, +0.05 | +0.20, -0.05 | 0.40 | 0.40 | 10 / 18 "
+        "| 0.30 -> 0.10 | 10.0 |" in text
     )
-    assert "| org | turns6 | 1 | +0.10 | - | - | 0.20 | 0.20 | - | 10.0 |" in text
+    assert "| org | turns6 | 1 | +0.10 | - | - | 0.20 | 0.20 | - | - | 10.0 |" in text
 
 
 def test_every_dynamic_sampling_arm_is_flags_art_mcp_train_takes() -> None:
@@ -99,3 +107,17 @@ def test_every_rl_lr_arm_sets_one_thing() -> None:
             continue
         assert cfg.lr() == float(arm.removeprefix("lr")), arm
         assert cfg.model_copy(update={"learning_rate": None}) == default, arm
+
+
+def test_every_repeat_penalty_arm_sets_the_penalty_alone() -> None:
+    from bench.repeat_penalty import ARMS as PENALTY_ARMS
+
+    base = ["train", "--server", "python -m x", "--scenarios", "s.jsonl", "--reward", "m:f"]
+    default = HarnessConfig(
+        **{k: getattr(_parser().parse_args(base), k) for k in HarnessConfig.model_fields}
+    )
+    for arm, flags in PENALTY_ARMS.items():
+        args = _parser().parse_args([*base, *flags])
+        cfg = HarnessConfig(**{k: getattr(args, k) for k in HarnessConfig.model_fields})
+        assert cfg.repeat_penalty == float(flags[1]), arm
+        assert cfg.model_copy(update={"repeat_penalty": default.repeat_penalty}) == default, arm
