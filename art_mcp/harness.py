@@ -57,6 +57,7 @@ from art_mcp.evaluation import (
 from art_mcp.progress import (
     EngineTally,
     TrainingProgress,
+    peak_rss,
     say,
     terminal,
     trained_note,
@@ -367,7 +368,7 @@ class _Run:
         if self.judge is not None:
             line += f", {judged.calls} groups judged ({judged.dropped} dropped)"
         rollout_s = time.perf_counter() - tick
-        log(f"{line} in {rollout_s:.0f} s{self.engine_tally.note()}; training")
+        log(f"{line} in {rollout_s:.0f} s{self.engine_tally.note()}{peak_rss()}; training")
         errors = self.report_errors(f"RL step {done}")
         if index == 0:  # the pre-flight summary (art-mcp check), from this step
             pre = summarize(first, items, cfg, errors=errors[0], episode_errors=errors[1])
@@ -388,7 +389,7 @@ class _Run:
         note = " and one replay step on demonstrations" if replayed else ""
         log(
             f"RL step {done}: trained {progress.micro_batches} micro-batches "
-            f"({progress.tokens} tokens){note} in {train_s:.0f} s"
+            f"({progress.tokens} tokens){note} in {train_s:.0f} s{peak_rss()}"
         )
         if first_here:  # the first step this process ran
             step_s = rollout_s + train_s
@@ -531,7 +532,7 @@ class _Run:
         )
         took = time.perf_counter() - tick
         self.pace.append(took / max(len(trajs), 1))
-        log(f"{label}: {len(trajs)} episodes in {took:.0f} s{self.engine_tally.note()}")
+        log(f"{label}: {len(trajs)} episodes in {took:.0f} s{self.engine_tally.note()}{peak_rss()}")
         self.report_errors(label)
         if self.ruler_params is not None:
             by_scenario: dict[str, list[art.Trajectory]] = {}

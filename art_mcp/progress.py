@@ -3,8 +3,10 @@
 `say` is the default log (stdout, flushed per line); progress bars draw only on a terminal
 (`terminal`); `TrainingProgress` is the trainer's `progress` callback (trained tokens,
 as a bar); `trained_note` says what a step trained on when it is not every group, or why
-it trained on nothing; `warm_start_line` what the SFT warm start did and how long it took; `EngineTally` says what an embedded engine computed over a phase
-(prompt tokens, the share its prefix cache served, tokens generated).
+it trained on nothing; `warm_start_line` what the SFT warm start did and how long it took;
+`EngineTally` says what an embedded engine computed over a phase (prompt tokens, the share
+its prefix cache served, tokens generated); `peak_rss` this process's memory high-water
+mark so far, so the phase that raised it is the one whose line it first grew on.
 
 Left out: the report (report.py), which is rebuilt from the saved journal, not from these
 lines.
@@ -12,6 +14,7 @@ lines.
 
 from __future__ import annotations
 
+import resource
 import sys
 from typing import Any
 
@@ -21,6 +24,17 @@ from art_langgraph.engine.base import EngineMetrics
 def say(line: str) -> None:
     """The default log: stdout, flushed line by line (a pipe or a file sees each line)."""
     print(line, flush=True)
+
+
+def peak_rss() -> str:
+    """ "; peak RSS 3.71 GiB": this process's resident-memory high-water mark since it started
+    (an embedded engine and trainer included; the MCP server, a child, not), or "" where
+    the platform does not say. It never falls, so the phase whose line it first grew on
+    is the one that set it."""
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    if sys.platform != "linux" or kib <= 0:
+        return ""
+    return f"; peak RSS {kib / 2**20:.2f} GiB"
 
 
 def trained_note(m: dict[str, float], judge_params: dict[str, Any] | None) -> str:

@@ -76,11 +76,15 @@ async def test_a_raising_reward_is_counted_and_a_flat_step_says_it_trained_nothi
     # progress, a line per phase (no terminal here)
     # ... with what the embedded engine computed: prompt tokens, the cache's share, output
     engine = r"; engine: \d+k? prompt tokens \(\d+% from its prefix cache\), \d+k? generated"
-    assert re.search(r"RL step 1: \d of 4 rollouts in \d+ s" + engine + "; training", text), text
-    assert "RL step 1: trained 0 micro-batches (0 tokens)" in text
+    # and this process's memory high-water mark so far, which never falls
+    peak = r"; peak RSS (\d+\.\d\d) GiB"
+    assert re.search(r"RL step 1: \d of 4 rollouts in \d+ s" + engine + peak + "; training", text)
+    assert re.search(r"RL step 1: trained 0 micro-batches \(0 tokens\) in \d+ s" + peak, text)
     assert re.search(
-        r"the untrained model's held-out evaluation: 4 episodes in \d+ s" + engine, text
+        r"the untrained model's held-out evaluation: 4 episodes in \d+ s" + engine + peak, text
     )
+    peaks = [float(x) for x in re.findall(peak, text)]
+    assert len(peaks) >= 3 and peaks == sorted(peaks) and peaks[0] > 0.1, peaks
     assert "1 of 1 RL steps trained on nothing" in (Path(report.folder) / "report.md").read_text()
 
 
