@@ -11,7 +11,7 @@ the warm start's own rise and the calls per solved episode apart; its peak RSS a
 time are measured here.
 
     .venv/bin/python -m bench.learning [--task capitals|books|directory|org] [--seeds 1,2,3,4,5]
-        [--controls 1,2,3] [--extra "--learning-rate 1e-4"] [--tag NAME]
+        [--controls 1,2,3] [--extra "--learning-rate 1e-4"] [--tag NAME] [--keep DIR]
     .venv/bin/python -m bench.learning --task capitals --combine [--tag ci]
     .venv/bin/python -m bench.learning --compare amxbf16
 
@@ -22,7 +22,8 @@ the rise down into one-hop and two-hop questions). Writes
 bench/results/learning/learning_<task>[_<tag>].json,
 docs/learning_band_<task>.png (train reward per step, the seeds' band against the
 control's) and the docs table between its markers (the JSON after each run, so a stop
-loses at most the run under way). Runs may also be made one at a time, each with its own
+loses at most the run under way); `--keep DIR` keeps the runs' logs and models in a new
+folder instead of a temporary one. Runs may also be made one at a time, each with its own
 `--tag`; `--combine`
 gathers every bench/results/learning/learning_<task>_<tag>.json of the defaults (no
 flags, or only the task's evaluation flags, `TASK_EVAL`) into
@@ -45,6 +46,7 @@ Left out: running seeds side by side (2 cores: they would only share them).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -745,6 +747,12 @@ def main(argv: list[str] | None = None) -> None:
         help="more `art-mcp train` flags, as one string, after the task's evaluation flags (TASK_EVAL)",
     )
     p.add_argument("--tag", default="", help="a suffix for the results file")
+    p.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="a new folder for the runs' logs and models, kept (default: a temporary one)",
+    )
     p.add_argument("--combine", action="store_true", help="gather the tagged results; run nothing")
     p.add_argument("--compare", default="", help="a tag to set beside the defaults; run nothing")
     p.add_argument(
@@ -796,7 +804,14 @@ def main(argv: list[str] | None = None) -> None:
         "extra": extra,
         "rows": rows,
     }
-    with tempfile.TemporaryDirectory() as tmp:
+    with contextlib.ExitStack() as stack:
+        if args.keep is not None:
+            if args.keep.exists() and any(args.keep.iterdir()):  # a run there would resume
+                p.error(f"--keep {args.keep}: not empty; give a new folder")
+            args.keep.mkdir(parents=True, exist_ok=True)
+            tmp = str(args.keep.resolve())
+        else:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory())
         scenarios = validation_file(args.task, Path(tmp)) if args.validation else None
         for seed, control in plan:
             row = run_one(args.task, seed, control, extra, Path(tmp), scenarios=scenarios)
