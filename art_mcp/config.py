@@ -134,19 +134,24 @@ class HarnessConfig(BaseModel):
         ),
     )
     repeat_penalty: float = Field(
-        0.0,
+        0.1,
         ge=0,
         description=(
             "Subtracted from the reward of a training rollout that solved its task (reward at "
             "or above success_reward) for each tool call that repeats an earlier call of the "
             "rollout (name and arguments; complete_task aside), after the reward function or "
-            "judge scored it: GRPO then ranks a solution without repeats above one with them. "
-            "Failed rollouts keep their reward (a group's rewards are scaled by their spread, "
-            "so a penalty among failures alone would teach giving up before a second try). "
-            "The score is kept as the trajectory's metadata['task_reward'], which counts "
-            "success in the reports; held-out evaluations score without it. Assumes "
-            "repeating a call returns what it did (as after_repeat). 0: off (the default: "
-            "not yet swept)."
+            "judge scored it: GRPO then ranks a solution without repeats above one with them, "
+            "and a group whose rollouts all solved it carries a signal. Failed rollouts keep "
+            "their reward (a group's rewards are scaled by their spread, so a penalty among "
+            "failures alone would teach giving up before a second try). In the reward's "
+            "units: 0.1 is a tenth of a 0-1 reward. The score is kept as the trajectory's "
+            "metadata['task_reward'], which counts success in the reports; held-out "
+            "evaluations score without it. Assumes repeating a call returns what it did (as "
+            "after_repeat): a polling tool wants 0. Chosen by a sweep of 0 and 0.1 on three "
+            "task shapes' validation slices, 2 seeds each (bench/results/repeat_penalty): "
+            "sampled rise +0.61 against +0.30 on the staff directory, +0.08 against +0.05 on "
+            "the org chart, +0.03 against +0.04 on capitals (which the warm start solves); "
+            "repeated calls per solved episode after RL 0.01 against 0.17 and 0.03."
         ),
     )
     eval_samples: int = Field(

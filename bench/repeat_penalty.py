@@ -4,7 +4,8 @@ validation slices only.
 After RL the two-hop task's agent often repeats a lookup it has made and still gets the
 full reward (the 0cefb6b seeds: repeated calls per solved episode rose on 4 of 5). An arm
 subtracts P from a solved training rollout's reward for each repeated call
-(`HarnessConfig.repeat_penalty`); `off` is today's default. Each run trains one task with
+(`HarnessConfig.repeat_penalty`); `off` was the default when it ran (0.1 is now, by its
+table: docs/benchmarks.md). Each run trains one task with
 one arm and one seed on the task's validation slice (`bench.sweep`); the table gives per
 task and arm the seeds' mean sampled rise, the success after, the repeated calls per
 solved episode before and after RL, and the wall time: a penalty that removes repeats but
@@ -28,8 +29,8 @@ ARMS = {
     "off": ["--repeat-penalty", "0"],
     "p0.1": ["--repeat-penalty", "0.1"],
 }
-"""Arm -> its flags: today's default (no penalty), and 0.1 a repeated call, a tenth of a
-solved rollout's full reward."""
+"""Arm -> its flags: no penalty (the default when the sweep ran), and 0.1 a repeated call,
+a tenth of a solved rollout's full reward (the default it chose)."""
 
 
 def main(argv: list[str] | None = None) -> None:
