@@ -642,7 +642,7 @@ def combine(task: str, tag: str = "") -> list[dict[str, Any]]:
     name: seeds in order, then the controls. Without `tag`, the runs of the defaults
     (bench/results/learning/learning_<task>_*.json with no extra flags); with it, the runs tagged
     `<tag>_*`, which must share their flags. Within a class every run must come from one
-    machine line."""
+    machine line and one commit."""
     parts: dict[str, list[dict[str, Any]]] = {}
     pattern = f"learning_{task}_{tag}_*.json" if tag else f"learning_{task}_*.json"
     for path in sorted(RESULTS.glob(pattern)):
@@ -659,6 +659,12 @@ def combine(task: str, tag: str = "") -> list[dict[str, Any]]:
         if len(extras) > 1:
             raise SystemExit(f"runs with different flags: {sorted(extras)}")
         rows = {r["run"]: r for p in parts[host] for r in p["rows"]}
+        commits = sorted({str(r.get("commit")) for r in rows.values()})
+        if len(commits) > 1:  # a run of the defaults of one commit never stands for another's
+            raise SystemExit(
+                f"{host} runs of different commits, never pooled: {commits}; move the older "
+                "ones into a folder named after their commit (bench/results/learning/<commit>/)"
+            )
         datasets.append(
             {
                 "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

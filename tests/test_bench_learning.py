@@ -1,5 +1,6 @@
 """`bench.learning`'s runs end with the bench: `run_watched` returns a run's exit code and
-peak RSS, and a run dies with a bench that was SIGKILLed (no `finally` runs then)."""
+peak RSS, a run dies with a bench that was SIGKILLed (no `finally` runs then), and
+`combine` never pools two commits' runs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -183,3 +186,25 @@ def test_a_warm_start_arm_keeps_its_demonstrations_only(tmp_path: Path) -> None:
     assert len(shown) == 16 and all(s.split == "train" for s in shown)
     assert sum(s.metadata["slice"] == "two-hop" for s in shown) == 8
     assert all(s.answer in json.dumps(s.demonstration[-1]) for s in shown)
+
+
+def test_combine_pools_one_commits_runs_and_refuses_two(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import bench.learning as learning
+
+    monkeypatch.setattr(learning, "RESULTS", tmp_path)
+    machine = "x86_64, 2 cores, CPU flags: avx2"
+
+    def part(tag: str, run: str, commit: str) -> None:
+        data = {"machine": machine, "args": [], "extra": [],
+                "rows": [{"run": run, "seed": 1, "control": False, "commit": commit}]}  # fmt: skip
+        (tmp_path / f"learning_org_{tag}.json").write_text(json.dumps(data))
+
+    part("a", "seed-1", "abc1234")
+    part("b", "control-1", "abc1234")
+    [data] = learning.combine("org")
+    assert [r["run"] for r in data["rows"]] == ["seed-1", "control-1"]
+    part("c", "seed-2", "def5678")  # a later commit's run beside them
+    with pytest.raises(SystemExit, match="different commits"):
+        learning.combine("org")
