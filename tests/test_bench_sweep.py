@@ -9,11 +9,16 @@ from bench.sweep import table
 from bench.turn_rules import ARMS
 
 
-def test_every_arm_is_flags_art_mcp_train_takes() -> None:
+def _train_config(flags: list[str]) -> HarnessConfig:
+    """The harness config `art-mcp train` builds from `flags` (and a task's required ones)."""
     base = ["train", "--server", "python -m x", "--scenarios", "s.jsonl", "--reward", "m:f"]
+    args = _parser().parse_args([*base, *flags])
+    return HarnessConfig(**{k: getattr(args, k) for k in HarnessConfig.model_fields})
+
+
+def test_every_arm_is_flags_art_mcp_train_takes() -> None:
     for arm, flags in ARMS.items():
-        args = _parser().parse_args([*base, *flags])
-        cfg = HarnessConfig(**{k: getattr(args, k) for k in HarnessConfig.model_fields})
+        cfg = _train_config(flags)
         assert cfg.max_turns == int(flags[1]) and cfg.final_answer_turn, arm
         assert cfg.after_repeat == flags[-1], arm
 
@@ -63,23 +68,17 @@ def test_the_table_pools_seeds_per_task_and_arm() -> None:
 def test_every_dynamic_sampling_arm_is_flags_art_mcp_train_takes() -> None:
     from bench.dynamic_sampling import ARMS as REFILL_ARMS
 
-    base = ["train", "--server", "python -m x", "--scenarios", "s.jsonl", "--reward", "m:f"]
     for arm, flags in REFILL_ARMS.items():
-        args = _parser().parse_args([*base, *flags])
-        cfg = HarnessConfig(**{k: getattr(args, k) for k in HarnessConfig.model_fields})
+        cfg = _train_config(flags)
         assert cfg.refill_groups == (int(flags[1]) if flags else 0), arm
 
 
 def test_every_rl_lr_arm_sets_one_thing() -> None:
     from bench.rl_lr import ARMS as LR_ARMS
 
-    base = ["train", "--server", "python -m x", "--scenarios", "s.jsonl", "--reward", "m:f"]
-    default = HarnessConfig(
-        **{k: getattr(_parser().parse_args(base), k) for k in HarnessConfig.model_fields}
-    )
+    default = _train_config([])
     for arm, flags in LR_ARMS.items():
-        args = _parser().parse_args([*base, *flags])
-        cfg = HarnessConfig(**{k: getattr(args, k) for k in HarnessConfig.model_fields})
+        cfg = _train_config(flags)
         if arm == "g4x8":
             assert (cfg.groups_per_step, cfg.group_size) == (4, 8)
             assert cfg.model_copy(update={"groups_per_step": 8, "group_size": 4}) == default
@@ -112,12 +111,8 @@ def test_every_rl_lr_arm_sets_one_thing() -> None:
 def test_every_repeat_penalty_arm_sets_the_penalty_alone() -> None:
     from bench.repeat_penalty import ARMS as PENALTY_ARMS
 
-    base = ["train", "--server", "python -m x", "--scenarios", "s.jsonl", "--reward", "m:f"]
-    default = HarnessConfig(
-        **{k: getattr(_parser().parse_args(base), k) for k in HarnessConfig.model_fields}
-    )
+    default = _train_config([])
     for arm, flags in PENALTY_ARMS.items():
-        args = _parser().parse_args([*base, *flags])
-        cfg = HarnessConfig(**{k: getattr(args, k) for k in HarnessConfig.model_fields})
+        cfg = _train_config(flags)
         assert cfg.repeat_penalty == float(flags[1]), arm
         assert cfg.model_copy(update={"repeat_penalty": default.repeat_penalty}) == default, arm
