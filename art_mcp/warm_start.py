@@ -38,7 +38,7 @@ from typing import Any
 import art_langgraph as art
 from art_mcp.agent import demonstrations
 from art_mcp.config import HarnessConfig
-from art_mcp.progress import warm_start_line
+from art_mcp.progress import peak_rss, warm_start_line
 from art_mcp.report import append_journal, read_journal
 from art_mcp.scenarios import Scenario
 
@@ -166,7 +166,7 @@ async def probed_warm_start(
         return
     for epoch in range(step + 1, epochs + 1):
         res = await model.train_sft(demos, sft_config(cfg), epochs=1, batch_size=8)
-        log(warm_start_line(len(demos), epochs, res.metrics, epoch=epoch))
+        log(warm_start_line(len(demos), epochs, res.metrics, epoch=epoch) + peak_rss())
         if await after(epoch, res.metrics):
             return
 
@@ -204,7 +204,7 @@ async def warm_start(
         res = await model.train_sft(
             demos, sft_config(cfg), epochs=epochs, batch_size=8, stop_loss=cfg.sft_stop_loss
         )
-        log(warm_start_line(len(demos), epochs, res.metrics))
+        log(warm_start_line(len(demos), epochs, res.metrics) + peak_rss())
 
 
 async def replay(
