@@ -14,7 +14,6 @@ lines.
 
 from __future__ import annotations
 
-import resource
 import sys
 from typing import Any
 
@@ -31,8 +30,12 @@ def peak_rss() -> str:
     (an embedded engine and trainer included; the MCP server, a child, not), or "" where
     the platform does not say. It never falls, so the phase whose line it first grew on
     is the one that set it."""
+    if sys.platform != "linux":  # macOS counts bytes; Windows has no `resource`
+        return ""
+    import resource
+
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    if sys.platform != "linux" or kib <= 0:
+    if kib <= 0:
         return ""
     return f"; peak RSS {kib / 2**20:.2f} GiB"
 
