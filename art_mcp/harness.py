@@ -49,6 +49,7 @@ from art_mcp.evaluation import (
     check_langfuse_dataset,
     episode_calls,
     episode_format,
+    eval_draws,
     eval_sample,
     evaluation_label,
     log_to_langfuse,
@@ -526,8 +527,13 @@ class _Run:
         jobs += [(s, False) for s in self.val_set for _ in range(cfg.eval_samples)]
         trajs = await asyncio.gather(
             *(
-                self.rollout(s, self.greedy_agent if greedy else self.sample_agent, held_out=True)
-                for s, greedy in jobs
+                self.rollouts.run(
+                    s,
+                    self.greedy_agent if greedy else self.sample_agent,
+                    held_out=True,
+                    seed=None if greedy else draws,
+                )
+                for (s, greedy), draws in zip(jobs, eval_draws(cfg.seed, jobs), strict=True)
             )
         )
         took = time.perf_counter() - tick

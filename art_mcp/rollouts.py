@@ -4,7 +4,8 @@
 or one per episode), the server's tools plus `complete_task`, the turn policy
 (`force_tool_calls`) and the reward function. `agent(temperature)` builds a LangGraph
 agent (`create_agent`) at one sampling temperature; `run(scenario, agent)` plays one
-episode under `art.capture`, reads its final answer and scores it. A reward function
+episode under `art.capture` (its sampling draws seeded when given a seed), reads its
+final answer and scores it. A reward function
 that raises is counted in `errors`: a training episode is then dropped (the exception
 propagates to `gather_trajectory_groups`), a held-out one scored 0. An episode stopped
 by anything but running out of turns (a model call the server refused, a server gone) is
@@ -83,10 +84,14 @@ class Rollouts:
             middleware=[self._turns],
         )
 
-    async def run(self, s: Scenario, agent: Any, *, held_out: bool = False) -> art.Trajectory:
-        """One episode of `agent` on `s`, captured and scored (see the module doc)."""
+    async def run(
+        self, s: Scenario, agent: Any, *, held_out: bool = False, seed: int | None = None
+    ) -> art.Trajectory:
+        """One episode of `agent` on `s`, captured and scored (see the module doc); `seed`
+        fixes its sampling draws (`art.capture(seed=)`: each model call's own), None leaves
+        them to the engine."""
         async with self.servers.world():
-            with art.capture(metadata={"scenario": s.id}) as traj:
+            with art.capture(metadata={"scenario": s.id}, seed=seed) as traj:
                 try:
                     await agent.ainvoke(
                         # A turn is two graph steps (the model, then its tools): this many

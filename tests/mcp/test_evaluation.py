@@ -230,3 +230,52 @@ def test_a_warm_started_run_reports_rl_s_rise_apart_from_the_warm_start_s(tmp_pa
         "- the SFT warm start, untrained -> before RL, two-hop (4 scenarios): greedy 0.00" in lines
     )
     assert "calls per solved episode (all), before RL -> last: 4.00 -> 2.00" in lines
+
+
+def test_eval_draws_fix_each_scenario_s_kth_episode_whatever_else_is_evaluated() -> None:
+    from art_mcp.evaluation import eval_draws
+
+    a, b, c = (Scenario(id=i, task=i) for i in ("a", "b", "c"))
+    jobs = [(a, True), (b, True), (a, False), (b, False), (a, False)]
+    draws = eval_draws(7, jobs)
+    assert len(set(draws)) == len(draws)  # each episode its own draws
+    # the same scenario's k-th episode draws alike in another evaluation's jobs
+    other = eval_draws(7, [(c, True), (a, True), (c, False), (a, False), (a, False)])
+    assert [other[1], other[3], other[4]] == [draws[0], draws[2], draws[4]]
+    assert set(eval_draws(8, jobs)).isdisjoint(draws)  # another run's seed: other draws
+
+
+@pytest.mark.slow
+async def test_two_evaluations_of_one_model_draw_the_same_sampled_episodes(tmp_path) -> None:
+    """Common random numbers, end to end: two runs of one seed evaluate the untrained tiny
+    preset on the bundled server, and each scenario's episodes come out token for token
+    the same; a scenario's two sampled episodes draw apart."""
+    from collections import defaultdict
+    from pathlib import Path
+
+    from art_mcp import HarnessConfig, load_scenarios, train
+
+    root = Path(__file__).resolve().parents[2]
+    scenarios = load_scenarios(root / "examples/mcp_server/scenarios.jsonl")[:24]
+
+    async def episodes(folder: str) -> dict[str, list[tuple[int, ...]]]:
+        seen: dict[str, list[tuple[int, ...]]] = defaultdict(list)
+
+        def record(traj: art.Trajectory, s: Scenario) -> float:
+            ids = [i for c in traj.calls for i in c.completion_token_ids or []]
+            seen[s.id].append(tuple(ids))
+            return 0.0
+
+        cfg = HarnessConfig(
+            path=str(tmp_path / folder), base_model="tiny", steps=0, sft_epochs=0,
+            max_tokens=12, max_turns=2, eval_scenarios=3, eval_samples=2, val_fraction=0.25,
+            seed=4,
+        )  # fmt: skip
+        await train("python -m examples.mcp_server.server", cfg, scenarios=scenarios,
+                    reward=record, log=lambda _: None)  # fmt: skip
+        return {k: sorted(v) for k, v in seen.items()}
+
+    first, second = await episodes("a"), await episodes("b")
+    assert len(first) == 3 and all(len(v) == 3 for v in first.values())  # 1 greedy + 2 sampled
+    assert first == second
+    assert any(len(set(v)) > 1 for v in first.values())  # not one draw for every episode
