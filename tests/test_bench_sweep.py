@@ -1,5 +1,6 @@
-"""bench.turn_rules, bench.dynamic_sampling, bench.rl_lr and bench.repeat_penalty: their arms
-are flags `art-mcp train` takes, and bench.sweep's table pools seeds."""
+"""bench.turn_rules, bench.dynamic_sampling, bench.rl_lr, bench.repeat_penalty and
+bench.repeat_credit: their arms are flags `art-mcp train` takes, and bench.sweep's table
+pools seeds."""
 
 from __future__ import annotations
 
@@ -116,3 +117,14 @@ def test_every_repeat_penalty_arm_sets_the_penalty_alone() -> None:
         cfg = _train_config(flags)
         assert cfg.repeat_penalty == float(flags[1]), arm
         assert cfg.model_copy(update={"repeat_penalty": default.repeat_penalty}) == default, arm
+
+
+def test_every_repeat_credit_arm_sets_the_repeated_calls_credit_alone() -> None:
+    from bench.repeat_credit import ARMS as CREDIT_ARMS
+
+    default = _train_config([])
+    for arm, flags in CREDIT_ARMS.items():
+        cfg = _train_config(flags)
+        assert cfg.repeated_calls == flags[1] == arm
+        assert cfg.rl_config().repeated_calls == arm
+        assert cfg.model_copy(update={"repeated_calls": default.repeated_calls}) == default, arm

@@ -130,6 +130,17 @@ class TrainConfig(BaseModel):
         "their group-relative advantages either way. Not with signal_share_scale (every "
         "rollout trains, so there is no share to scale by).",
     )
+    repeated_calls: Literal["episode", "at_most_zero"] = Field(
+        "episode",
+        description="The advantage of a call whose tool calls all repeat tool calls an "
+        "earlier call of the rollout made (name and arguments alike): episode (default; "
+        "GRPO, ART): its rollout's, like any call; at_most_zero: its rollout's where "
+        "negative, else 0, so a rollout that succeeds does not reinforce the calls in it "
+        "that looked up again what it had (a repeated call's result is in the context "
+        "already), while one that fails still pushes them down. Assumes a repeated call "
+        "returns what it did: a polling tool wants episode. The step counts the calls so "
+        "held at 0 in `repeated_calls_zeroed`.",
+    )
     epsilon: float = Field(
         0.2,
         gt=0,

@@ -10,7 +10,9 @@ the groups of one reward, or those above the step's mean, against the whole step
 (`compute_advantages` over all its rewards) instead of skipping them), warns about
 rollouts that train but may not be meant to (`check_step_rollouts`: a `train_nodes` name
 no rollout ran, a run still waiting at an interrupt), computes each group's advantages
-(per node too, where trajectories carry `node_rewards`: `node_advantages`), turns every
+(per node too, where trajectories carry `node_rewards`: `node_advantages`; with
+`repeated_calls="at_most_zero"`, a call that only repeats earlier tool calls never above
+0: `cap_repeated_calls`), turns every
 trajectory into token-exact sequences (`tensorize.build_sequences`), and trains identical
 ones once, weighed by their count (`tensorize.merge_duplicates`; `duplicate_sequences`
 counts those merged away).
@@ -20,7 +22,9 @@ Left out: the optimizer step itself (`trainer.py`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import statistics
 import warnings
 from collections.abc import Collection, Sequence
@@ -66,6 +70,7 @@ def prepare_step(
         "flat_groups_trained": 0,
         "stale_groups": 0,
         "node_advantage_calls": 0,
+        "repeated_calls_zeroed": 0,
     }
     check_no_pending([g for g in groups if isinstance(g, TrajectoryGroup)])
     counts.update(check_step_rollouts([g for g in groups if isinstance(g, TrajectoryGroup)]))
@@ -112,6 +117,8 @@ def prepare_step(
             counts["flat_groups_trained"] = sum(keep)
             flat = [g for g, k in zip(flat, keep, strict=True) if not k]
     counts["zero_variance_groups"] = len(flat)
+    if config.repeated_calls == "at_most_zero":
+        trained = [(t, a, cap_repeated_calls(t, a, p, counts)) for t, a, p in trained]
     stats = TensorizeStats()
     seqs: list[TrainSequence] = []
     for trajs, advantages, per_call in trained:
@@ -225,6 +232,48 @@ def node_advantages(
         for (_, ids), adv in zip(rows, compute_advantages(rewards, scale_rewards), strict=True):
             per_call.update(dict.fromkeys(ids, adv))
     return per_call, signal
+
+
+def repeated_call_ids(traj: Trajectory) -> list[str]:
+    """Ids of `traj`'s calls whose tool calls all repeat tool calls of its earlier calls:
+    the same function name and arguments (parsed, so key order and spacing do not count)."""
+    seen: set[str] = set()
+    out = []
+    for call in traj.calls:
+        keys = [_tool_call_key(c) for c in (call.response_message or {}).get("tool_calls") or []]
+        if keys and all(k in seen for k in keys):
+            out.append(call.id)
+        seen.update(keys)
+    return out
+
+
+def _tool_call_key(call: Any) -> str:
+    """One OpenAI tool call's identity: its function's name and parsed arguments."""
+    fn = call.get("function", call) if isinstance(call, dict) else {}
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        with contextlib.suppress(json.JSONDecodeError):  # else compared as written
+            args = json.loads(args)
+    return json.dumps([fn.get("name"), args], sort_keys=True, default=str)
+
+
+def cap_repeated_calls(
+    trajs: Sequence[Trajectory],
+    advantages: Sequence[float],
+    per_call: dict[str, float],
+    counts: dict[str, int],
+) -> dict[str, float]:
+    """`per_call` with each repeated call (`repeated_call_ids`) of `trajs` at its advantage
+    (its node's, else its trajectory's) where negative, else 0 (`repeated_calls=
+    "at_most_zero"`); those raised to 0 from above are counted in
+    `counts["repeated_calls_zeroed"]`."""
+    out = dict(per_call)
+    for traj, adv in zip(trajs, advantages, strict=True):
+        for call_id in repeated_call_ids(traj):
+            own = out.get(call_id, adv)
+            counts["repeated_calls_zeroed"] += own > 0
+            out[call_id] = min(own, 0.0)
+    return out
 
 
 def _stalest(trajs: list[Trajectory]) -> int:

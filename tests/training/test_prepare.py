@@ -118,3 +118,49 @@ def test_rollouts_that_sampled_the_same_thing_are_trained_once_with_their_count(
     assert metrics["duplicate_sequences"] == 1
     assert [(s.trajectory_id, s.copies) for s in seqs] == [("g1t0", 2), ("g1t2", 1)]
     assert seqs[0].advantage == pytest.approx(-seqs[1].advantage / 2, abs=1e-5)
+
+
+def _agent_rollout(tag: str, reward: float, calls: list[tuple[str, str]]) -> Trajectory:
+    """A rollout whose k-th call made the tool call calls[k] (name, JSON arguments), its
+    prompt extending the last call's prompt and completion, as an agent's turns do."""
+    made, prompt = [], [7]
+    for k, (name, args) in enumerate(calls):
+        completion = [100 + k, 200 + k]
+        tool_call = {"id": f"c{k}", "type": "function", "function": {"name": name, "arguments": args}}  # fmt: skip
+        made.append(
+            LLMCall(
+                id=f"{tag}{k}", node="agent", namespace=["agent"], prompt_token_ids=list(prompt),
+                completion_token_ids=completion, logprobs=[-0.1, -0.1],
+                response_message={"role": "assistant", "tool_calls": [tool_call]},
+            )
+        )  # fmt: skip
+        prompt += [*completion, 50 + k]  # the tool's result
+    return Trajectory(id=tag, reward=reward, calls=made)
+
+
+def test_a_repeated_call_trains_at_most_zero_when_asked() -> None:
+    from art_langgraph.training.prepare import repeated_call_ids
+
+    # one solved rollout that looked up twice (arguments written in another key order),
+    # one failed rollout that did too
+    solved = [("lookup", '{"a": 1, "b": 2}'), ("lookup", '{"b":2,"a":1}'), ("done", '{"x": 3}')]
+    failed = [("lookup", '{"a": 1, "b": 2}'), ("lookup", '{"a": 1, "b": 2}'), ("done", '{"x": 4}')]
+    groups = [TrajectoryGroup([_agent_rollout("s", 1.0, solved), _agent_rollout("f", 0.0, failed)])]
+    assert repeated_call_ids(groups[0].trajectories[0]) == ["s1"]
+    assert repeated_call_ids(_agent_rollout("o", 0.0, [solved[0], ("lookup", '{"a": 2}')])) == []
+
+    def token_advantages(config: TrainConfig) -> dict[str, list[float]]:
+        seqs, metrics = prepare_step(groups, config, 1)
+        got = {}
+        for s in seqs:
+            each = s.token_advantages or [s.advantage] * len(s.tokens)
+            got[s.trajectory_id] = [a for a, t in zip(each, s.trainable, strict=True) if t]
+        return got | {"zeroed": [metrics["repeated_calls_zeroed"]]}
+
+    plain = token_advantages(TrainConfig())
+    assert plain["s"] == pytest.approx([1.0] * 6, abs=1e-5)  # every call on the rollout's
+    assert plain["zeroed"] == [0.0]
+    capped = token_advantages(TrainConfig(repeated_calls="at_most_zero"))
+    assert capped["s"] == pytest.approx([1.0, 1.0, 0.0, 0.0, 1.0, 1.0], abs=1e-5)
+    assert capped["f"] == pytest.approx([-1.0] * 6, abs=1e-5)  # a failure's repeat: still down
+    assert capped["zeroed"] == [1.0]
