@@ -33,8 +33,9 @@ README = ROOT / "README.md"
 BENCHMARKS = ROOT / "docs" / "benchmarks.md"
 CONFIGURATION = ROOT / "docs" / "configuration.md"
 RESULTS = ROOT / "docs" / "results.md"
+RESULTS_HISTORY = ROOT / "docs" / "results-history.md"
 BFCL = ROOT / "docs" / "bfcl.md"
-PAGES = (BENCHMARKS, CONFIGURATION, RESULTS, BFCL, README)
+PAGES = (BENCHMARKS, CONFIGURATION, RESULTS, RESULTS_HISTORY, BFCL, README)
 """Where marker blocks are looked for, in this order."""
 
 
