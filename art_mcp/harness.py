@@ -249,8 +249,7 @@ class _Run:
             log(warning)
         self.rollouts = Rollouts(self.model, self.servers, cfg, self.reward_fn)
         self.train_agent = self.rollouts.agent(cfg.temperature)
-        self.greedy_agent = self.rollouts.agent(0.0)
-        self.sample_agent = self.rollouts.agent(1.0)
+        self.eval_agents = {True: self.rollouts.agent(0.0), False: self.rollouts.agent(1.0)}
         self.ruler_params = judge_params(cfg, self.model)
         self.judge = group_judge(self.ruler_params)
         self.scored_by = (
@@ -308,7 +307,7 @@ class _Run:
     async def probe(self, scenarios: list[Scenario]) -> list[float]:
         """The warm start's probe: each scenario's greedy reward, as an evaluation's."""
         trajs = await asyncio.gather(
-            *(self.rollout(s, self.greedy_agent, held_out=True) for s in scenarios)
+            *(self.rollout(s, self.eval_agents[True], held_out=True) for s in scenarios)
         )
         self.report_errors("warm-start probe")
         return [t.reward for t in trajs]
@@ -527,13 +526,8 @@ class _Run:
         jobs += [(s, False) for s in self.val_set for _ in range(cfg.eval_samples)]
         trajs = await asyncio.gather(
             *(
-                self.rollouts.run(
-                    s,
-                    self.greedy_agent if greedy else self.sample_agent,
-                    held_out=True,
-                    seed=None if greedy else draws,
-                )
-                for (s, greedy), draws in zip(jobs, eval_draws(cfg.seed, jobs), strict=True)
+                self.rollouts.run(s, self.eval_agents[g], held_out=True, seed=None if g else d)
+                for (s, g), d in zip(jobs, eval_draws(cfg.seed, jobs), strict=True)
             )
         )
         took = time.perf_counter() - tick
