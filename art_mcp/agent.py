@@ -12,7 +12,6 @@ Left out: building the agent and running rollouts (harness.py); scoring them
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from pydantic import RootModel
 
 import art_langgraph as art
 from art_langgraph.trajectories.records import read_records
+from art_langgraph.trajectories.tool_calls import tool_call_key
 from art_mcp.scenarios import Scenario
 
 SYSTEM = (
@@ -106,9 +106,9 @@ def repeated_last_call(turns: list[Any]) -> bool:
     return all(call_key(c["name"], c.get("args")) in earlier for c in turns[-1].tool_calls)
 
 
-def call_key(name: str, args: Any) -> str:
-    """One tool call's identity, name and arguments, for spotting a repeated call."""
-    return json.dumps([name, args], sort_keys=True, default=str)
+call_key = tool_call_key
+"""One tool call's identity, name and arguments, for spotting a repeated call (the trainer's
+`repeated_calls` reads rollouts with the same key)."""
 
 
 def final_answer(traj: art.Trajectory) -> str:

@@ -22,9 +22,7 @@ Left out: the optimizer step itself (`trainer.py`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import statistics
 import warnings
 from collections.abc import Collection, Sequence
@@ -40,6 +38,7 @@ from art_langgraph.training.tensorize import (
     merge_duplicates,
 )
 from art_langgraph.trajectories.late_rewards import check_no_pending
+from art_langgraph.trajectories.tool_calls import tool_call_key
 from art_langgraph.trajectories.trajectory import (
     TRAIN_NODES_KEY,
     LLMCall,
@@ -248,13 +247,9 @@ def repeated_call_ids(traj: Trajectory) -> list[str]:
 
 
 def _tool_call_key(call: Any) -> str:
-    """One OpenAI tool call's identity: its function's name and parsed arguments."""
+    """One OpenAI tool call's identity (`tool_call_key`)."""
     fn = call.get("function", call) if isinstance(call, dict) else {}
-    args = fn.get("arguments")
-    if isinstance(args, str):
-        with contextlib.suppress(json.JSONDecodeError):  # else compared as written
-            args = json.loads(args)
-    return json.dumps([fn.get("name"), args], sort_keys=True, default=str)
+    return tool_call_key(fn.get("name"), fn.get("arguments"))
 
 
 def cap_repeated_calls(
